@@ -1,0 +1,50 @@
+"""The `dlrmkit` command. Each subcommand lives in its own module, which exposes
+`add_arguments(parser)` and `run(args) -> int`; this file only wires them together."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dlrmkit.errors import DlrmkitError
+
+# name -> (module, one-line help). Adding a command means adding its module and one line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "synth": ("dlrmkit.data.synthetic_cli", "write a synthetic dataset drawn from a hidden teacher model"),
+    "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
+    "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
+    # "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlrmkit",
+        description="Train DLRM recommendation models, from one process to hybrid-parallel torchrun jobs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except DlrmkitError as exc:
+        print(f"dlrmkit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dlrmkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Dataclass configs and named presets. A preset fixes the model shape and a training recipe;
+the table sizes always come from the dataset (or from the benchmark's own shape)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.model.dlrm import ModelConfig
+
+
+@dataclass
+class Preset:
+    """Model shape plus the training recipe that goes with it."""
+
+    embedding_dim: int
+    bottom_mlp: list[int]
+    top_mlp: list[int]
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    epochs: int = 1
+    warmup_steps: int = 0
+    decay_start: int = 0  # 0: no decay
+    decay_steps: int = 0
+    interaction: str = "dot"
+
+
+PRESETS: dict[str, Preset] = {
+    # trains in seconds on the `tiny` synthetic dataset
+    "tiny": Preset(16, [64, 16], [64, 32, 1], batch_size=256, lr=1.0, optimizer="sgd", epochs=6),
+    # the DLRM reference's Criteo Kaggle shape (facebookresearch/dlrm, dlrm_s_criteo_kaggle.sh)
+    "small": Preset(16, [512, 256, 64, 16], [512, 256, 1], batch_size=512, lr=0.1, optimizer="adagrad", epochs=1),
+    "criteo-kaggle": Preset(16, [512, 256, 64, 16], [512, 256, 1], batch_size=128, lr=0.1, optimizer="sgd", epochs=1),
+    # MLPerf DLRM v1 shape; recipe of the reference at global batch 64K (SGD, warm-up, poly decay)
+    "mlperf": Preset(
+        128, [512, 256, 128], [1024, 1024, 512, 256, 1], batch_size=65536, lr=24.0, optimizer="sgd",
+        epochs=1, warmup_steps=2750, decay_start=49315, decay_steps=27772,
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise DlrmkitError(f"unknown preset '{name}' (choose from: {', '.join(PRESETS)})")
+    return PRESETS[name]
+
+
+def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> ModelConfig:
+    return ModelConfig(
+        num_numerical=num_numerical,
+        table_sizes=list(table_sizes),
+        embedding_dim=preset.embedding_dim,
+        bottom_mlp=list(preset.bottom_mlp) if num_numerical else [],
+        top_mlp=list(preset.top_mlp),
+        interaction=preset.interaction,
+    )
+
+
+@dataclass
+class TrainConfig:
+    """Everything `dlrmkit train` needs; unset fields fall back to the preset's recipe."""
+
+    data: str
+    preset: str = "tiny"
+    batch_size: int | None = None
+    epochs: int | None = None
+    max_steps: int | None = None
+    lr: float | None = None
+    optimizer: str | None = None  # sgd | adagrad
+    warmup_steps: int | None = None
+    decay_start: int | None = None
+    decay_steps: int | None = None
+    eval_every: int = 0  # steps; 0: only at the end of each epoch
+    eval_batch_size: int = 16384
+    target_auc: float | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0  # steps; 0: at the end only
+    resume: bool = False
+    metrics_json: str | None = None
+    log_jsonl: str | None = None
+    seed: int = 0
+    shuffle: bool = True
+    progress: bool = True
+    threads: int = 0  # 0: torch's default
+    extra: dict = field(default_factory=dict)
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with every recipe field filled from the preset."""
+        p = get_preset(self.preset)
+        out = TrainConfig(**asdict(self))
+        for name in ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps"):
+            if getattr(out, name) is None:
+                setattr(out, name, getattr(p, name))
+        if out.batch_size is not None and out.batch_size <= 0:
+            raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
+        if out.optimizer not in ("sgd", "adagrad"):
+            raise DlrmkitError(f"unknown optimizer '{out.optimizer}' (choose sgd or adagrad)")
+        return out

@@ -1,0 +1,223 @@
+"""FeatureSpec: the YAML that describes a dataset of split binary files.
+
+The schema is NVIDIA DeepLearningExamples' DLRM FeatureSpec (feature_spec / source_spec /
+channel_spec / metadata), so datasets move between the two systems unchanged. Parsing checks
+the document's structure and reports the exact field that is wrong; the files themselves are
+checked against it by `split_binary.SplitBinaryDataset`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from dlrmkit.errors import DatasetError
+
+SPEC_FILE = "feature_spec.yaml"
+CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
+TRAIN, TEST = "train", "test"
+SPLIT_BINARY = "split_binary"
+
+
+def categorical_dtype(cardinality: int) -> np.dtype:
+    """Smallest signed integer type that holds ids 0..cardinality-1 (NVIDIA's rule: size < max)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if cardinality < np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    if cardinality < np.iinfo(np.int64).max:
+        return np.dtype(np.int64)
+    raise DatasetError(f"cardinality {cardinality} does not fit in int64")
+
+
+@dataclass
+class MappingFiles:
+    """Absolute paths of one mapping's files; a feature may be split over several chunk files."""
+
+    label: list[str]
+    numerical: list[str]
+    categorical: list[list[str]]  # in channel order
+
+
+@dataclass
+class FeatureSpec:
+    feature_spec: dict[str, dict[str, Any]]
+    source_spec: dict[str, list[dict[str, Any]]]
+    channel_spec: dict[str, list[str]]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    base_directory: str = "."
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def default(
+        cls,
+        num_numerical: int,
+        cardinalities: list[int],
+        metadata: dict[str, Any] | None = None,
+        base_directory: str = ".",
+    ) -> "FeatureSpec":
+        """The standard layout: <mapping>/numerical.bin, label.bin, cat_<i>.bin."""
+        num_names = [f"num_{i}" for i in range(num_numerical)]
+        cat_names = [f"cat_{i}.bin" for i in range(len(cardinalities))]
+        features: dict[str, dict[str, Any]] = {}
+        for name, card in zip(cat_names, cardinalities):
+            features[name] = {"dtype": str(categorical_dtype(int(card))), "cardinality": int(card)}
+        for name in num_names:
+            features[name] = {"dtype": "float16"}
+        features["label"] = {"dtype": "bool"}
+        source: dict[str, list[dict[str, Any]]] = {}
+        for mapping in (TRAIN, TEST):
+            chunks: list[dict[str, Any]] = []
+            if num_names:
+                chunks.append({"type": SPLIT_BINARY, "features": num_names, "files": [f"{mapping}/numerical.bin"]})
+            chunks.append({"type": SPLIT_BINARY, "features": ["label"], "files": [f"{mapping}/label.bin"]})
+            for name in cat_names:
+                chunks.append({"type": SPLIT_BINARY, "features": [name], "files": [f"{mapping}/{name}"]})
+            source[mapping] = chunks
+        channels = {CATEGORICAL: cat_names, NUMERICAL: num_names, LABEL: ["label"]}
+        return cls(features, source, channels, dict(metadata or {}), base_directory)
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "FeatureSpec":
+        """Read a spec file, or the feature_spec.yaml inside a dataset folder."""
+        if os.path.isdir(path):
+            path = os.path.join(path, SPEC_FILE)
+        if not os.path.exists(path):
+            raise DatasetError(f"{path}: no such FeatureSpec file")
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise DatasetError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(doc, dict):
+            raise DatasetError(f"{path}: expected a mapping with feature_spec, source_spec, channel_spec")
+        missing = [k for k in ("feature_spec", "source_spec", "channel_spec") if k not in doc]
+        if missing:
+            raise DatasetError(f"{path}: missing section(s) {', '.join(missing)}")
+        spec = cls(
+            feature_spec=doc["feature_spec"] or {},
+            source_spec=doc["source_spec"] or {},
+            channel_spec=doc["channel_spec"] or {},
+            metadata=doc.get("metadata") or {},
+            base_directory=os.path.dirname(os.path.abspath(path)),
+        )
+        spec.check(where=path)
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feature_spec": self.feature_spec,
+            "source_spec": self.source_spec,
+            "channel_spec": self.channel_spec,
+            "metadata": self.metadata,
+        }
+
+    def write(self, directory: str | None = None) -> str:
+        path = os.path.join(directory or self.base_directory, SPEC_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+        return path
+
+    # ---- accessors ----------------------------------------------------------------------
+    @property
+    def categorical_names(self) -> list[str]:
+        return list(self.channel_spec.get(CATEGORICAL, []))
+
+    @property
+    def numerical_names(self) -> list[str]:
+        return list(self.channel_spec.get(NUMERICAL, []))
+
+    @property
+    def label_name(self) -> str:
+        return self.channel_spec[LABEL][0]
+
+    @property
+    def cardinalities(self) -> list[int]:
+        return [int(self.feature_spec[n]["cardinality"]) for n in self.categorical_names]
+
+    def dtype(self, feature: str) -> np.dtype:
+        return np.dtype(self.feature_spec[feature]["dtype"])
+
+    def mapping_files(self, mapping: str) -> MappingFiles:
+        if mapping not in self.source_spec:
+            raise DatasetError(
+                f"{self.base_directory}/{SPEC_FILE}: no mapping '{mapping}' (have: {', '.join(self.source_spec)})"
+            )
+        cat_index = {n: i for i, n in enumerate(self.categorical_names)}
+        label: list[str] = []
+        numerical: list[str] = []
+        categorical: list[list[str]] = [[] for _ in cat_index]
+        for chunk in self.source_spec[mapping]:
+            files = [os.path.join(self.base_directory, f) for f in chunk["files"]]
+            first = chunk["features"][0]
+            if first == self.label_name:
+                label = files
+            elif first in cat_index:
+                categorical[cat_index[first]] = files
+            else:
+                numerical = files
+        return MappingFiles(label, numerical, categorical)
+
+    # ---- validation of the document itself ---------------------------------------------------
+    def check(self, where: str = SPEC_FILE) -> None:
+        """Raise DatasetError naming the first field that breaks the schema."""
+
+        def fail(msg: str) -> None:
+            raise DatasetError(f"{where}: {msg}")
+
+        for channel in (CATEGORICAL, NUMERICAL, LABEL):
+            if channel not in self.channel_spec:
+                fail(f"channel_spec has no '{channel}' channel")
+        if len(self.channel_spec[LABEL]) != 1:
+            fail(f"channel_spec.label must name exactly one feature, got {self.channel_spec[LABEL]}")
+        channel_features = self.categorical_names + self.numerical_names + [self.label_name]
+        if len(set(channel_features)) != len(channel_features):
+            fail("channel_spec names a feature more than once")
+        for name in channel_features:
+            if name not in self.feature_spec:
+                fail(f"feature '{name}' is in channel_spec but not in feature_spec")
+            entry = self.feature_spec[name]
+            if not isinstance(entry, dict) or "dtype" not in entry:
+                fail(f"feature_spec.{name} has no dtype")
+            try:
+                np.dtype(entry["dtype"])
+            except TypeError:
+                fail(f"feature_spec.{name}.dtype '{entry['dtype']}' is not a numpy dtype")
+        for name in self.categorical_names:
+            card = self.feature_spec[name].get("cardinality")
+            if not isinstance(card, int) or card <= 0:
+                fail(f"feature_spec.{name}.cardinality must be a positive integer, got {card!r}")
+            if not np.issubdtype(self.dtype(name), np.integer):
+                fail(f"feature_spec.{name}.dtype must be an integer type, got {self.dtype(name)}")
+            if card - 1 > np.iinfo(self.dtype(name)).max:
+                fail(f"feature_spec.{name}: cardinality {card} does not fit dtype {self.dtype(name)}")
+        for name in self.numerical_names:
+            if self.dtype(name) != self.dtype(self.numerical_names[0]):
+                fail(f"feature_spec.{name}: all numerical features must share one dtype")
+        for mapping in (TRAIN, TEST):
+            if mapping not in self.source_spec:
+                fail(f"source_spec has no '{mapping}' mapping")
+            seen: set[str] = set()
+            for i, chunk in enumerate(self.source_spec[mapping]):
+                at = f"source_spec.{mapping}[{i}]"
+                if chunk.get("type") != SPLIT_BINARY:
+                    fail(f"{at}.type is {chunk.get('type')!r}; only '{SPLIT_BINARY}' is supported")
+                feats, files = chunk.get("features") or [], chunk.get("files") or []
+                if not feats or not files:
+                    fail(f"{at} needs non-empty 'features' and 'files'")
+                for feat in feats:
+                    if feat in seen:
+                        fail(f"{at}: feature '{feat}' appears twice in mapping '{mapping}'")
+                    if feat not in channel_features:
+                        fail(f"{at}: feature '{feat}' is not in channel_spec")
+                    seen.add(feat)
+                if feats[0] in self.numerical_names and feats != self.numerical_names:
+                    fail(f"{at}: numerical features must be one chunk in channel_spec order")
+                if feats[0] not in self.numerical_names and len(feats) != 1:
+                    fail(f"{at}: categorical and label features take one file chunk each")
+            absent = [f for f in channel_features if f not in seen]
+            if absent:
+                fail(f"mapping '{mapping}' has no file for feature(s) {', '.join(absent)}")

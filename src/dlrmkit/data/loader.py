@@ -1,0 +1,129 @@
+"""Batches from a memory-mapped dataset, converted to tensors in a background thread.
+
+Batches are contiguous row ranges (sequential reads from the memory map); shuffling permutes
+the order of batches per epoch, seeded, as NVIDIA's DLRM loader does. numpy and torch release
+the GIL while copying, so the prefetch thread overlaps reading with the training step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
+
+
+@dataclass
+class Batch:
+    dense: torch.Tensor  # float32 [B, num_numerical]
+    ids: torch.Tensor  # int64 [B, num_tables]
+    labels: torch.Tensor  # float32 [B]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def to_batch(raw: RawBatch) -> Batch:
+    """numpy -> torch in whole-array operations (no per-sample Python work)."""
+    return Batch(
+        dense=torch.from_numpy(np.asarray(raw.dense, dtype=np.float32)),
+        ids=torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),
+        labels=torch.from_numpy(np.asarray(raw.labels, dtype=np.float32)),
+    )
+
+
+def batch_bounds(rows: int, batch_size: int, drop_last: bool) -> list[tuple[int, int]]:
+    """[start, end) of each batch over `rows` rows."""
+    n = rows // batch_size if drop_last else -(-rows // batch_size)
+    return [(i * batch_size, min((i + 1) * batch_size, rows)) for i in range(n)]
+
+
+def epoch_order(num_batches: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+    """Batch order of one epoch: a seeded permutation, identical on every rank."""
+    if not shuffle:
+        return np.arange(num_batches)
+    return np.random.default_rng([seed, epoch]).permutation(num_batches)
+
+
+class Prefetcher:
+    """Runs an iterator of batches in a daemon thread, `depth` batches ahead."""
+
+    _END = object()
+
+    def __init__(self, source: Iterator, depth: int = 2):
+        self.queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._work, args=(source,), daemon=True)
+        self.thread.start()
+
+    def _work(self, source: Iterator) -> None:
+        try:
+            for item in source:
+                while not self.stopped.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stopped.is_set():
+                    return
+        except BaseException as exc:  # re-raised in the consumer's thread
+            self.error = exc
+        self.queue.put(self._END)
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self):
+        item = self.queue.get()
+        if item is self._END:
+            if self.error is not None:
+                raise self.error
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self.stopped.set()
+
+
+class BatchLoader:
+    """Iterates epochs of `dataset` in batches of `batch_size`, resumable at any batch index."""
+
+    def __init__(
+        self,
+        dataset: SplitBinaryDataset,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        prefetch: int = 2,
+    ):
+        self.dataset, self.batch_size = dataset, batch_size
+        self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
+        self.bounds = batch_bounds(len(dataset), batch_size, drop_last)
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def raw_batches(self, epoch: int, start: int = 0) -> Iterator[RawBatch]:
+        for b in epoch_order(len(self.bounds), epoch, self.seed, self.shuffle)[start:]:
+            lo, hi = self.bounds[b]
+            yield self.dataset.read(lo, hi)
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        """Batches of `epoch` from batch index `start` on, prefetched in a thread."""
+        source = (to_batch(raw) for raw in self.raw_batches(epoch, start))
+        if self.prefetch <= 0:
+            yield from source
+            return
+        fetcher = Prefetcher(source, self.prefetch)
+        try:
+            yield from fetcher
+        finally:
+            fetcher.close()

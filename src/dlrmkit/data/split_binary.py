@@ -1,0 +1,174 @@
+"""Split binary files: one file per categorical feature, one for all numerical features
+(row-major), one for labels. Reading memory-maps them; writing appends chunk by chunk into
+a temporary folder that is renamed only when the dataset is complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec, categorical_dtype
+from dlrmkit.errors import DatasetError
+
+
+def _rel(path: str, base: str) -> str:
+    return os.path.relpath(path, base)
+
+
+class Column:
+    """A [rows, width] array stored in one or more chunk files, memory-mapped."""
+
+    def __init__(self, files: list[str], dtype: np.dtype, width: int, base: str):
+        self.files, self.dtype, self.width = files, np.dtype(dtype), width
+        self.parts: list[np.ndarray] = []
+        row_bytes = self.dtype.itemsize * width
+        for path in files:
+            if not os.path.exists(path):
+                raise DatasetError(f"{_rel(path, base)}: file named in the FeatureSpec does not exist")
+            size = os.path.getsize(path)
+            if size % row_bytes:
+                raise DatasetError(
+                    f"{_rel(path, base)}: size {size} bytes is not a whole number of rows "
+                    f"({width} x {self.dtype} = {row_bytes} bytes per row); the file is truncated or has the wrong dtype"
+                )
+            rows = size // row_bytes
+            if rows == 0:
+                self.parts.append(np.empty((0, width), dtype=self.dtype))
+            else:
+                self.parts.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rows, width)))
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+        self.rows = int(self.starts[-1])
+
+    def read(self, start: int, end: int) -> np.ndarray:
+        """Rows [start, end) as a [n, width] array (a view when they lie in one chunk)."""
+        if len(self.parts) == 1:
+            return self.parts[0][start:end]
+        pieces = []
+        for part, lo in zip(self.parts, self.starts[:-1]):
+            a, b = max(start - lo, 0), min(end - lo, len(part))
+            if a < b:
+                pieces.append(part[a:b])
+        return np.concatenate(pieces) if pieces else np.empty((0, self.width), self.dtype)
+
+
+@dataclass
+class RawBatch:
+    """A slice of a mapping as numpy arrays, before conversion to tensors."""
+
+    dense: np.ndarray  # [n, num_numerical] float16 (or the spec's dtype)
+    ids: np.ndarray  # [n, num_tables] int (widest cat dtype)
+    labels: np.ndarray  # [n] bool
+
+
+class SplitBinaryDataset:
+    """One mapping (train or test) of a FeatureSpec dataset, memory-mapped and checked."""
+
+    def __init__(self, spec: FeatureSpec, mapping: str):
+        self.spec, self.mapping = spec, mapping
+        base = spec.base_directory
+        files = spec.mapping_files(mapping)
+        self.cardinalities = np.asarray(spec.cardinalities, dtype=np.int64)
+        self.label = Column(files.label, spec.dtype(spec.label_name), 1, base)
+        num_names = spec.numerical_names
+        num_dtype = spec.dtype(num_names[0]) if num_names else np.float16
+        self.numerical = Column(files.numerical, num_dtype, len(num_names), base) if num_names else None
+        self.categorical = [
+            Column(f, spec.dtype(name), 1, base) for f, name in zip(files.categorical, spec.categorical_names)
+        ]
+        self.rows = self.label.rows
+        for col in ([self.numerical] if self.numerical else []) + self.categorical:
+            if col.rows != self.rows:
+                raise DatasetError(
+                    f"{_rel(col.files[0], base)} has {col.rows} rows but {_rel(self.label.files[0], base)} "
+                    f"has {self.rows} (mapping '{mapping}'); the files are truncated or from different datasets"
+                )
+        self.id_dtype = np.result_type(*[c.dtype for c in self.categorical]) if self.categorical else np.int32
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @property
+    def num_numerical(self) -> int:
+        return self.numerical.width if self.numerical else 0
+
+    def read(self, start: int, end: int, check_ids: bool = True) -> RawBatch:
+        """Rows [start, end). Ids are checked against the cardinalities (vectorized, per batch)."""
+        n = end - start
+        dense = self.numerical.read(start, end) if self.numerical else np.zeros((n, 0), np.float16)
+        ids = np.empty((n, len(self.categorical)), dtype=self.id_dtype)
+        for t, col in enumerate(self.categorical):
+            ids[:, t] = col.read(start, end)[:, 0]
+        if check_ids and n and ids.size:
+            self.check_ids(ids, start)
+        return RawBatch(dense, ids, self.label.read(start, end)[:, 0])
+
+    def check_ids(self, ids: np.ndarray, start: int) -> None:
+        bad = (ids.max(axis=0) >= self.cardinalities) | (ids.min(axis=0) < 0)
+        if bad.any():
+            t = int(np.flatnonzero(bad)[0])
+            col = ids[:, t]
+            row = int(np.flatnonzero((col < 0) | (col >= self.cardinalities[t]))[0])
+            name = self.spec.categorical_names[t]
+            raise DatasetError(
+                f"{_rel(self.categorical[t].files[0], self.spec.base_directory)}: feature '{name}' row {start + row} "
+                f"has id {int(col[row])}, outside [0, {int(self.cardinalities[t])}) (its cardinality in the FeatureSpec)"
+            )
+
+
+def open_dataset(path: str) -> tuple[FeatureSpec, SplitBinaryDataset, SplitBinaryDataset]:
+    """Load the spec in `path` and both mappings, checking files against the spec."""
+    spec = FeatureSpec.from_yaml(path)
+    return spec, SplitBinaryDataset(spec, TRAIN), SplitBinaryDataset(spec, TEST)
+
+
+class SplitBinaryWriter:
+    """Appends rows to a new dataset. Files go to `<out>.tmp`; `finish()` writes the spec and
+    renames the folder, so an interrupted write never leaves a dataset that looks complete."""
+
+    def __init__(self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False):
+        self.out_dir = os.path.abspath(out_dir)
+        if os.path.exists(self.out_dir) and not overwrite:
+            raise DatasetError(f"{out_dir}: output folder already exists (pass --force to replace it)")
+        self.tmp_dir = self.out_dir + ".tmp"
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir)
+        self.cat_dtypes = [categorical_dtype(c) for c in cardinalities]
+        self.rows = {TRAIN: 0, TEST: 0}
+        self.handles: dict[str, dict[str, object]] = {}
+        for mapping in (TRAIN, TEST):
+            os.makedirs(os.path.join(self.tmp_dir, mapping))
+            files = self.spec.mapping_files(mapping)
+            self.handles[mapping] = {
+                "label": open(files.label[0], "wb"),
+                "numerical": open(files.numerical[0], "wb") if files.numerical else None,
+                "categorical": [open(f[0], "wb") for f in files.categorical],
+            }
+
+    def append(self, mapping: str, dense: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> None:
+        h = self.handles[mapping]
+        n = len(labels)
+        if h["numerical"] is not None:
+            np.ascontiguousarray(dense, dtype=np.float16).tofile(h["numerical"])
+        for t, f in enumerate(h["categorical"]):
+            np.ascontiguousarray(ids[:, t], dtype=self.cat_dtypes[t]).tofile(f)
+        np.ascontiguousarray(labels, dtype=np.bool_).tofile(h["label"])
+        self.rows[mapping] += n
+
+    def finish(self, metadata: dict | None = None) -> FeatureSpec:
+        for h in self.handles.values():
+            for f in [h["label"], h["numerical"], *h["categorical"]]:
+                if f is not None:
+                    f.close()
+        self.spec.metadata = {**(metadata or {}), "rows": dict(self.rows)}
+        self.spec.write(self.tmp_dir)
+        if os.path.exists(self.out_dir):
+            shutil.rmtree(self.out_dir)
+        os.rename(self.tmp_dir, self.out_dir)
+        self.spec.base_directory = self.out_dir
+        return self.spec
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)

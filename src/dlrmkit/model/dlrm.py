@@ -1,0 +1,88 @@
+"""The DLRM, written once for one device. Parallel training swaps `embeddings` for a sharded
+module with the same input and output (dlrmkit.parallel); nothing here knows about ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from dlrmkit.model.embedding import EmbeddingCollection, Ids
+from dlrmkit.model.interaction import CatInteraction, DotInteraction
+from dlrmkit.model.mlp import MLP
+
+
+@dataclass
+class ModelConfig:
+    num_numerical: int
+    table_sizes: list[int]
+    embedding_dim: int = 16
+    bottom_mlp: list[int] = field(default_factory=lambda: [64, 16])  # last size == embedding_dim
+    top_mlp: list[int] = field(default_factory=lambda: [64, 1])  # last size == 1
+    interaction: str = "dot"  # dot | cat
+    self_interaction: bool = False
+
+    def check(self) -> None:
+        from dlrmkit.errors import DlrmkitError
+
+        if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
+            raise DlrmkitError(
+                f"bottom MLP must end at the embedding dim {self.embedding_dim}, got {self.bottom_mlp}"
+            )
+        if not self.top_mlp or self.top_mlp[-1] != 1:
+            raise DlrmkitError(f"top MLP must end in 1 output (the logit), got {self.top_mlp}")
+        if self.interaction not in ("dot", "cat"):
+            raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose dot or cat)")
+        if self.num_numerical == 0 and self.bottom_mlp:
+            raise DlrmkitError("a dataset without numerical features needs an empty bottom MLP")
+
+
+class DLRM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.check()
+        self.cfg = cfg
+        d = cfg.embedding_dim
+        self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True)
+        self.embeddings = EmbeddingCollection(cfg.table_sizes, [d] * len(cfg.table_sizes))
+        num_features = len(cfg.table_sizes) + 1
+        if cfg.interaction == "dot":
+            self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction)
+        else:
+            self.interaction = CatInteraction(num_features)
+        self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False)
+
+    def reset_parameters(self, seed: int) -> None:
+        """Deterministic initialization from `seed` (the same on every rank and world size)."""
+        gen = torch.Generator().manual_seed(seed)
+        self.bottom_mlp.reset_parameters(gen)
+        self.top_mlp.reset_parameters(gen)
+        self.embeddings.reset_parameters(gen)
+
+    def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
+        """Click logits [B] for numerical features [B, F] and categorical ids."""
+        x = self.bottom_mlp(dense)
+        pooled = self.embeddings(ids)
+        return self.top_mlp(self.interaction(x, pooled)).squeeze(1)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained with dense gradients (everything but the embedding tables)."""
+        sparse = {id(p) for p in self.embeddings.parameters()}
+        return [p for p in self.parameters() if id(p) not in sparse]
+
+
+def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
+    """Multiply-add FLOPs of the MLPs and the interaction for one sample (x3 with backward)."""
+    flops = 0
+    sizes = [cfg.num_numerical] + cfg.bottom_mlp
+    flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    t = len(cfg.table_sizes) + 1
+    if cfg.interaction == "dot":
+        flops += 2 * t * t * cfg.embedding_dim
+        top_in = cfg.embedding_dim + (t * (t + 1) // 2 if cfg.self_interaction else t * (t - 1) // 2)
+    else:
+        top_in = cfg.embedding_dim * t
+    sizes = [top_in] + cfg.top_mlp
+    flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    return flops * (3 if backward else 1)

@@ -1,0 +1,31 @@
+"""Multi-layer perceptrons of the DLRM: Linear + ReLU stacks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Sequential):
+    """Linear layers of the given sizes with ReLU after each one (after the last only if
+    `final_relu`): the bottom MLP ends in a ReLU, the top MLP ends in a logit."""
+
+    def __init__(self, in_features: int, sizes: list[int], final_relu: bool):
+        layers: list[nn.Module] = []
+        for i, out in enumerate(sizes):
+            layers.append(nn.Linear(in_features, out))
+            if i < len(sizes) - 1 or final_relu:
+                layers.append(nn.ReLU(inplace=True))
+            in_features = out
+        super().__init__(*layers)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """The DLRM reference initialization: N(0, sqrt(2/(fan_in+fan_out))) weights."""
+        for layer in self:
+            if isinstance(layer, nn.Linear):
+                fan_out, fan_in = layer.weight.shape
+                layer.weight.normal_(0.0, math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
+                layer.bias.normal_(0.0, math.sqrt(1.0 / fan_out), generator=generator)

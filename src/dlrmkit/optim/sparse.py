@@ -1,0 +1,59 @@
+"""Optimizers for embedding tables: they read the sparse gradient (one row per lookup) and
+update only the rows it touches, without ever building a dense [rows, dim] gradient."""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import Optimizer
+
+
+def _sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row indices [n], gradient rows [n, dim]) of a sparse COO gradient."""
+    if not grad.is_sparse:
+        raise ValueError("sparse optimizers need embedding gradients made with sparse=True")
+    if coalesce:
+        grad = grad.coalesce()
+    return grad._indices()[0], grad._values()
+
+
+class SparseSGD(Optimizer):
+    """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i (index_add_
+    sums duplicates, so no sort or coalesce is needed)."""
+
+    def __init__(self, params, lr: float):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                rows, values = _sparse_parts(p.grad, coalesce=False)
+                p.index_add_(0, rows, values.to(p.dtype), alpha=-group["lr"])
+        return None
+
+
+class SparseAdagrad(Optimizer):
+    """Adagrad on touched rows with an element-wise accumulator, as torch.optim.Adagrad does for
+    sparse gradients: duplicates are summed first, then acc += g^2, w -= lr * g / (sqrt(acc) + eps)."""
+
+    def __init__(self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0):
+        super().__init__(params, {"lr": lr, "eps": eps, "initial_accumulator_value": initial_accumulator_value})
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value, dtype=torch.float32)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                rows, g = _sparse_parts(p.grad, coalesce=True)
+                g = g.float()
+                acc = self.state[p]["sum"]
+                acc.index_add_(0, rows, g * g)
+                update = g / acc.index_select(0, rows).sqrt_().add_(group["eps"])
+                p.index_add_(0, rows, update.to(p.dtype), alpha=-group["lr"])
+        return None

@@ -1,0 +1,42 @@
+"""Compute test AUC and log loss of a checkpoint on a dataset's test mapping."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dlrmkit.errors import DlrmkitError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
+    p.add_argument("--batch-size", type=int, default=16384, help="evaluation batch size (default 16384)")
+    p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.data.split_binary import SplitBinaryDataset
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.train.checkpoint import load_checkpoint
+    from dlrmkit.train.trainer import evaluate_model
+
+    state, meta = load_checkpoint(args.checkpoint)
+    spec = FeatureSpec.from_yaml(args.data)
+    dataset = SplitBinaryDataset(spec, args.mapping)
+    cfg = ModelConfig(**meta["model_config"])
+    if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
+        raise DlrmkitError(
+            f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
+            f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
+        )
+    model = DLRM(cfg)
+    model.load_state_dict(state["model"])
+    result = {**evaluate_model(model, dataset, args.batch_size), "rows": len(dataset)}
+    print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}")
+    if args.metrics_json:
+        with open(args.metrics_json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return 0
