@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from dlrmkit.errors import DlrmkitError
@@ -14,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("dlrmkit.data.synthetic_cli", "write a synthetic dataset drawn from a hidden teacher model"),
     "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
     "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
-    # "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
+    "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
 }
 
 
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Large tensors on transparent huge pages: first-touch page faults of fresh per-step buffers
+    # cost ~3x less (docs/BENCHMARKS.md). Must be set before torch allocates; users may override.
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

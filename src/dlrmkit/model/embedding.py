@@ -34,6 +34,22 @@ class JaggedIds:
     def num_tables(self) -> int:
         return (len(self.offsets) - 1) // self.batch_size
 
+    def sample_major(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, offsets) reordered so bag (b, t) comes at position b*T + t: a lookup in this
+        order yields [B, T, dim] contiguously, with no transpose or copy of the pooled rows."""
+        b, t = self.batch_size, self.num_tables
+        lengths = self.offsets.diff()
+        new_lengths = lengths.view(t, b).t().reshape(-1)
+        new_offsets = torch.zeros(b * t + 1, dtype=torch.int64)
+        torch.cumsum(new_lengths, 0, out=new_offsets[1:])
+        # destination bag of each source bag (table-major k = t*B + b -> b*T + t)
+        dest_bag = torch.arange(b * t).view(b, t).t().reshape(-1)
+        shift = torch.repeat_interleave(new_offsets[:-1].index_select(0, dest_bag) - self.offsets[:-1], lengths)
+        positions = torch.arange(len(self.values)) + shift
+        values = torch.empty_like(self.values)
+        values[positions] = self.values
+        return values, new_offsets
+
     def table_lengths(self) -> torch.Tensor:
         """Number of ids per table, [T]."""
         bounds = self.offsets[:: self.batch_size]
@@ -41,6 +57,27 @@ class JaggedIds:
 
 
 Ids = torch.Tensor | JaggedIds  # [B, T] one-hot ids, or multi-hot jagged ids
+
+
+class PooledLookup(torch.autograd.Function):
+    """Sum-pooled lookup whose weight gradient is sparse and sorted by row: one gradient row per
+    lookup, ordered by id, so the optimizer's scatter walks the table in order (2x faster than
+    random order on a large table, measured in docs/BENCHMARKS.md)."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(values, offsets)
+        ctx.weight_shape = weight.shape
+        return F.embedding_bag(values, weight, offsets[:-1], mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        values, offsets = ctx.saved_tensors
+        rows, order = values.sort()
+        bags = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
+        grad_rows = grad.index_select(0, bags.index_select(0, order))
+        weight_grad = torch.sparse_coo_tensor(rows.unsqueeze(0), grad_rows, ctx.weight_shape, check_invariants=False)
+        return weight_grad, None, None
 
 
 class FusedTable(nn.Module):
@@ -64,9 +101,11 @@ class FusedTable(nn.Module):
         """Pooled (sum) embeddings [B, T, dim] of these tables."""
         if isinstance(ids, torch.Tensor):
             return F.embedding(ids + self.row_offsets, self.weight, sparse=True)
-        fused = ids.values + torch.repeat_interleave(self.row_offsets, ids.table_lengths())
-        pooled = F.embedding_bag(fused, self.weight, ids.offsets[:-1], mode="sum", sparse=True)
-        return pooled.view(-1, ids.batch_size, self.dim).transpose(0, 1)
+        values, offsets = ids.sample_major()
+        num_tables = len(self.table_sizes)
+        bag_tables = self.row_offsets.repeat(ids.batch_size)  # row offset of bag (b, t)
+        fused = values + torch.repeat_interleave(bag_tables, offsets.diff())
+        return PooledLookup.apply(self.weight, fused, offsets).view(ids.batch_size, num_tables, self.dim)
 
 
 def select_tables(ids: Ids, tables: list[int]) -> Ids:

@@ -1,0 +1,156 @@
+"""Measure training throughput on random in-memory data (ids uniform over each table, bag
+lengths uniform in 1..10) and compare it with this machine's compute bound: the time the
+model's own GEMMs take at this batch size, measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
+from dlrmkit.model.embedding import JaggedIds
+from dlrmkit.train.trainer import build_optimizers
+
+BENCH_MODELS: dict[str, ModelConfig] = {
+    "small": ModelConfig(13, [1_000_000] * 8, 16, [512, 256, 64, 16], [512, 256, 1]),
+    "mlperf-shape": ModelConfig(13, [200_000] * 26, 128, [512, 256, 128], [1024, 1024, 512, 256, 1]),
+}
+
+
+@dataclass
+class RandomBatch:
+    dense: torch.Tensor
+    ids: JaggedIds
+    labels: torch.Tensor
+
+
+def random_batches(cfg: ModelConfig, batch_size: int, count: int, seed: int, max_bag: int = 10) -> list[RandomBatch]:
+    """`count` batches made up front, so the timed loop measures training only."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    sizes = torch.tensor(cfg.table_sizes, dtype=torch.int64)
+    for _ in range(count):
+        t = len(cfg.table_sizes)
+        lengths = torch.randint(1, max_bag + 1, (t, batch_size), generator=gen)
+        per_table = lengths.sum(1)
+        values = (torch.rand(int(per_table.sum()), generator=gen) * torch.repeat_interleave(sizes, per_table)).long()
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.flatten().cumsum(0)])
+        out.append(
+            RandomBatch(
+                torch.rand(batch_size, cfg.num_numerical, generator=gen),
+                JaggedIds(values, offsets, batch_size),
+                torch.randint(0, 2, (batch_size,), generator=gen).float(),
+            )
+        )
+    return out
+
+
+def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, int]]:
+    """(batch count, m, k, n) of every matrix multiply in one training step: forward, grad-input
+    and grad-weight of each Linear, and the interaction's batched products."""
+    shapes = []
+    model = DLRM(cfg)
+    for layer in list(model.bottom_mlp) + list(model.top_mlp):
+        if isinstance(layer, torch.nn.Linear):
+            out_f, in_f = layer.weight.shape
+            shapes += [(1, batch_size, in_f, out_f), (1, batch_size, out_f, in_f), (1, out_f, batch_size, in_f)]
+    if cfg.interaction == "dot":
+        t, d = len(cfg.table_sizes) + 1, cfg.embedding_dim
+        shapes += [(batch_size, t, d, t), (batch_size, t, t, d), (batch_size, t, t, d)]
+    return shapes
+
+
+def measure_compute_bound(cfg: ModelConfig, batch_size: int, dtype: torch.dtype, repeats: int = 5) -> float:
+    """Seconds the model's GEMMs take for one step (median of `repeats`)."""
+    mats = [(torch.randn(b, m, k, dtype=dtype).squeeze(0), torch.randn(b, k, n, dtype=dtype).squeeze(0))
+            for b, m, k, n in gemm_shapes(cfg, batch_size)]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        for a, b in mats:
+            torch.matmul(a, b)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, windows: int) -> list[float]:
+    """Samples/s of each window of `steps` steps, after `warmup` steps."""
+    i = 0
+    for _ in range(warmup):
+        step(batches[i % len(batches)])
+        i += 1
+    rates = []
+    for _ in range(windows):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(batches[i % len(batches)])
+            i += 1
+        rates.append(steps * len(batches[0].labels) / (time.perf_counter() - t0))
+    return rates
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
+    p.add_argument("--batch-size", type=int, default=2048, help="batch size (default 2048)")
+    p.add_argument("--steps", type=int, default=10, help="steps per timed window (default 10)")
+    p.add_argument("--windows", type=int, default=5, help="timed windows; the median is reported (default 5)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the figures as one JSON object to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.batch_size <= 0 or args.steps <= 0 or args.windows <= 0:
+        raise DlrmkitError("--batch-size, --steps and --windows must be positive")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = BENCH_MODELS[args.model]
+    model = DLRM(cfg)
+    model.reset_parameters(args.seed)
+    optimizers = build_optimizers(model, "sgd", args.lr)
+
+    def step(batch: RandomBatch) -> None:
+        loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in optimizers:
+            opt.step()
+
+    batches = random_batches(cfg, args.batch_size, 4, args.seed)
+    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows)
+    rate = statistics.median(rates)
+    gemm_s = measure_compute_bound(cfg, args.batch_size, torch.float32)
+    flops = flops_per_sample(cfg)
+    bound = args.batch_size / gemm_s
+    result = {
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "precision": "fp32",
+        "threads": torch.get_num_threads(),
+        "samples_per_s": rate,
+        "window_samples_per_s": rates,
+        "flops_per_sample": flops,
+        "gemm_gflops": flops * args.batch_size / gemm_s / 1e9,
+        "compute_bound_samples_per_s": bound,
+        "compute_bound_fraction": rate / bound,
+    }
+    print(
+        f"{args.model} batch {args.batch_size} fp32, {result['threads']} threads: {rate:,.0f} samples/s "
+        f"(median of {args.windows} windows x {args.steps} steps)\n"
+        f"model {flops / 1e6:.2f} MFLOP/sample; GEMMs at its shapes run at {result['gemm_gflops']:.1f} GFLOP/s "
+        f"-> compute bound {bound:,.0f} samples/s; reached {100 * rate / bound:.1f}%"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return 0
