@@ -106,6 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the figures as one JSON object to this file")
+    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
+                   help="under torchrun: table sharding (one-hot ids; global samples/s reported)")
+    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,9 +119,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
+    from dlrmkit.parallel.bench_parallel import parallel_setup  # torchrun: shard the model
+
+    par = parallel_setup(model, args.batch_size, args.sharding, args.backend)
     optimizers = build_optimizers(model, "sgd", args.lr)
 
     def step(batch: RandomBatch) -> None:
+        if par is not None:
+            return par.step(batch, optimizers)
         loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
@@ -126,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
         for opt in optimizers:
             opt.step()
 
-    batches = random_batches(cfg, args.batch_size, 4, args.seed)
+    batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
     rates = timed_windows(step, batches, args.warmup, args.steps, args.windows)
+    if par is not None:  # global samples/s: every rank steps its slice of the global batch together
+        rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
     gemm_s = measure_compute_bound(cfg, args.batch_size, torch.float32)
     flops = flops_per_sample(cfg)
@@ -143,7 +153,16 @@ def run(args: argparse.Namespace) -> int:
         "gemm_gflops": flops * args.batch_size / gemm_s / 1e9,
         "compute_bound_samples_per_s": bound,
         "compute_bound_fraction": rate / bound,
+        "world_size": par.ctx.world_size if par else 1,
+        "sharding": args.sharding if par else "none",
     }
+    if par is not None:
+        from dlrmkit.parallel.dist import shutdown
+
+        shutdown()
+        if par.ctx.rank != 0:
+            return 0
+        print(f"{par.ctx.world_size} ranks, sharding {args.sharding}, one-hot ids: global samples/s below")
     print(
         f"{args.model} batch {args.batch_size} fp32, {result['threads']} threads: {rate:,.0f} samples/s "
         f"(median of {args.windows} windows x {args.steps} steps)\n"

@@ -16,6 +16,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
     "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
     "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
+    "plan": ("dlrmkit.parallel.plan_cli", "plan how embedding tables are sharded over ranks"),
+    "report": ("dlrmkit.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
+    "tune": ("dlrmkit.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
+    "export": ("dlrmkit.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),
+    "preprocess": ("dlrmkit.data.preprocess_cli", "turn raw Criteo click logs into a FeatureSpec dataset"),
+    "transcode": ("dlrmkit.data.transcode_cli", "turn any CSV/TSV/Parquet with named columns into a FeatureSpec dataset"),
+    "validate": ("dlrmkit.data.validate_cli", "check a dataset against its FeatureSpec and summarize it"),
 }
 
 
@@ -40,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # `train --config` re-parses with YAML defaults
     try:
         return int(args._run(args) or 0)
     except DlrmkitError as exc:

@@ -3,7 +3,7 @@ the table sizes always come from the dataset (or from the benchmark's own shape)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import ModelConfig
@@ -67,7 +67,10 @@ class TrainConfig:
     epochs: int | None = None
     max_steps: int | None = None
     lr: float | None = None
-    optimizer: str | None = None  # sgd | adagrad
+    optimizer: str | None = None  # sgd | adagrad | split-sgd | lamb (dense part)
+    embedding_optimizer: str | None = None  # sgd | adagrad | rowwise-adagrad (default: the dense one's twin)
+    lamb_lr: float | None = None  # LAMB's peak LR when it differs from the embeddings' --lr
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 on CUDA only)
     warmup_steps: int | None = None
     decay_start: int | None = None
     decay_steps: int | None = None
@@ -83,17 +86,38 @@ class TrainConfig:
     shuffle: bool = True
     progress: bool = True
     threads: int = 0  # 0: torch's default
+    keep_checkpoints: int = 2  # newest checkpoints kept in checkpoint_dir
+    checkpoint_every_seconds: float = 0.0  # also checkpoint when this much time passed (0: off)
+    skip_nonfinite: int = 0  # batches with NaN/Inf loss skipped before stopping
+    log_every: int = 50  # steps between "train" records of the JSON-lines log
+    embedding_dim: int | None = None  # model shape overrides (default: the preset's); `dlrmkit tune` searches them
+    bottom_mlp: list[int] | None = None
+    top_mlp: list[int] | None = None
+    sharding: str = "auto"  # torchrun: auto | table_wise | column_wise | row_wise | data_parallel
+    plan: str | None = None  # torchrun: a saved ShardingPlan JSON to obey
+    loader: str = "exchange"  # torchrun: exchange | own-features | broadcast
+    backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl on CUDA, else gloo)
     extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
         out = TrainConfig(**asdict(self))
-        for name in ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps"):
+        for name in ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps",
+                     "embedding_dim", "bottom_mlp", "top_mlp"):
             if getattr(out, name) is None:
                 setattr(out, name, getattr(p, name))
         if out.batch_size is not None and out.batch_size <= 0:
             raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
-        if out.optimizer not in ("sgd", "adagrad"):
-            raise DlrmkitError(f"unknown optimizer '{out.optimizer}' (choose sgd or adagrad)")
+        from dlrmkit.optim.build import check_choice
+        from dlrmkit.precision import check_precision
+
+        check_precision(out.precision, "cpu")
+        check_choice(out.optimizer, out.embedding_optimizer, out.precision)
         return out
+
+    def model_preset(self) -> Preset:
+        """The preset with this config's model-shape overrides applied."""
+        p = get_preset(self.preset)
+        return replace(p, **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp")
+                             if getattr(self, k) is not None})

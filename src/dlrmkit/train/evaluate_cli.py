@@ -19,21 +19,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
-    from dlrmkit.model.dlrm import DLRM, ModelConfig
-    from dlrmkit.train.checkpoint import load_checkpoint
+    from dlrmkit.train.checkpoint import load_single_process_model
     from dlrmkit.train.trainer import evaluate_model
 
-    state, meta = load_checkpoint(args.checkpoint)
+    model, cfg = load_single_process_model(args.checkpoint)
     spec = FeatureSpec.from_yaml(args.data)
     dataset = SplitBinaryDataset(spec, args.mapping)
-    cfg = ModelConfig(**meta["model_config"])
     if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
         raise DlrmkitError(
             f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
             f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
         )
-    model = DLRM(cfg)
-    model.load_state_dict(state["model"])
     result = {**evaluate_model(model, dataset, args.batch_size), "rows": len(dataset)}
     print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}")
     if args.metrics_json:

@@ -12,14 +12,21 @@ from dlrmkit.config import PRESETS, TrainConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--data", help="dataset folder holding feature_spec.yaml (required, here or in --config)")
     p.add_argument("--preset", default="tiny", help=f"model shape and recipe: {', '.join(PRESETS)} (default tiny)")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the preset's)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=int, help="passes over the train mapping (default: the preset's)")
     g.add_argument("--max-steps", type=int, help="stop after this many steps instead")
     p.add_argument("--lr", type=float, help="learning rate (default: the preset's)")
-    p.add_argument("--optimizer", choices=["sgd", "adagrad"], help="optimizer (default: the preset's)")
+    p.add_argument("--optimizer", choices=["sgd", "adagrad", "split-sgd", "lamb"],
+                   help="dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 "
+                        "(default: the preset's)")
+    p.add_argument("--embedding-optimizer", choices=["sgd", "adagrad", "rowwise-adagrad"],
+                   help="sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)")
+    p.add_argument("--lamb-lr", type=float, help="LAMB's peak LR (default --lr); the LR schedule scales both")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="autocast precision: bf16 on CPU/GPU, fp16 on CUDA only (default fp32)")
     p.add_argument("--warmup-steps", type=int, help="linear LR warm-up steps (0: none)")
     p.add_argument("--decay-start", type=int, help="step where polynomial LR decay starts (0: no decay)")
     p.add_argument("--decay-steps", type=int, help="steps of polynomial (power 2) decay to 0")
@@ -28,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-auc", type=float, help="stop as soon as an evaluation reaches this AUC")
     p.add_argument("--checkpoint-dir", help="write checkpoints (and log.jsonl) here")
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (default: at the end)")
+    p.add_argument("--checkpoint-every-seconds", type=float, default=0.0,
+                   help="also checkpoint when this many seconds passed since the last one (default: off)")
+    p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
+    p.add_argument("--skip-nonfinite", type=int, default=0,
+                   help="skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir, if any")
     p.add_argument("--metrics-json", help="write the final metrics as one JSON object to this file")
     p.add_argument("--log-jsonl", help="JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)")
@@ -35,6 +47,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-shuffle", action="store_true", help="read batches in file order")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win")
+    p.add_argument("--run-dir", help="run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)")
+    p.add_argument("--log-every", type=int, default=50, help="steps between train-loss records in the log (default 50)")
+    p.add_argument("--embedding-dim", type=int, help="embedding width (default: the preset's)")
+    p.add_argument("--bottom-mlp", type=int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
+    p.add_argument("--top-mlp", type=int_list, help="top MLP sizes, e.g. 64,32,1; must end in 1")
+    p.add_argument("--sharding", default="auto",
+                   choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
+                   help="under torchrun: how tables are sharded (default auto: the planner decides)")
+    p.add_argument("--plan", help="under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
+    p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
+                   help="under torchrun: how ranks read batches (default exchange)")
+    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    p.set_defaults(_parser=p)
+
+
+def int_list(text: str) -> list[int]:
+    """'64,16' -> [64, 16] (for --bottom-mlp / --top-mlp)."""
+    try:
+        return [int(x) for x in str(text).replace("[", "").replace("]", "").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -45,7 +79,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         eval_batch_size=args.eval_batch_size, target_auc=args.target_auc, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, resume=args.resume, metrics_json=args.metrics_json,
         log_jsonl=args.log_jsonl, seed=args.seed, shuffle=not args.no_shuffle, progress=not args.no_progress,
-        threads=args.threads,
+        threads=args.threads, keep_checkpoints=getattr(args, "keep", 2),
+        checkpoint_every_seconds=getattr(args, "checkpoint_every_seconds", 0.0),
+        skip_nonfinite=getattr(args, "skip_nonfinite", 0), log_every=getattr(args, "log_every", 50),
+        embedding_dim=getattr(args, "embedding_dim", None), bottom_mlp=getattr(args, "bottom_mlp", None),
+        top_mlp=getattr(args, "top_mlp", None),
+        embedding_optimizer=getattr(args, "embedding_optimizer", None), lamb_lr=getattr(args, "lamb_lr", None),
+        precision=getattr(args, "precision", "fp32"),
+        sharding=getattr(args, "sharding", "auto"), plan=getattr(args, "plan", None),
+        loader=getattr(args, "loader", "exchange"), backend=getattr(args, "backend", None),
     )
 
 
@@ -62,9 +104,26 @@ def summary_line(m: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.trainer import Trainer
 
-    metrics = Trainer(config_from_args(args)).fit()
-    if args.metrics_json:
-        with open(args.metrics_json, "w", encoding="utf-8") as f:
-            json.dump(metrics, f, indent=2)
-    print(summary_line(metrics))
+    from dlrmkit.errors import DlrmkitError
+    from dlrmkit.train import run_dir
+    from dlrmkit.train.config_file import apply_config
+
+    if getattr(args, "config", None):
+        args = apply_config(args)
+    if not args.data:
+        raise DlrmkitError("--data is required (on the command line or in --config)")
+    cfg = config_from_args(args)
+    run_folder = run_dir.setup(args, cfg)
+    trainer = Trainer(cfg)
+    run_dir.write_plan(run_folder, trainer)
+    metrics = trainer.fit()
+    run_dir.write_metrics(run_folder, metrics)
+    if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
+        if args.metrics_json:
+            with open(args.metrics_json, "w", encoding="utf-8") as f:
+                json.dump(metrics, f, indent=2)
+        print(summary_line(metrics))
+    from dlrmkit.parallel.dist import shutdown
+
+    shutdown()
     return 0

@@ -23,19 +23,17 @@ from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.schedule import LRSchedule
-from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
+from dlrmkit.optim.build import build_optimizers as _build_optimizers
+from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.metrics import log_loss, roc_auc
 
 
-def build_optimizers(model: DLRM, name: str, lr: float) -> list[Optimizer]:
-    """Dense optimizer for MLPs, sparse row-update optimizer for the embedding tables."""
-    dense, sparse = model.dense_parameters(), list(model.embeddings.parameters())
-    if name == "sgd":
-        return [torch.optim.SGD(dense, lr=lr), SparseSGD(sparse, lr=lr)]
-    if name == "adagrad":
-        return [torch.optim.Adagrad(dense, lr=lr, eps=1e-10), SparseAdagrad(sparse, lr=lr, eps=1e-10)]
-    raise DlrmkitError(f"unknown optimizer '{name}' (choose sgd or adagrad)")
+def build_optimizers(model: DLRM, name: str, lr: float, embedding_optimizer: str | None = None,
+                     precision: str = "fp32", lamb_lr: float | None = None) -> list[Optimizer]:
+    """Dense optimizer for MLPs, sparse row-update optimizer for the embedding tables
+    (dlrmkit.optim.build: sgd | adagrad | split-sgd | lamb, and the embedding optimizer)."""
+    return _build_optimizers(model, name, lr, embedding_optimizer, precision, lamb_lr)
 
 
 @torch.no_grad()
@@ -45,7 +43,7 @@ def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int
     model.eval()
     probs, labels = [], []
     for batch in BatchLoader(dataset, batch_size).epoch(0):
-        probs.append(torch.sigmoid(model(batch.dense, batch.ids)).numpy())
+        probs.append(torch.sigmoid(model(batch.dense, batch.ids).float()).numpy())
         labels.append(batch.labels.numpy())
     model.train(was_training)
     if not probs:
@@ -67,14 +65,21 @@ class Trainer:
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
         self.model_cfg: ModelConfig = model_config(
-            get_preset(cfg.preset), self.train_set.num_numerical, self.spec.cardinalities
+            cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities
         )
+        torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         self.model = DLRM(self.model_cfg)
         self.model.reset_parameters(cfg.seed)
-        self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr)
+        from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
+
+        self.dist, self.par, self.plan = setup_parallel(self.model, cfg)
+        self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
+                                           cfg.precision, cfg.lamb_lr)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
-        self.loader = BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed)
+        self.loader = (self.par.loader(self.train_set, cfg) if self.par else
+                       BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses: deque[float] = deque(maxlen=100)
@@ -87,9 +92,15 @@ class Trainer:
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
+        if self.par is not None:
+            return self.par.train_step(self, batch)
         self.schedule.apply(self.optimizers, self.step)
-        logits = self.model(batch.dense, batch.ids)
-        loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+        with autocast(self.cfg.precision):
+            logits = self.model(batch.dense, batch.ids)
+            loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+        if not self.loss_is_finite(loss):  # skipped: no update, the batch still counts as a step
+            self.step += 1
+            return loss.detach()
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -98,44 +109,68 @@ class Trainer:
         self.step += 1
         return loss.detach()
 
-    # ---- state --------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizers": [o.state_dict() for o in self.optimizers],
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "best_auc": self.best_auc,
-            "rng": torch.get_rng_state(),
-        }
+    def save_is_due(self) -> bool:
+        """--checkpoint-every-seconds: rank 0's clock decides, so every rank saves at the same step."""
+        if not self.cfg.checkpoint_every_seconds:
+            return False
+        last = self.last_save_time or self.start_time
+        due = torch.tensor([int(time.monotonic() - last >= self.cfg.checkpoint_every_seconds)])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.broadcast(due, src=0)
+        return bool(due.item())
 
+    def loss_is_finite(self, loss: torch.Tensor) -> bool:
+        """False for a NaN/Inf loss that --skip-nonfinite allows to skip (every rank agrees);
+        raises, before any update, once the allowance is spent, so the last checkpoint stays good."""
+        bad = (~torch.isfinite(loss.detach())).to(torch.int32).reshape(1)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+        if not bad.item():
+            return True
+        self.skipped_nonfinite += 1
+        if self.skipped_nonfinite > self.cfg.skip_nonfinite:
+            where = f"; the last good checkpoint is {self.cfg.checkpoint_dir}/latest" if self.cfg.checkpoint_dir else ""
+            raise DlrmkitError(f"loss is {float(loss.detach())} at step {self.step + 1}{where}; lower --lr, check the "
+                               f"data, or allow skipping with --skip-nonfinite N")
+        self.log({"event": "skip_nonfinite", "step": self.step + 1, "loss": float(loss.detach()),
+                  "skipped": self.skipped_nonfinite})
+        return False
+
+    # ---- state (dlrmkit.train.checkpoint: DCP, placement-free, checksummed) ----------------
     def save(self) -> str:
-        meta = {"step": self.step, "model_config": asdict(self.model_cfg), "train_config": asdict(self.cfg)}
         assert self.cfg.checkpoint_dir
-        return ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, self.state(), meta)
+        tensors, extras = ckpt.model_state(self.model, self.optimizers)
+        meta = ckpt.checkpoint_meta(
+            self.model_cfg, self.cfg, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
+            best_auc=self.best_auc, skipped_nonfinite=self.skipped_nonfinite, **extras,
+        )
+        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints)
+        self.last_save_time = time.monotonic()
+        return path
 
     def load(self, path: str) -> None:
-        state, meta = ckpt.load_checkpoint(path)
+        path = ckpt.resolve_checkpoint(path)
+        meta = ckpt.verify_checkpoint(path)
         saved = ModelConfig(**meta["model_config"])
         if saved != self.model_cfg:
             raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {self.model_cfg}")
-        self.model.load_state_dict(state["model"])
-        for opt, s in zip(self.optimizers, state["optimizers"]):
-            opt.load_state_dict(s)
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        self.best_auc = state["best_auc"]
-        torch.set_rng_state(state["rng"])
+        ckpt.restore_model_state(path, meta, self.model, self.optimizers)
+        self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
+        self.best_auc = meta["best_auc"]
+        self.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
 
     # ---- logging ------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
-        if self.log_path:
+        if self.log_path and self.dist.rank == 0:
+            record = {**record, "time": time.time(), "samples_seen": self.step * self.cfg.batch_size}
             os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
     def evaluate(self) -> dict[str, float]:
-        result = evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size)
+        with autocast(self.cfg.precision):
+            result = (self.par.evaluate(self.test_set, self.cfg.eval_batch_size) if self.par else
+                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size))
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
@@ -147,7 +182,7 @@ class Trainer:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
         total = cfg.max_steps if cfg.max_steps else steps_per_epoch * cfg.epochs
-        bar = tqdm(total=total, initial=min(self.step, total), disable=not cfg.progress, unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=min(self.step, total), disable=not cfg.progress or self.dist.rank != 0, unit="step", dynamic_ncols=True)
         train_time, samples = 0.0, 0
         stop = self.step >= total
         while not stop:
@@ -156,11 +191,11 @@ class Trainer:
                 loss = self.train_step(batch)
                 self.batch_in_epoch += 1
                 self.losses.append(float(loss))
-                samples += len(batch)
+                samples += self.par.global_size(batch) if self.par else len(batch)
                 bar.update(1)
                 if not math.isfinite(self.losses[-1]):
-                    raise DlrmkitError(f"loss is {self.losses[-1]} at step {self.step}; lower --lr")
-                if self.step % 50 == 0:
+                    self.losses.pop()  # a batch skipped by --skip-nonfinite: not part of the mean loss
+                if self.step % cfg.log_every == 0:
                     rate = samples / max(train_time + time.perf_counter() - t0, 1e-9)
                     bar.set_postfix(loss=f"{np.mean(self.losses):.4f}", samples_s=f"{rate:,.0f}")
                     self.log({"event": "train", "step": self.step, "loss": float(np.mean(self.losses)),
@@ -173,7 +208,9 @@ class Trainer:
                     t0 = time.perf_counter()
                     if cfg.target_auc is not None and auc >= cfg.target_auc:
                         stop = True
-                if cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                if cfg.checkpoint_dir and (
+                    (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.save_is_due()
+                ):
                     train_time += time.perf_counter() - t0
                     self.save()
                     t0 = time.perf_counter()
@@ -199,8 +236,9 @@ class Trainer:
             "samples": samples,
             "samples_per_s": samples / train_time if train_time > 0 else 0.0,
             "train_loss": float(np.mean(self.losses)) if self.losses else float("nan"),
-            "world_size": 1,
+            "world_size": self.dist.world_size,
             "best_auc": self.best_auc,
+            "skipped_nonfinite": self.skipped_nonfinite,
             "epochs": self.epoch + (self.batch_in_epoch / steps_per_epoch if steps_per_epoch else 0),
         }
         if "optimal_auc" in self.spec.metadata:

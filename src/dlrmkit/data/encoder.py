@@ -1,0 +1,212 @@
+"""The one categorical encoder shared by `preprocess criteo`, `transcode` and later `predict`.
+
+Counting: every chunk's categorical columns are reduced to (value, count) tables with Arrow's
+`value_counts`; `CountAccumulator` merges them with a hash group-by, so memory grows with the
+number of distinct values, never with the row count.
+
+Ids: values seen at least `frequency_threshold` times in the training part get ids 1..n in order
+of descending training frequency (ties broken by the value's bytes, ascending, so the numbering
+is deterministic on any engine); id 0 is shared by rare, unseen and missing values. With
+`max_table_size` M, values whose rank is at or beyond M are folded onto 1..M-1
+(``1 + (rank - 1) % (M - 1)``), so the table has M rows.
+
+The vocabulary is saved next to the dataset (``<dataset>/vocabulary/``) and reloads with
+`Vocabulary.load(dataset_dir)`; `Vocabulary.encode(columns)` turns new raw rows into the same
+ids, and `log_transform` applies the numerical transform of the Criteo path::
+
+    vocab = Vocabulary.load("criteo_ds")
+    ids = vocab.encode({"C1": ["68fd1e64", None], ...})   # int64 [rows, tables]
+    dense = log_transform(np.array([[1, -1, ...]]))       # float16
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.feather as feather
+import yaml
+
+from dlrmkit.errors import DatasetError
+
+VOCAB_DIR = "vocabulary"
+VOCAB_FILE = "vocabulary.yaml"
+
+
+def log_transform(values: np.ndarray) -> np.ndarray:
+    """Criteo's numerical transform: missing (NaN) and negative -> 0, then log(1 + x), float16."""
+    x = np.asarray(values, dtype=np.float64)
+    x = np.where(np.isnan(x) | (x < 0), 0.0, x)
+    return np.log1p(x).astype(np.float32).astype(np.float16)
+
+
+def to_string_array(values: Any) -> pa.Array:
+    """Any column (strings, ints, a list, numpy, Arrow) as an Arrow string array; ''/None -> null."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = pa.array(values if not isinstance(values, np.ndarray) else values.tolist())
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        values = pc.cast(values, pa.string())
+    if pa.types.is_large_string(values.type):
+        values = values.cast(pa.string())
+    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+
+
+def value_counts(values: pa.Array) -> pa.Table:
+    """(value, count) of the non-null values of one column chunk."""
+    vc = pc.value_counts(pc.drop_null(values))
+    return pa.table({"value": vc.field("values"), "count": vc.field("counts").cast(pa.int64())})
+
+
+def merge_counts(tables: Sequence[pa.Table]) -> pa.Table:
+    """Sum (value, count) tables by value (a hash group-by, no Python loop over values)."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return pa.table({"value": pa.array([], pa.string()), "count": pa.array([], pa.int64())})
+    if len(tables) == 1:
+        return tables[0]
+    merged = pa.concat_tables(tables).group_by("value").aggregate([("count", "sum")])
+    return pa.table({"value": merged["value"], "count": merged["count_sum"]}).combine_chunks()
+
+
+@dataclass
+class CountAccumulator:
+    """Running per-column counts; pending chunks are merged once they hold `compact_rows` rows."""
+
+    num_columns: int
+    compact_rows: int = 4_000_000
+    parts: list[list[pa.Table]] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.parts = [[] for _ in range(self.num_columns)]
+        self.pending = [0] * self.num_columns
+
+    def add(self, counts: Sequence[pa.Table]) -> None:
+        for i, t in enumerate(counts):
+            self.parts[i].append(t)
+            self.pending[i] += t.num_rows
+            if self.pending[i] > self.compact_rows:
+                self.parts[i] = [merge_counts(self.parts[i])]
+                self.pending[i] = self.parts[i][0].num_rows
+
+    def result(self) -> list[pa.Table]:
+        return [merge_counts(p) for p in self.parts]
+
+
+@dataclass
+class Vocabulary:
+    """Per-column ordered values: `values[t][k]` has id ``fold(k + 1)`` (see module doc)."""
+
+    columns: list[str]
+    values: list[pa.Array]  # string, most frequent first
+    counts: list[np.ndarray]
+    frequency_threshold: int = 1
+    max_table_size: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, columns: Sequence[str], counts: Sequence[pa.Table], frequency_threshold: int = 1,
+        max_table_size: int | None = None, extra: dict[str, Any] | None = None,
+    ) -> "Vocabulary":
+        if max_table_size is not None and max_table_size < 2:
+            raise DatasetError(f"--max-table-size must be at least 2, got {max_table_size}")
+        values, cnts = [], []
+        for t in counts:
+            t = t.filter(pc.greater_equal(t["count"], max(int(frequency_threshold), 1)))
+            # descending count, then ascending value bytes: deterministic on every engine
+            t = t.sort_by([("count", "descending"), ("value", "ascending")])
+            values.append(t["value"].combine_chunks().cast(pa.string()))
+            cnts.append(t["count"].to_numpy().astype(np.int64))
+        return cls(list(columns), values, cnts, int(frequency_threshold), max_table_size, dict(extra or {}))
+
+    @property
+    def cardinalities(self) -> list[int]:
+        sizes = [len(v) + 1 for v in self.values]
+        if self.max_table_size:
+            sizes = [min(s, self.max_table_size) for s in sizes]
+        return sizes
+
+    def id_table(self, t: int) -> np.ndarray:
+        """Id of vocabulary entry k of column t, for k = 0..len-1 (ranks folded by max_table_size)."""
+        ids = np.arange(1, len(self.values[t]) + 1, dtype=np.int64)
+        if self.max_table_size and len(ids) >= self.max_table_size:
+            ids = 1 + (ids - 1) % (self.max_table_size - 1)
+        return ids
+
+    def encode_column(self, t: int, values: Any, id_table: np.ndarray | None = None) -> np.ndarray:
+        """Ids (int64) of one column's raw values; unseen, rare and missing -> 0."""
+        arr = to_string_array(values)
+        idx = pc.index_in(arr, value_set=self.values[t]).fill_null(-1).to_numpy(zero_copy_only=False)
+        table = self.id_table(t) if id_table is None else id_table
+        out = np.zeros(len(idx), dtype=np.int64)
+        hit = idx >= 0
+        out[hit] = table[idx[hit]]
+        return out
+
+    def encode(self, columns: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
+        """[rows, tables] int64 ids; `columns` maps column name -> values, or lists them in order."""
+        if isinstance(columns, Mapping):
+            missing = [c for c in self.columns if c not in columns]
+            if missing:
+                raise DatasetError(f"encode: missing categorical column(s) {', '.join(missing)}")
+            columns = [columns[c] for c in self.columns]
+        if len(columns) != len(self.columns):
+            raise DatasetError(f"encode: expected {len(self.columns)} categorical columns, got {len(columns)}")
+        encoded = [self.encode_column(t, col) for t, col in enumerate(columns)]
+        return np.stack(encoded, axis=1) if encoded else np.zeros((0, 0), np.int64)
+
+    # ---- persistence --------------------------------------------------------------------
+    def save(self, dataset_dir: str) -> str:
+        """Write `<dataset_dir>/vocabulary/` (one Arrow file per column plus vocabulary.yaml)."""
+        d = os.path.join(dataset_dir, VOCAB_DIR)
+        os.makedirs(d, exist_ok=True)
+        files = []
+        for t, (vals, cnts) in enumerate(zip(self.values, self.counts)):
+            name = f"cat_{t}.arrow"
+            feather.write_feather(
+                pa.table({"value": vals, "count": pa.array(cnts, pa.int64())}), os.path.join(d, name),
+                compression="uncompressed",
+            )
+            files.append(name)
+        doc = {
+            "encoder": "dlrmkit.data.encoder.Vocabulary",
+            "columns": self.columns,
+            "files": files,
+            "frequency_threshold": self.frequency_threshold,
+            "max_table_size": self.max_table_size,
+            "cardinalities": self.cardinalities,
+            "id_rule": "id 0 = rare/unseen/missing; others by descending train count, ties by value",
+            **self.extra,
+        }
+        with open(os.path.join(d, VOCAB_FILE), "w", encoding="utf-8") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        return d
+
+    @classmethod
+    def load(cls, dataset_dir: str) -> "Vocabulary":
+        """Load the vocabulary saved next to a dataset (the folder, or its vocabulary/ folder)."""
+        d = dataset_dir if os.path.exists(os.path.join(dataset_dir, VOCAB_FILE)) else os.path.join(dataset_dir, VOCAB_DIR)
+        path = os.path.join(d, VOCAB_FILE)
+        if not os.path.exists(path):
+            raise DatasetError(f"{dataset_dir}: no vocabulary ({VOCAB_DIR}/{VOCAB_FILE}); was it made by preprocess/transcode?")
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+        values, counts = [], []
+        for name in doc["files"]:
+            t = feather.read_table(os.path.join(d, name))
+            values.append(t["value"].combine_chunks().cast(pa.string()))
+            counts.append(t["count"].to_numpy())
+        known = {"encoder", "columns", "files", "frequency_threshold", "max_table_size", "cardinalities", "id_rule"}
+        return cls(
+            list(doc["columns"]), values, counts, int(doc["frequency_threshold"]), doc.get("max_table_size"),
+            {k: v for k, v in doc.items() if k not in known},
+        )

@@ -1,0 +1,30 @@
+"""Turn any CSV/TSV/Parquet file with named columns into a FeatureSpec dataset (same encoder as
+`dlrmkit preprocess criteo`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", nargs="+", required=True, help="input files (.csv, .tsv, .parquet; .gz for text)")
+    p.add_argument("--out", required=True, help="output dataset folder")
+    p.add_argument("--label", required=True, help="label column (values 0/1; others are counted bad rows)")
+    p.add_argument("--numerical", default="", help="comma-separated numerical (float) columns")
+    p.add_argument("--categorical", default="", help="comma-separated categorical columns (any strings or integers)")
+    p.add_argument("--delimiter", help="field delimiter (default: tab for .tsv, else comma)")
+    p.add_argument("--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)")
+    p.add_argument("--columns", help="comma-separated column names, with --no-header")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--test-rows", type=int, help="the last N valid rows are the test mapping")
+    g.add_argument("--test-fraction", type=float, help="the last fraction F of the valid rows are the test mapping")
+    p.add_argument("--frequency-threshold", type=int, default=1, help="categories seen fewer than K times share id 0")
+    p.add_argument("--max-table-size", type=int, help="cap on a table's rows; ids beyond are folded into it")
+    p.add_argument("--log-transform", action="store_true", help="numerical: negative -> 0, then log(1+x)")
+    p.add_argument("--force", action="store_true", help="replace an existing output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlrmkit.data.transcode import transcode_from_args
+
+    return transcode_from_args(args)

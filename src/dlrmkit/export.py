@@ -1,0 +1,63 @@
+"""Write a trained checkpoint as one file for serving: `pt` (state dict + model config, loads
+into dlrmkit's DLRM), `torchscript` (traced; runs with torch alone) or `onnx`. The exported
+model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click logits [B]."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict
+
+from dlrmkit.errors import DlrmkitError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument("--format", choices=["pt", "torchscript", "onnx"], default="pt", help="file format (default pt)")
+
+
+def load_model(checkpoint: str):
+    """The single-process DLRM of a checkpoint, in eval mode."""
+    from dlrmkit.train.checkpoint import load_single_process_model
+
+    model, cfg = load_single_process_model(checkpoint)
+    return model.eval(), cfg
+
+
+def example_inputs(cfg, batch: int = 4):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    dense = torch.randn(batch, cfg.num_numerical, generator=g)
+    ids = torch.stack([torch.randint(0, n, (batch,), generator=g) for n in cfg.table_sizes], dim=1)
+    return dense, ids
+
+
+def export(checkpoint: str, out: str, fmt: str) -> str:
+    import torch
+
+    model, cfg = load_model(checkpoint)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if fmt == "pt":
+        torch.save({"model_config": asdict(cfg), "model": model.state_dict()}, out)
+    elif fmt == "torchscript":
+        with torch.no_grad():
+            traced = torch.jit.trace(model, example_inputs(cfg), check_trace=False)
+        traced.save(out)
+    else:
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            raise DlrmkitError("--format onnx needs the `onnx` package (pip install 'dlrmkit[onnx]')") from None
+        with torch.no_grad():
+            torch.onnx.export(model, example_inputs(cfg), out, input_names=["dense", "ids"], output_names=["logits"],
+                              dynamic_axes={"dense": {0: "batch"}, "ids": {0: "batch"}, "logits": {0: "batch"}},
+                              dynamo=False)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    path = export(args.checkpoint, args.out, args.format)
+    print(f"wrote {args.format} model to {path}")
+    return 0

@@ -1,0 +1,63 @@
+"""Which optimizer trains which part of the DLRM, from `--optimizer` (dense part: MLPs) and
+`--embedding-optimizer` (sparse row updates of the tables), checked against `--precision`."""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import Optimizer
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.optim.lamb import Lamb
+from dlrmkit.optim.rowwise_adagrad import RowWiseAdagrad
+from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
+from dlrmkit.optim.split_sgd import SplitSGD
+
+OPTIMIZERS = ("sgd", "adagrad", "split-sgd", "lamb")
+EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
+
+
+def resolve_embedding_optimizer(optimizer: str, embedding_optimizer: str | None) -> str:
+    """The embedding optimizer a run uses: the dense one's sparse twin unless given (LAMB: sgd)."""
+    if embedding_optimizer is not None:
+        return embedding_optimizer
+    return {"adagrad": "adagrad"}.get(optimizer, "sgd")
+
+
+def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str = "fp32") -> None:
+    """One-line errors for unknown or incompatible optimizer/precision choices."""
+    if optimizer not in OPTIMIZERS:
+        raise DlrmkitError(f"unknown optimizer '{optimizer}' (choose {', '.join(OPTIMIZERS)})")
+    if embedding_optimizer is not None and embedding_optimizer not in EMBEDDING_OPTIMIZERS:
+        raise DlrmkitError(f"unknown embedding optimizer '{embedding_optimizer}' "
+                           f"(choose {', '.join(EMBEDDING_OPTIMIZERS)})")
+    if optimizer == "split-sgd":
+        if precision != "bf16":
+            raise DlrmkitError("--optimizer split-sgd keeps bf16 weights: it needs --precision bf16")
+        if resolve_embedding_optimizer(optimizer, embedding_optimizer) != "sgd":
+            raise DlrmkitError("--optimizer split-sgd updates the tables with split SGD: use --embedding-optimizer sgd")
+
+
+def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embedding_optimizer: str | None = None,
+                     precision: str = "fp32", lamb_lr: float | None = None) -> list[Optimizer]:
+    """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
+    `dense_parameters()` and `embeddings`). split-SGD turns the model's weights into bf16 halves.
+    `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together."""
+    check_choice(optimizer, embedding_optimizer, precision)
+    dense, sparse = model.dense_parameters(), list(model.embeddings.parameters())
+    if optimizer == "split-sgd":
+        return [SplitSGD(dense, lr=lr), SplitSGD(sparse, lr=lr)]
+    if optimizer == "sgd":
+        dense_opt: Optimizer = torch.optim.SGD(dense, lr=lr)
+    elif optimizer == "adagrad":
+        dense_opt = torch.optim.Adagrad(dense, lr=lr, eps=1e-10)
+    else:
+        scale = (lamb_lr / lr) if lamb_lr is not None and lr else 1.0
+        dense_opt = Lamb(dense, lr=lr, lr_scale=scale)
+    emb = resolve_embedding_optimizer(optimizer, embedding_optimizer)
+    if emb == "sgd":
+        sparse_opt: Optimizer = SparseSGD(sparse, lr=lr)
+    elif emb == "adagrad":
+        sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10)
+    else:
+        sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
+    return [dense_opt, sparse_opt]

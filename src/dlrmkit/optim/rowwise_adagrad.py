@@ -1,0 +1,42 @@
+"""Row-wise Adagrad for embedding tables (FBGEMM's EXACT_ROWWISE_ADAGRAD, MLPerf DLRM v2): one
+fp32 accumulator per row instead of one per element, so the optimizer state costs 4 bytes per
+row rather than 4 bytes per weight. Only the rows a batch touches are read and written."""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import Optimizer
+
+
+class RowWiseAdagrad(Optimizer):
+    """Per touched row i (duplicate lookups summed first, in fp32):
+    acc[i] += mean(g_i^2);  w[i] -= lr * g_i / (sqrt(acc[i]) + eps)."""
+
+    def __init__(self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0):
+        super().__init__(params, {"lr": lr, "eps": eps, "initial_accumulator_value": initial_accumulator_value})
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dim() != 2:
+                    raise ValueError("row-wise Adagrad needs 2-D [rows, dim] embedding weights")
+                self.state[p]["sum"] = torch.full((p.shape[0],), initial_accumulator_value,
+                                                  dtype=torch.float32, device=p.device)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not p.grad.is_sparse:
+                    raise ValueError("row-wise Adagrad needs embedding gradients made with sparse=True")
+                rows, values = p.grad._indices()[0], p.grad._values()
+                if rows.numel() == 0:
+                    continue
+                uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+                g = torch.zeros(len(uniq), values.shape[1], dtype=torch.float32, device=values.device)
+                g.index_add_(0, inverse, values.float())
+                acc = self.state[p]["sum"]
+                acc.index_add_(0, uniq, g.square().mean(1))
+                scale = acc.index_select(0, uniq).sqrt_().add_(group["eps"]).reciprocal_()
+                p.index_add_(0, uniq, (g * scale.unsqueeze(1)).to(p.dtype), alpha=-group["lr"])
+        return None

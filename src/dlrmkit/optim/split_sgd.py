@@ -1,0 +1,113 @@
+"""Split-SGD BF16 (Intel's MLPerf DLRM on Xeon): each fp32 weight is kept as two 16-bit halves.
+
+The top half is a valid bf16 number and *is* the model's parameter, so forward and backward run
+in bf16 with no cast and no separate fp32 master copy; the bottom half (the remaining 16 mantissa
+bits, as int16) lives in the optimizer state. A step rejoins the halves into the exact fp32
+weight, applies SGD in fp32, and splits the result again: weights cost 4 bytes each, as in fp32,
+and every update is exactly an fp32 update. The bf16 weight the model sees is the fp32 weight
+truncated (not rounded) to its top 16 bits.
+
+Dense gradients (MLPs) update whole tensors; sparse COO gradients (embedding tables) update only
+the rows they touch: duplicates are summed in fp32 first, then each touched row is rejoined,
+updated and split once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import Optimizer
+
+_LOW_MASK = 0xFFFF
+
+
+def split_fp32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(top half as bf16, bottom half as int16) of an fp32 tensor, bit for bit."""
+    bits = w.detach().float().contiguous().view(torch.int32)
+    hi = torch.bitwise_right_shift(bits, 16).to(torch.int16).view(torch.bfloat16)
+    lo = bits.to(torch.int16)  # int32 -> int16 keeps the low 16 bits
+    return hi, lo
+
+
+def join_fp32(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """The fp32 tensor whose top half is `hi` (bf16) and bottom half `lo` (int16)."""
+    top = torch.bitwise_left_shift(hi.contiguous().view(torch.int16).to(torch.int32), 16)
+    return torch.bitwise_or(top, lo.to(torch.int32).bitwise_and_(_LOW_MASK)).view(torch.float32)
+
+
+def truncate_to_bf16(w: torch.Tensor) -> torch.Tensor:
+    """bf16 of the top 16 bits of each fp32 value (what split-SGD's forward sees)."""
+    return split_fp32(w)[0]
+
+
+class SplitSGD(Optimizer):
+    """Plain SGD on split bf16/int16 weights. Taking ownership of `params`: on construction each
+    fp32 parameter's data is replaced by its bf16 top half (the low half goes to state["low"]);
+    parameters that are already bf16 start with a zero low half. Use `master_weight(p)` for the
+    exact fp32 value."""
+
+    def __init__(self, params, lr: float):
+        super().__init__(params, {"lr": lr})
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dtype == torch.bfloat16:
+                    low = torch.zeros(p.shape, dtype=torch.int16, device=p.device)
+                elif p.dtype == torch.float32:
+                    hi, low = split_fp32(p.data)
+                    p.data = hi
+                else:
+                    raise ValueError(f"split-SGD needs fp32 or bf16 parameters, got {p.dtype}")
+                self.state[p]["low"] = low
+
+    def master_weight(self, p: torch.Tensor) -> torch.Tensor:
+        """The exact fp32 weight of parameter `p` (a new tensor)."""
+        return join_fp32(p.data, self.state[p]["low"])
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """As Optimizer.load_state_dict, but the int16 low halves are not cast to the params'
+        dtype (the base class casts every floating-param state tensor, which would ruin them)."""
+        lows = {k: s["low"] for k, s in state_dict["state"].items() if "low" in s}
+        stripped = {k: {n: v for n, v in s.items() if n != "low"} for k, s in state_dict["state"].items()}
+        super().load_state_dict({**state_dict, "state": stripped})
+        params = [p for group in self.param_groups for p in group["params"]]
+        for k, low in lows.items():
+            p = params[int(k)]
+            if low.shape != p.shape:
+                raise ValueError(f"split-SGD state of shape {tuple(low.shape)} for a parameter of {tuple(p.shape)}")
+            self.state[p]["low"] = low.to(device=p.device, dtype=torch.int16).clone()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr = group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                low = self.state[p]["low"]
+                if p.grad.is_sparse:
+                    self._sparse_step(p, low, p.grad, lr)
+                else:
+                    w = join_fp32(p.data, low)
+                    w.add_(p.grad.float(), alpha=-lr)
+                    hi, lo = split_fp32(w)
+                    p.data.copy_(hi)
+                    low.copy_(lo)
+        return None
+
+    @staticmethod
+    def _sparse_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        rows, values = grad._indices()[0], grad._values()
+        if rows.numel() == 0:
+            return
+        # unique rows (sorted) and each lookup's slot; PooledLookup's gradients arrive sorted
+        if bool((rows[1:] >= rows[:-1]).all()):
+            uniq, inverse = torch.unique_consecutive(rows, return_inverse=True)
+        else:
+            uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+        summed = torch.zeros(len(uniq), values.shape[1], dtype=torch.float32, device=values.device)
+        summed.index_add_(0, inverse, values.float())
+        hi_rows = p.data.index_select(0, uniq)
+        w = join_fp32(hi_rows, low.index_select(0, uniq))
+        w.add_(summed, alpha=-lr)
+        hi, lo = split_fp32(w)
+        p.data.index_copy_(0, uniq, hi)
+        low.index_copy_(0, uniq, lo)

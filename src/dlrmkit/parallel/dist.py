@@ -1,0 +1,85 @@
+"""Process-group setup from the standard torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR/PORT). gloo on CPU, NCCL on CUDA, `--backend` overrides; collectives time out so a
+dead rank fails the job instead of hanging it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dlrmkit.errors import DlrmkitError
+
+
+@dataclass
+class DistContext:
+    """Where this process sits in the job. world_size 1 without a process group is plain
+    single-process training; every collective helper is a no-op then."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str = "none"
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 or (dist.is_available() and dist.is_initialized())
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+
+def launched_by_torchrun() -> bool:
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> DistContext:
+    """The DistContext of this process: a process group when started by torchrun, else single."""
+    if not launched_by_torchrun():
+        return DistContext()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available()
+    if backend is None:
+        backend = "nccl" if use_cuda else "gloo"
+    if backend == "nccl" and not use_cuda:
+        raise DlrmkitError("--backend nccl needs CUDA devices; use --backend gloo on CPU")
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        try:
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+        except (RuntimeError, ValueError) as exc:
+            raise DlrmkitError(f"could not start process group (backend {backend}): {exc}".splitlines()[0]) from exc
+    return DistContext(rank, world, local_rank, backend, device)
+
+
+def shutdown() -> None:
+    """Leave the group together: a rank destroying gloo while peers still talk to it can abort."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def batch_split(global_batch: int, world_size: int) -> list[int]:
+    """Local batch of each rank: the first (G mod N) ranks take one extra sample, so uneven
+    global batches work and rank slices are contiguous in rank order."""
+    base, extra = divmod(global_batch, world_size)
+    return [base + (1 if r < extra else 0) for r in range(world_size)]
+
+
+def batch_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[start, end) of `rank`'s samples within a global batch."""
+    sizes = batch_split(global_batch, world_size)
+    start = sum(sizes[:rank])
+    return start, start + sizes[rank]

@@ -1,0 +1,95 @@
+"""Model-parallel-friendly loading. Every rank walks the same global batches in the same
+(seeded) order; per global batch it yields its local slice of dense features and labels, and
+ids in the form the sharded embeddings want. Strategies (all yield identical batches):
+
+- exchange (default): read only the rank's own slice, all columns (1/N of the bytes); the
+  sharded module's id all-to-all delivers the global-batch ids each shard needs;
+- own-features: read the own slice, plus the id files of this rank's sharded tables for the
+  whole global batch (no id exchange);
+- broadcast: rank 0 reads the global batch and broadcasts it; ranks keep what they need.
+Each counts bytes read from disk (`bytes_read`); the sharded module counts bytes exchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dlrmkit.data.loader import Batch, BatchLoader, Prefetcher, to_batch
+from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.dist import batch_slice, batch_split
+from dlrmkit.parallel.sharded_embedding import DistIds
+
+LOADERS = ("exchange", "own-features", "broadcast")
+
+
+
+class DistBatchLoader(BatchLoader):
+    def __init__(self, dataset: SplitBinaryDataset, batch_size: int, rank: int, world_size: int,
+                 id_tables: list[int] | None = None, strategy: str = "exchange", **kw):
+        if strategy not in LOADERS:
+            raise DlrmkitError(f"unknown --loader '{strategy}' (choose {', '.join(LOADERS)})")
+        super().__init__(dataset, batch_size, **kw)
+        self.rank, self.world_size, self.strategy = rank, world_size, strategy
+        self.id_tables = list(id_tables or [])
+        self.bytes_read = 0
+        id_sizes = [c.dtype.itemsize for c in dataset.categorical]
+        self.row_bytes = (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
+        self.id_bytes = id_sizes
+
+    def local_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        for b in self.order(epoch)[start:]:
+            lo, hi = self.bounds[b]
+            yield self.read_global(lo, hi)
+
+    def order(self, epoch: int) -> np.ndarray:
+        from dlrmkit.data.loader import epoch_order
+
+        return epoch_order(len(self.bounds), epoch, self.seed, self.shuffle)
+
+    def read_global(self, lo: int, hi: int) -> Batch:
+        sizes = batch_split(hi - lo, self.world_size)
+        a, b = batch_slice(hi - lo, self.rank, self.world_size)
+        if self.strategy == "broadcast":
+            return self._broadcast(lo, hi, a, b, sizes)
+        raw = self.dataset.read(lo + a, lo + b)
+        self.bytes_read += (b - a) * self.row_bytes
+        batch = to_batch(raw)
+        global_ids = None
+        if self.strategy == "own-features":
+            cols = [self.dataset.categorical[t].read(lo, hi)[:, 0] for t in self.id_tables]
+            self.bytes_read += sum((hi - lo) * self.id_bytes[t] for t in self.id_tables)
+            global_ids = torch.from_numpy(np.stack(cols, axis=1).astype(np.int64)) if cols else torch.zeros(hi - lo, 0, dtype=torch.int64)
+        return Batch(batch.dense, DistIds(batch.ids, sizes, global_ids), batch.labels)
+
+    def _broadcast(self, lo: int, hi: int, a: int, b: int, sizes: list[int]) -> Batch:
+        g = hi - lo
+        if self.rank == 0:
+            full = to_batch(self.dataset.read(lo, hi))
+            self.bytes_read += g * self.row_bytes
+            dense, ids, labels = full.dense, full.ids, full.labels
+        else:
+            dense = torch.empty(g, self.dataset.num_numerical)
+            ids = torch.empty(g, len(self.dataset.categorical), dtype=torch.int64)
+            labels = torch.empty(g)
+        if dist.is_initialized() and self.world_size > 1:
+            for t in (dense, ids, labels):
+                dist.broadcast(t, 0)
+        return Batch(dense[a:b], DistIds(ids[a:b], sizes, ids[:, self.id_tables].contiguous()), labels[a:b])
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        """Batches of `epoch`; prefetched in a thread except with broadcast (collectives must be
+        issued in the same order as the training step's, from one thread)."""
+        source = self.local_batches(epoch, start)
+        if self.prefetch <= 0 or self.strategy == "broadcast":
+            yield from source
+            return
+        fetcher = Prefetcher(source, self.prefetch)
+        try:
+            yield from fetcher
+        finally:
+            fetcher.close()

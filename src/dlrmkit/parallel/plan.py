@@ -1,0 +1,329 @@
+"""ShardingPlan: for each table its strategy and its shards (rank, rows, columns). It is data:
+printed as a report, saved as JSON, edited by hand and reloaded; training and checkpointing
+obey it. The greedy planner balances memory over ranks (largest shard first onto the emptiest
+rank, as NVIDIA's DLRM places tables) and splits tables that do not fit or would leave ranks idle.
+
+Contract for other modules: `plan.tables[t].shards` lists Shard(rank, row_start, row_end,
+col_start, col_end); model-parallel shards of a table tile [0, rows) x [0, dim) exactly once;
+data-parallel tables have one full-size shard on every rank (identical replicas)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.dist import batch_split
+from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, row_wise, table_wise
+
+GiB = 1 << 30
+
+
+@dataclass
+class TablePlan:
+    rows: int
+    dim: int
+    strategy: str
+    shards: list[Shard]
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.strategy != "data_parallel"
+
+
+@dataclass
+class ShardingPlan:
+    world_size: int
+    tables: list[TablePlan]
+    batch_size: int = 65536
+    device_memory: int | None = None  # bytes per rank the plan was made for
+    bytes_per_value: int = 4
+    optimizer_state: int = 0  # optimizer values per weight value (sgd 0, adagrad 1)
+    notes: list[str] = field(default_factory=list)
+
+    # ---- JSON --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "plan") -> "ShardingPlan":
+        try:
+            tables = [TablePlan(int(t["rows"]), int(t["dim"]), str(t["strategy"]), [Shard(**s) for s in t["shards"]])
+                      for t in d["tables"]]
+            plan = cls(int(d["world_size"]), tables, int(d.get("batch_size", 65536)), d.get("device_memory"),
+                       int(d.get("bytes_per_value", 4)), int(d.get("optimizer_state", 0)), list(d.get("notes", [])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DlrmkitError(f"{source}: not a sharding plan ({type(exc).__name__}: {exc})") from exc
+        plan.validate(source)
+        return plan
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> "ShardingPlan":
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except OSError as exc:
+            raise DlrmkitError(f"{path}: cannot read plan ({exc.strerror})") from exc
+        except json.JSONDecodeError as exc:
+            raise DlrmkitError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from exc
+        return cls.from_dict(d, path)
+
+    def validate(self, source: str = "plan") -> None:
+        """Every model-parallel table tiled exactly once; replicas full and on every rank."""
+        for t, tp in enumerate(self.tables):
+            where = f"{source}: table {t}"
+            if tp.strategy not in STRATEGIES:
+                raise DlrmkitError(f"{where}: unknown strategy '{tp.strategy}' (choose {', '.join(STRATEGIES)})")
+            for s in tp.shards:
+                if not (0 <= s.rank < self.world_size):
+                    raise DlrmkitError(f"{where}: shard on rank {s.rank}, outside world size {self.world_size}")
+                if not (0 <= s.row_start < s.row_end <= tp.rows and 0 <= s.col_start < s.col_end <= tp.dim):
+                    raise DlrmkitError(f"{where}: shard {s} outside the table's {tp.rows} rows x {tp.dim} columns")
+            if tp.strategy == "data_parallel":
+                if sorted(s.rank for s in tp.shards) != list(range(self.world_size)) or any(
+                    (s.rows, s.cols) != (tp.rows, tp.dim) for s in tp.shards
+                ):
+                    raise DlrmkitError(f"{where}: a data_parallel table needs one full shard on every rank")
+                continue
+            if sum(s.rows * s.cols for s in tp.shards) != tp.rows * tp.dim or not _disjoint(tp.shards):
+                raise DlrmkitError(f"{where}: shards do not cover its {tp.rows} x {tp.dim} entries exactly once")
+
+    def check_matches(self, table_sizes: list[int], dim: int, world_size: int, source: str = "plan") -> None:
+        if self.world_size != world_size:
+            raise DlrmkitError(f"{source}: made for world size {self.world_size}, this job has {world_size}")
+        got = [(t.rows, t.dim) for t in self.tables]
+        want = [(r, dim) for r in table_sizes]
+        if got != want:
+            raise DlrmkitError(f"{source}: tables {got[:4]}... do not match the model's {want[:4]}...")
+
+    # ---- accounting ----------------------------------------------------------------------
+    def rank_stats(self) -> list[dict]:
+        """Per rank: shards, memory (weights + optimizer state + batch buffers), lookups and
+        bytes sent per step (ids and pooled all-to-all, forward and backward, and all-reduce of
+        replicated tables; the MLPs' all-reduce is the same on every plan and left out)."""
+        n, g, b = self.world_size, self.batch_size, self.bytes_per_value
+        local = batch_split(g, n)
+        stats = [dict(rank=r, shards=[], memory=0, lookups=0, sent_bytes=0) for r in range(n)]
+        widths = [0] * n  # pooled columns each rank sends
+        id_cols = [set() for _ in range(n)]
+        for t, tp in enumerate(self.tables):
+            for s in tp.shards:
+                st = stats[s.rank]
+                st["shards"].append((t, s))
+                st["memory"] += shard_memory(s, tp, g, b, self.optimizer_state)
+                if tp.model_parallel:
+                    st["lookups"] += g
+                    widths[s.rank] += s.cols
+                    id_cols[s.rank].add(t)
+                else:
+                    st["lookups"] += local[s.rank]
+                    st["sent_bytes"] += int(2 * (n - 1) / n * tp.rows * tp.dim * b) if n > 1 else 0
+        for r, st in enumerate(stats):
+            others_w = sum(widths) - widths[r]
+            others_ids = sum(len(c) for i, c in enumerate(id_cols) if i != r)
+            st["sent_bytes"] += (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * 8
+        return stats
+
+    def report(self) -> str:
+        """A table: per rank its shards, memory, lookups and bytes sent per step."""
+        lines = [f"sharding plan: {len(self.tables)} tables on {self.world_size} ranks, global batch {self.batch_size}"
+                 + (f", {fmt_bytes(self.device_memory)} per device" if self.device_memory else "")]
+        counts = {s: sum(t.strategy == s for t in self.tables) for s in STRATEGIES}
+        lines.append("strategies: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+        lines.append(f"{'rank':>4}  {'memory':>10}  {'lookups/step':>12}  {'sent/step':>10}  shards (table[rows,cols])")
+        for st in self.rank_stats():
+            desc = []
+            for t, s in st["shards"]:
+                tp = self.tables[t]
+                if tp.strategy == "data_parallel":
+                    continue
+                part = ""
+                if (s.rows, s.cols) != (tp.rows, tp.dim):
+                    part = f"[{s.row_start}:{s.row_end},{s.col_start}:{s.col_end}]"
+                desc.append(f"t{t}{part}")
+            dp = sum(1 for t, _ in st["shards"] if self.tables[t].strategy == "data_parallel")
+            if dp:
+                desc.append(f"+{dp} replicated")
+            lines.append(f"{st['rank']:>4}  {fmt_bytes(st['memory']):>10}  {st['lookups']:>12,}  "
+                         f"{fmt_bytes(st['sent_bytes']):>10}  {' '.join(desc) or '-'}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _disjoint(shards: list[Shard]) -> bool:
+    for i, a in enumerate(shards):
+        for b in shards[i + 1 :]:
+            if a.row_start < b.row_end and b.row_start < a.row_end and a.col_start < b.col_end and b.col_start < a.col_end:
+                return False
+    return True
+
+
+def shard_memory(s: Shard, tp: TablePlan, batch_size: int, bytes_per_value: int, optimizer_state: int) -> int:
+    """Weights and optimizer state, plus the shard's per-step buffers: pooled output and its
+    gradient for the batch it looks up, and its ids."""
+    weights = s.rows * s.cols * bytes_per_value * (1 + optimizer_state)
+    batch = batch_size if tp.model_parallel else -(-batch_size // 1)
+    return weights + batch * (2 * s.cols * bytes_per_value + 8)
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def parse_bytes(text: str) -> int:
+    """'80GiB', '80GB', '512MiB', '1.5TiB' or a plain byte count."""
+    units = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": GiB, "tib": 1 << 40,
+             "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 1 << 10, "m": 1 << 20, "g": GiB, "t": 1 << 40}
+    s = text.strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise DlrmkitError(f"--device-memory: cannot read '{text}' (write e.g. 80GiB)") from None
+    if unit not in units or value <= 0:
+        raise DlrmkitError(f"--device-memory: cannot read '{text}' (write e.g. 80GiB)")
+    return int(value * units[unit])
+
+
+# ---- presets ---------------------------------------------------------------------------------
+_MLPERF_ROWS = [40_000_000] * 4 + [40_790_948, 3_067_956, 590_152, 405_282, 39_060, 20_265, 17_295, 12_973,
+                                   11_938, 7_424, 7_122, 2_209, 1_543, 976, 155, 108, 63, 36, 14, 10, 4, 3]
+_KAGGLE_ROWS = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
+                5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
+
+
+def _rows_113b() -> list[int]:
+    """882M rows in 26 tables, largest 292M (the 113B-parameter variant of the MLPerf model;
+    its exact per-table sizes are not published here, so the middle tables are a reconstruction
+    with the published total and maximum)."""
+    big = [292_000_000, 150_000_000, 150_000_000, 80_000_000, 80_000_000]
+    small = _MLPERF_ROWS[5:]  # 21 tables
+    rest = 882_000_000 - sum(big) - sum(small[1:])
+    return big + [rest] + small[1:]
+
+
+PRESET_TABLES: dict[str, tuple[list[int], int]] = {
+    "criteo-kaggle": (_KAGGLE_ROWS, 16),
+    "criteo-1tb-mlperf": (_MLPERF_ROWS, 128),
+    "criteo-1tb-113b": (_rows_113b(), 128),
+}
+
+
+# ---- the planner -----------------------------------------------------------------------------
+def make_plan(
+    table_sizes: list[int],
+    dim: int,
+    world_size: int,
+    strategy: str = "auto",
+    device_memory: int | None = None,
+    batch_size: int = 65536,
+    optimizer_state: int = 0,
+    min_rows_sharded: int = data_parallel.MIN_ROWS_SHARDED,
+    bytes_per_value: int = 4,
+) -> ShardingPlan:
+    """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows replicated, others
+    table-wise, split column-wise (then row-wise) when a table is larger than a rank's fair
+    share or there are fewer shards than ranks; any other strategy applies to every table."""
+    if world_size < 1:
+        raise DlrmkitError(f"--world-size must be at least 1, got {world_size}")
+    if strategy not in STRATEGIES + ("auto",):
+        raise DlrmkitError(f"unknown sharding '{strategy}' (choose auto, {', '.join(STRATEGIES)})")
+    n, b, opt = world_size, bytes_per_value, optimizer_state
+    plan = ShardingPlan(n, [], batch_size, device_memory, b, opt)
+    cap = device_memory if device_memory is not None else math.inf
+
+    def weight(rows: int, cols: int) -> int:
+        return rows * cols * b * (1 + opt)
+
+    kinds: list[str] = []
+    for rows in table_sizes:
+        if strategy == "auto":
+            kinds.append("data_parallel" if rows < min_rows_sharded else "table_wise")
+        else:
+            kinds.append(strategy)
+    # split counts for model-parallel tables
+    mp = [t for t, k in enumerate(kinds) if k != "data_parallel"]
+    splits = {t: 1 for t in mp}
+    if strategy in ("column_wise", "row_wise"):
+        for t in mp:
+            splits[t] = min(n, column_wise.max_slices(dim)) if strategy == "column_wise" else max(1, min(n, table_sizes[t]))
+    elif strategy == "auto" and mp:
+        dp_mem = sum(weight(table_sizes[t], dim) + batch_size * (2 * dim * b + 8) for t, k in enumerate(kinds) if k == "data_parallel")
+        share = sum(weight(table_sizes[t], dim) for t in mp) / n
+        room = cap - dp_mem
+        for t in mp:
+            size = weight(table_sizes[t], dim)
+            target = min(room * 0.95, max(share, 1))
+            k = max(1, math.ceil(size / target)) if target > 0 else column_wise.max_slices(dim)
+            if k > column_wise.max_slices(dim):
+                kinds[t] = "row_wise"
+                splits[t] = min(n, max(k, 1))
+            else:
+                kinds[t] = "column_wise" if k > 1 else "table_wise"
+                splits[t] = min(k, n)
+        # give every rank work: split the largest slices further while there are too few shards
+        while sum(splits[t] for t in mp) < n:
+            cands = [t for t in mp if kinds[t] != "row_wise" and splits[t] < min(n, column_wise.max_slices(dim))]
+            if not cands:
+                break
+            t = max(cands, key=lambda t: (weight(table_sizes[t], dim) / splits[t], -t))
+            splits[t] += 1
+            kinds[t] = "column_wise"
+        if sum(splits[t] for t in mp) < n:
+            plan.notes.append(f"note: only {sum(splits[t] for t in mp)} shards for {n} ranks; some ranks hold no sharded table")
+
+    # shard shapes, then placement: largest first onto the least-loaded rank that can hold it,
+    # a table's shards on distinct ranks where possible
+    load = [0.0] * n
+    shapes: dict[int, list[Shard]] = {}
+    for t, kind in enumerate(kinds):
+        rows = table_sizes[t]
+        tp = TablePlan(rows, dim, kind, [])
+        plan.tables.append(tp)
+        if kind == "data_parallel":
+            tp.shards = data_parallel.shards(rows, dim, n)
+            for s in tp.shards:
+                load[s.rank] += shard_memory(s, tp, batch_size, b, opt)
+        elif kind == "table_wise":
+            shapes[t] = table_wise.shards(rows, dim, 0)
+        elif kind == "column_wise":
+            shapes[t] = column_wise.shards(rows, dim, list(range(splits[t])))
+        else:
+            shapes[t] = row_wise.shards(rows, dim, list(range(splits[t])))
+    for r in range(n):
+        if load[r] > cap:
+            raise DlrmkitError(f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available")
+    order = sorted(((t, s) for t, ss in shapes.items() for s in ss),
+                   key=lambda ts: (-shard_memory(ts[1], plan.tables[ts[0]], batch_size, b, opt), ts[0], ts[1].col_start, ts[1].row_start))
+    used: dict[int, set[int]] = {t: set() for t in shapes}
+    for t, s in order:
+        tp = plan.tables[t]
+        cost = shard_memory(s, tp, batch_size, b, opt)
+        fits = [r for r in range(n) if load[r] + cost <= cap]
+        if not fits:
+            free = cap - min(load)
+            raise DlrmkitError(
+                f"table {t} ({tp.rows:,} rows x {tp.dim}, {fmt_bytes(weight(tp.rows, tp.dim))}) does not fit: "
+                f"a {s.rows:,} x {s.cols} shard needs {fmt_bytes(cost)}, at most {fmt_bytes(max(free, 0))} of "
+                f"{fmt_bytes(cap)} is free on any of the {n} ranks"
+            )
+        fresh = [r for r in fits if r not in used[t]] or fits
+        r = min(fresh, key=lambda r: (load[r], r))
+        load[r] += cost
+        used[t].add(r)
+        tp.shards.append(Shard(r, s.row_start, s.row_end, s.col_start, s.col_end))
+    for tp in plan.tables:
+        tp.shards.sort(key=lambda s: (s.row_start, s.col_start, s.rank))
+    plan.validate()
+    return plan

@@ -1,0 +1,145 @@
+"""Plots and a Markdown summary of a run folder (written by `dlrmkit train`): train loss, test
+AUC and log loss against samples seen, throughput over time; optionally TensorBoard scalars."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Any
+
+from dlrmkit.errors import DlrmkitError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)")
+    p.add_argument("--out", help="where to write the plots and report.md (default: RUN)")
+    p.add_argument("--tensorboard", metavar="DIR", help="also log the scalars as TensorBoard events into DIR")
+
+
+def read_log(path: str) -> list[dict[str, Any]]:
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        raise DlrmkitError(f"{path}:{n}: not a JSON line") from None
+    except FileNotFoundError:
+        raise DlrmkitError(f"{path}: no log (was the run started?)") from None
+    return records
+
+
+def series(records: list[dict[str, Any]], event: str, key: str, x: str = "samples_seen") -> tuple[list, list]:
+    xs, ys = [], []
+    for r in records:
+        if r.get("event") == event and key in r and x in r and r[key] is not None and math.isfinite(r[key]):
+            xs.append(r[x])
+            ys.append(r[key])
+    return xs, ys
+
+
+def _plot(path: str, xs: list, ys: list, xlabel: str, ylabel: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.plot(xs, ys, marker="o" if len(xs) < 30 else None)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plots(records: list[dict[str, Any]], out: str) -> list[str]:
+    """Write the PNGs that have data; return their paths."""
+    t0 = min((r["time"] for r in records if "time" in r), default=0.0)
+    for r in records:
+        if "time" in r:
+            r["elapsed_s"] = r["time"] - t0
+    wanted = [
+        ("train_loss.png", "train", "loss", "samples_seen", "samples seen", "train loss (mean of last 100 steps)"),
+        ("test_auc.png", "eval", "auc", "samples_seen", "samples seen", "test AUC"),
+        ("test_logloss.png", "eval", "logloss", "samples_seen", "samples seen", "test log loss"),
+        ("throughput.png", "train", "samples_per_s", "elapsed_s", "seconds since start", "samples/s"),
+    ]
+    written = []
+    for name, event, key, x, xlabel, ylabel in wanted:
+        xs, ys = series(records, event, key, x)
+        if xs:
+            path = os.path.join(out, name)
+            _plot(path, xs, ys, xlabel, ylabel, ylabel)
+            written.append(path)
+    return written
+
+
+def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str]) -> str:
+    end = next((r for r in reversed(records) if r.get("event") == "end"), None)
+    evals = [r for r in records if r.get("event") == "eval"]
+    cfg = info.get("config", {})
+    lines = [f"# Run {os.path.basename(os.path.abspath(run))}", ""]
+    lines.append(f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
+                 f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}")
+    lines.append(f"- started {info.get('started')}; status: {'finished' if end else 'unfinished (no end record)'}")
+    if end:
+        lines.append(f"- steps {end.get('steps')}, samples/s {end.get('samples_per_s', 0):,.0f}, "
+                     f"train loss {end.get('train_loss', float('nan')):.4f}")
+        lines.append(f"- final test AUC {end.get('auc', float('nan')):.4f}, log loss {end.get('logloss', float('nan')):.4f}, "
+                     f"best AUC {end.get('best_auc', float('nan')):.4f}")
+        if "optimal_auc" in end:
+            lines.append(f"- optimal AUC of the data {end['optimal_auc']:.4f} (gap {end['optimal_auc'] - end['auc']:.4f})")
+    if evals:
+        lines += ["", "| step | samples seen | test AUC | test log loss |", "|---:|---:|---:|---:|"]
+        lines += [f"| {r['step']} | {r.get('samples_seen', '')} | {r['auc']:.4f} | {r['logloss']:.4f} |" for r in evals]
+    if pngs:
+        lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
+    lines.append("")
+    lines.append(f"Repeat it: `dlrmkit train --config {os.path.join(run, 'config.yaml')}`")
+    return "\n".join(lines) + "\n"
+
+
+def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
+    """Scalars as TensorBoard events: torch's writer (needs `tensorboard`) or tensorboardX."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise DlrmkitError(
+                "--tensorboard needs the `tensorboard` or `tensorboardX` package (pip install 'dlrmkit[report]')"
+            ) from None
+    writer = SummaryWriter(logdir)
+    for r in records:
+        step, ev = r.get("step"), r.get("event")
+        if step is None:
+            continue
+        keys = {"train": ("loss", "lr", "samples_per_s"), "eval": ("auc", "logloss")}.get(ev, ())
+        for k in keys:
+            if k in r and r[k] is not None:
+                writer.add_scalar(f"{ev}/{k}", r[k], step)
+    writer.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlrmkit.train.run_dir import read_run
+
+    info = read_run(args.run)
+    records = read_log(info["log_jsonl"])
+    out = args.out or args.run
+    os.makedirs(out, exist_ok=True)
+    pngs = plots(records, out)
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+        f.write(summary(args.run, info, records, pngs))
+    if args.tensorboard:
+        tensorboard(records, args.tensorboard)
+    print(f"wrote {len(pngs)} plots and {os.path.join(out, 'report.md')}")
+    return 0

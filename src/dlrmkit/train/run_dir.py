@@ -1,0 +1,137 @@
+"""The run folder every `dlrmkit train` writes: `config.yaml` (the resolved options, which
+`dlrmkit train --config` accepts, so the run can be repeated), `plan.json` (model shape, table
+placement), `run.json` (where the log and checkpoints are), `log.jsonl` (JSON-lines metrics),
+`checkpoints/` and `metrics.json`. `dlrmkit report RUN` reads it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlrmkit.config import TrainConfig
+from dlrmkit.train.config_file import NOT_IN_CONFIG, dump_config
+
+# Options that say where a run writes (not what it computes): left out of config.yaml, so
+# repeating a run with --config never writes into the old run's folder.
+WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume"}
+RECIPE = ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps",
+          "embedding_dim", "bottom_mlp", "top_mlp")
+
+
+@dataclass
+class RunDir:
+    path: str
+    log_jsonl: str
+    checkpoint_dir: str | None
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+
+def is_rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def new_run_path(root: str = "runs") -> str:
+    """runs/<YYYYmmdd-HHMMSS>[-k]: a fresh folder, never one another process just took."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for k in range(1000):
+        path = os.path.join(root, stamp if k == 0 else f"{stamp}-{k}")
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a fresh run folder under {root}")
+
+
+def resolved_options(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, Any]:
+    """Every train option as the run used it (preset defaults filled in), minus output paths."""
+    res = cfg.resolved()
+    out: dict[str, Any] = {}
+    known = {a.dest for a in args._parser._actions} if hasattr(args, "_parser") else set(vars(args))
+    for key, value in vars(args).items():
+        if key.startswith("_") or key in NOT_IN_CONFIG or key in WHERE_OPTIONS or key not in known:
+            continue
+        if key in RECIPE and value is None:
+            value = getattr(res, key, None)
+        out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
+    """Create the run folder, point the config's log and checkpoints into it, write config.yaml."""
+    multi_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    path = getattr(args, "run_dir", None)
+    if path:
+        os.makedirs(path, exist_ok=True)
+    elif multi_rank:
+        # ranks must agree on folders; without --run-dir only rank 0 keeps a folder, for the record
+        path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{os.environ.get('RANK')}")
+    else:
+        path = new_run_path()
+    if cfg.checkpoint_dir is None and not cfg.resume and not (multi_rank and not args.run_dir):
+        cfg.checkpoint_dir = os.path.join(path, "checkpoints")
+    elif cfg.checkpoint_dir is None and cfg.resume and args.run_dir:
+        cfg.checkpoint_dir = os.path.join(path, "checkpoints")
+    if cfg.log_jsonl is None:
+        cfg.log_jsonl = os.path.join(cfg.checkpoint_dir, "log.jsonl") if args.checkpoint_dir else os.path.join(path, "log.jsonl")
+    run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
+    if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
+        open(run.log_jsonl, "w").close()  # a fresh run in a reused folder starts a fresh log
+    if is_rank_zero():
+        dump_config(resolved_options(args, cfg), run.file("config.yaml"))
+        write_json(run.file("run.json"), {
+            "log_jsonl": os.path.abspath(run.log_jsonl),
+            "checkpoint_dir": os.path.abspath(run.checkpoint_dir) if run.checkpoint_dir else None,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "argv": list(getattr(args, "_argv", []) or []),
+        })
+    return run
+
+
+def write_plan(run: RunDir, trainer: Any) -> None:
+    """plan.json: the model shape, and the sharding plan when the trainer has one."""
+    if not is_rank_zero():
+        return
+    plan: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "1")),
+                            "model_config": asdict(trainer.model_cfg)}
+    sharding = getattr(trainer, "plan", None)
+    if sharding is not None:
+        plan["sharding_plan"] = sharding.to_dict() if hasattr(sharding, "to_dict") else str(sharding)
+    write_json(run.file("plan.json"), plan)
+
+
+def write_metrics(run: RunDir, metrics: dict[str, Any]) -> None:
+    if is_rank_zero():
+        write_json(run.file("metrics.json"), metrics)
+
+
+def write_json(path: str, obj: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def read_run(path: str) -> dict[str, Any]:
+    """run.json plus config.yaml of a run folder (for `report`)."""
+    import yaml
+
+    from dlrmkit.errors import DlrmkitError
+
+    info_path = os.path.join(path, "run.json")
+    if not os.path.isfile(info_path):
+        raise DlrmkitError(f"{path}: not a run folder (no run.json; `dlrmkit train --run-dir` writes one)")
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    cfg_path = os.path.join(path, "config.yaml")
+    info["config"] = {}
+    if os.path.isfile(cfg_path):
+        with open(cfg_path, encoding="utf-8") as f:
+            info["config"] = yaml.safe_load(f) or {}
+    return info

@@ -1,0 +1,228 @@
+"""Hyperparameter search with Optuna: TPE sampling over a YAML search space of `train` options,
+intermediate test AUC reported at every evaluation so a median pruner stops bad trials early,
+the study kept in SQLite (a stopped search resumes; several processes may share it),
+`--parallel K` trials at once. Writes the best config as YAML for `dlrmkit train --config`,
+a table of the best trials and PNG plots of the history and parameter importances."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import replace
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from dlrmkit.errors import DlrmkitError
+
+FINISHED = ("COMPLETE", "PRUNED")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--trials", type=int, required=True, help="finished trials the study should hold in total")
+    p.add_argument("--space", help="search space YAML (default: dlrmkit/tune_space.yaml)")
+    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
+    p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
+    p.add_argument("--parallel", type=int, default=1, help="trials run at once in this process (default 1)")
+    p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
+    p.add_argument("--preset", default="tiny", help="base preset of every trial (default tiny)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, help="epochs per trial (default: the preset's)")
+    g.add_argument("--max-steps", type=int, help="steps per trial")
+    p.add_argument("--eval-every", type=int, default=0, help="evaluate (and report for pruning) every N steps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
+    p.add_argument("--no-prune", action="store_true", help="never prune a trial")
+
+
+def load_space(path: str | None) -> dict[str, Any]:
+    if path is None:
+        text = resources.files("dlrmkit").joinpath("tune_space.yaml").read_text(encoding="utf-8")
+        path = "tune_space.yaml"
+    else:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise DlrmkitError(f"{path}: cannot read search space ({exc.strerror})") from None
+    space = yaml.safe_load(text) or {}
+    if not isinstance(space, dict):
+        raise DlrmkitError(f"{path}: a search space is a mapping of option: spec")
+    from dlrmkit.config import TrainConfig
+
+    fields = set(TrainConfig.__dataclass_fields__)
+    out = {}
+    for key, spec in space.items():
+        name = str(key).replace("-", "_")
+        if name not in fields:
+            raise DlrmkitError(f"{path}: unknown train option '{key}'")
+        if isinstance(spec, dict) and spec.get("type") not in ("float", "int", "categorical"):
+            raise DlrmkitError(f"{path}: option '{key}': type must be float, int or categorical")
+        out[name] = spec
+    return out
+
+
+def suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for name, spec in space.items():
+        if not isinstance(spec, dict):
+            params[name] = spec
+        elif spec["type"] == "float":
+            params[name] = trial.suggest_float(name, float(spec["low"]), float(spec["high"]), log=bool(spec.get("log")))
+        elif spec["type"] == "int":
+            params[name] = trial.suggest_int(name, int(spec["low"]), int(spec["high"]), log=bool(spec.get("log")))
+        else:
+            params[name] = trial.suggest_categorical(name, list(spec["choices"]))
+    return params
+
+
+def train_options(params: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """Trial parameters -> train options (dest names); MLP strings get their fixed last layer."""
+    from dlrmkit.config import get_preset
+
+    opts = {**base, **params}
+    dim = int(opts.get("embedding_dim") or get_preset(opts["preset"]).embedding_dim)
+    for key, last in (("bottom_mlp", dim), ("top_mlp", 1)):
+        if isinstance(opts.get(key), str):
+            opts[key] = [int(x) for x in opts[key].split(",") if x.strip()] + [last]
+    if opts.get("embedding_dim") is not None and opts.get("bottom_mlp") is None:
+        opts["bottom_mlp"] = list(get_preset(opts["preset"]).bottom_mlp[:-1]) + [dim]
+    return opts
+
+
+def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str):
+    import optuna
+
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train.config_file import dump_config
+    from dlrmkit.train.trainer import Trainer
+
+    base = {"data": args.data, "preset": args.preset, "epochs": args.epochs, "max_steps": args.max_steps,
+            "eval_every": args.eval_every, "seed": args.seed}
+
+    class TrialTrainer(Trainer):
+        """Reports every evaluation's AUC to Optuna and stops when the pruner says so."""
+
+        trial: Any = None
+
+        def evaluate(self) -> dict[str, float]:
+            result = super().evaluate()
+            auc = result["auc"]
+            if self.trial is not None and not math.isnan(auc):
+                self.trial.report(auc, self.step)
+                if not args.no_prune and self.trial.should_prune():
+                    raise optuna.TrialPruned(f"AUC {auc:.4f} at step {self.step}")
+            return result
+
+    def objective(trial: Any) -> float:
+        opts = train_options(suggest(trial, space), base)
+        run = os.path.join(out, f"trial_{trial.number}")
+        os.makedirs(run, exist_ok=True)
+        dump_config({k: v for k, v in opts.items() if v is not None}, os.path.join(run, "config.yaml"))
+        cfg = TrainConfig(**{k: v for k, v in opts.items() if v is not None})
+        cfg = replace(cfg, progress=False, log_jsonl=os.path.join(run, "log.jsonl"))
+        trainer = TrialTrainer(cfg)
+        trainer.trial = trial
+        try:
+            metrics = trainer.fit()
+        except DlrmkitError as exc:  # e.g. a diverging lr: a failed trial, not a failed study
+            raise optuna.TrialPruned(str(exc)) from None
+        trial.set_user_attr("train_options", {k: v for k, v in opts.items() if v is not None})
+        trial.set_user_attr("logloss", metrics["logloss"])
+        return float(metrics["auc"]) if not math.isnan(metrics["auc"]) else 0.0
+
+    return objective
+
+
+def count_finished(study: Any) -> int:
+    return sum(t.state.name in FINISHED for t in study.trials)
+
+
+def best_table(study: Any, k: int = 5) -> str:
+    done = sorted((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: -t.value)[:k]
+    if not done:
+        return "no complete trials yet"
+    names = sorted({n for t in done for n in t.params})
+    head = ["trial", "AUC", *names]
+    rows = [[str(t.number), f"{t.value:.4f}", *[_fmt(t.params.get(n)) for n in names]] for t in done]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows])
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def write_plots(study: Any, out: str) -> list[str]:
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    written = []
+    for name, fn in (("history.png", ovm.plot_optimization_history), ("importances.png", ovm.plot_param_importances)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ax = fn(study)
+            fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            fig.set_size_inches(7, 4.5)
+            fig.tight_layout()
+            path = os.path.join(out, name)
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            written.append(path)
+        except (ValueError, RuntimeError) as exc:  # e.g. importances need two complete trials
+            print(f"tune: no {name}: {exc}")
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import optuna
+    except ImportError:
+        raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
+    if args.trials <= 0 or args.parallel <= 0:
+        raise DlrmkitError("--trials and --parallel must be positive")
+    space = load_space(args.space)
+    out = args.out or f"tune-{args.study}"
+    os.makedirs(out, exist_ok=True)
+    url = args.storage or f"sqlite:///{os.path.join(out, 'study.db')}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import warnings
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    try:
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises many kinds for a bad URL
+        raise DlrmkitError(f"--storage {url}: cannot open ({type(exc).__name__}: {str(exc)[:100]})") from None
+    sampler = optuna.samplers.TPESampler(seed=args.seed)
+    pruner = optuna.pruners.NopPruner() if args.no_prune else optuna.pruners.MedianPruner(n_startup_trials=2)
+    study = optuna.create_study(study_name=args.study, storage=storage, sampler=sampler, pruner=pruner,
+                                direction="maximize", load_if_exists=True)
+    done = count_finished(study)
+    todo = args.trials - done
+    print(f"study '{args.study}' in {url}: {done} finished trials, running {max(todo, 0)} more")
+    if todo > 0:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.parallel))
+        study.optimize(objective_factory(args, space, out), n_trials=todo, n_jobs=args.parallel,
+                       catch=(RuntimeError,), gc_after_trial=True)
+    print(best_table(study))
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if complete:
+        best = max(complete, key=lambda t: t.value)
+        from dlrmkit.train.config_file import dump_config
+
+        path = os.path.join(out, "best.yaml")
+        dump_config(best.user_attrs.get("train_options", {}), path)
+        print(f"best trial {best.number}: AUC {best.value:.4f}; config {path} (dlrmkit train --config {path})")
+    for path in write_plots(study, out):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,30 @@
+"""Helpers for multi-rank tests: free ports and torchrun launches on CPU (gloo), 1 thread per rank."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def torchrun(nproc: int, *args: str, timeout: float = 180, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node nproc ARGS` (a script path or `-m module ...`)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *(extra or []), *map(str, args)]
+    return subprocess.run(cmd, env=torchrun_env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout)

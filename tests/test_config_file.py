@@ -1,0 +1,50 @@
+"""`dlrmkit train --config`: options from YAML, CLI flags win, unknown keys rejected, and the run
+folder's resolved config.yaml repeats the run exactly."""
+
+import json
+
+import yaml
+
+from conftest import run_cli
+
+
+def train(*argv):
+    result = run_cli("train", "--no-progress", *argv)
+    assert result.code == 0, result.err
+    return result
+
+
+def test_config_file_sets_options_and_flags_override(tiny_data, tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"data": str(tiny_data), "max-steps": 7, "lr": 0.5, "batch_size": 128}))
+    train("--config", cfg, "--max-steps", 5, "--run-dir", tmp_path / "R")
+    resolved = yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())
+    assert resolved["max-steps"] == 5  # the flag wins
+    assert resolved["lr"] == 0.5 and resolved["batch-size"] == 128  # from the file
+    assert resolved["embedding-dim"] == 16  # filled in from the preset
+    metrics = json.loads((tmp_path / "R" / "metrics.json").read_text())
+    assert metrics["steps"] == 5
+
+
+def test_unknown_or_bad_key_is_a_one_line_error(tiny_data, tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("data: x\nlearning_rate: 0.1\n")
+    result = run_cli("train", "--config", cfg)
+    assert result.code == 2
+    assert "unknown option 'learning_rate'" in result.err and str(cfg) in result.err
+    assert len(result.err.strip().splitlines()) == 1
+    cfg.write_text(f"data: {tiny_data}\nbatch-size: many\n")
+    result = run_cli("train", "--config", cfg)
+    assert result.code == 2 and "batch-size" in result.err
+
+
+def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
+    train("--data", tiny_data, "--max-steps", 12, "--lr", 0.3, "--embedding-dim", 8, "--bottom-mlp", "32,8",
+          "--run-dir", tmp_path / "A", "--metrics-json", tmp_path / "a.json")
+    train("--config", tmp_path / "A" / "config.yaml", "--run-dir", tmp_path / "B", "--metrics-json", tmp_path / "b.json")
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert a["steps"] == b["steps"] == 12
+    assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"]
+    plan = json.loads((tmp_path / "B" / "plan.json").read_text())
+    assert plan["model_config"]["embedding_dim"] == 8 and plan["model_config"]["bottom_mlp"] == [32, 8]
+    assert (tmp_path / "B" / "checkpoints" / "latest").exists()

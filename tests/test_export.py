@@ -1,0 +1,30 @@
+"""`dlrmkit export`: the exported TorchScript (and pt) model gives the checkpoint model's outputs."""
+
+import torch
+
+from dlrmkit.export import example_inputs, load_model
+
+from conftest import run_cli
+
+
+def test_torchscript_and_pt_exports_match_checkpoint(tiny_data, tmp_path):
+    result = run_cli("train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R")
+    assert result.code == 0, result.err
+    ckpt = tmp_path / "R" / "checkpoints"
+    model, cfg = load_model(str(ckpt))
+    dense, ids = example_inputs(cfg, batch=33)
+    with torch.no_grad():
+        want = model(dense, ids)
+
+    assert run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.ts", "--format", "torchscript").code == 0
+    scripted = torch.jit.load(str(tmp_path / "m.ts"))
+    with torch.no_grad():
+        got = scripted(dense, ids)
+    assert got.shape == want.shape == (33,)
+    torch.testing.assert_close(got, want)
+
+    assert run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.pt").code == 0
+    saved = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert saved["model_config"]["table_sizes"] == cfg.table_sizes
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(saved["model"][name], tensor)

@@ -1,0 +1,60 @@
+"""`torchrun -m dlrmkit train` end to end: the loader strategies and shardings give the single
+process's loss and AUC; the two-"node" launch (two torchrun invocations, c10d rendezvous)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parallel_util import ROOT, free_port, torchrun, torchrun_env  # noqa: E402
+
+ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_data, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("single") / "m.json"
+    proc = subprocess.run([sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS,
+                           "--metrics-json", str(out)], env=torchrun_env(), cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def check_same(m: dict, single: dict, world: int) -> None:
+    assert m["world_size"] == world
+    assert m["samples"] == single["samples"] == 6 * 250
+    assert m["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
+    assert m["auc"] == pytest.approx(single["auc"], abs=1e-6)
+    assert m["logloss"] == pytest.approx(single["logloss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("world,sharding,loader", [(2, "row_wise", "own-features"), (3, "auto", "broadcast")])
+def test_train_under_torchrun_matches_single(world, sharding, loader, tiny_data, single, tmp_path):
+    out = tmp_path / "m.json"
+    proc = torchrun(world, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--sharding", sharding,
+                    "--loader", loader, "--metrics-json", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("test AUC") == 1, "only rank 0 prints"
+    check_same(json.loads(out.read_text()), single, world)
+
+
+def test_two_nodes_c10d(tiny_data, single, tmp_path):
+    port = free_port()
+    out = tmp_path / "m.json"
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+               "--nproc_per_node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", "dlrmkit-test", "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS,
+               "--sharding", "table_wise", "--metrics-json", str(out)]
+        procs.append(subprocess.Popen(cmd, env=torchrun_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = [p.communicate(timeout=180) for p in procs]
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 0, err[-3000:]
+    check_same(json.loads(out.read_text()), single, 2)

@@ -1,0 +1,220 @@
+"""End-to-end checks of `dlrmkit synth`, `dlrmkit train` and `dlrmkit evaluate`, run in-process."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from dlrmkit.data.loader import epoch_order
+from dlrmkit.train.checkpoint import latest_checkpoint
+
+from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
+
+METRIC_KEYS = {"auc", "logloss", "steps", "samples", "samples_per_s", "train_loss", "world_size", "best_auc", "optimal_auc"}
+BATCH = 256  # the tiny preset's batch size
+BATCHES_PER_EPOCH = -(-TINY_ROWS // BATCH)  # 16, the last one 160 rows
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_log(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def load_state(checkpoint_dir):
+    """(step, {name: tensor}) of the latest checkpoint in `checkpoint_dir`: model weights as
+    `model.*`, optimizer state as `opt.*`, the saved RNG state as `rng.*`.
+
+    Reads either checkpoint layout: the first one (`state.pt`, a torch.save of state dicts) or
+    the DCP one (`manifest.json` + DCP files, read with checkpoint.load_logical_state)."""
+    path = latest_checkpoint(str(checkpoint_dir))
+    assert path is not None, f"no checkpoint in {checkpoint_dir}"
+    legacy = os.path.join(path, "state.pt")
+    if os.path.exists(legacy):
+        state = torch.load(legacy, map_location="cpu", weights_only=False)
+        flat = {f"model.{k}": v for k, v in state["model"].items()}
+        for i, opt in enumerate(state["optimizers"]):
+            for pid, st in opt["state"].items():
+                flat.update({f"opt.{i}.{pid}.{k}": torch.as_tensor(v) for k, v in st.items()})
+        flat["rng.0"] = state["rng"]
+        return state["step"], flat
+    from dlrmkit.train.checkpoint import load_logical_state
+
+    tensors, manifest = load_logical_state(path)
+    flat = {}
+    for key, value in tensors.items():
+        if key.startswith("dense_opt."):  # dense_opt.<fqn>.<state>
+            flat["opt." + key[len("dense_opt."):]] = value
+        elif key.startswith("table.") and ".opt." in key:  # table.<t>.opt.<state>
+            flat["opt." + key] = value
+        elif key.startswith("table."):  # table.<t>.weight
+            flat["model." + key] = value
+        else:  # model.<fqn>, rng.<rank>
+            flat[key] = value
+    return manifest["step"], flat
+
+
+def samples_between(first_step, last_step, seed=0):
+    """Rows the train loop reads in steps [first_step, last_step) of the tiny-preset run on `tiny_data`."""
+    total = 0
+    for step in range(first_step, last_step):
+        epoch, index = divmod(step, BATCHES_PER_EPOCH)
+        b = int(epoch_order(BATCHES_PER_EPOCH, epoch, seed, True)[index])
+        total += min(BATCH, TINY_ROWS - b * BATCH)
+    return total
+
+
+def train(data, *extra):
+    result = run_cli("train", "--data", data, "--no-progress", *extra)
+    assert result.code == 0, result.err
+    return result
+
+
+# ---- the acceptance check: real tiny preset ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_preset_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-preset")
+    data, metrics = root / "D", root / "M.json"
+    synth = run_cli("synth", "--preset", "tiny", "--out", data)
+    assert synth.code == 0, synth.err
+    result = run_cli("train", "--data", data, "--metrics-json", metrics, "--no-progress")
+    return synth, result, data, metrics
+
+
+def test_synth_tiny_preset(tiny_preset_run):
+    synth, _, data, _ = tiny_preset_run
+    assert "150000 train + 20000 test rows" in synth.out
+    assert os.path.exists(data / "feature_spec.yaml")
+    assert not os.path.exists(str(data) + ".tmp")
+
+
+def test_train_tiny_preset_reaches_optimal_auc(tiny_preset_run):
+    _, result, data, metrics_path = tiny_preset_run
+    assert result.code == 0, result.err
+    m = read_json(metrics_path)
+    assert METRIC_KEYS <= set(m), METRIC_KEYS - set(m)
+    assert abs(m["optimal_auc"] - m["auc"]) <= 0.02, m
+    assert 0.5 < m["auc"] <= 1.0
+    assert m["steps"] == 6 * 586  # 6 epochs of ceil(150000 / 256) batches
+    assert m["samples"] == 6 * 150_000
+    assert m["world_size"] == 1
+    assert m["samples_per_s"] > 0
+    assert 0 < m["logloss"] < 0.6931 and 0 < m["train_loss"] < 0.6931
+    assert m["best_auc"] >= m["auc"]
+    assert "test AUC" in result.out and f"{m['auc']:.4f}" in result.out
+
+
+# ---- checkpoints and --resume on the small session dataset ------------------------------------------
+
+
+def test_resume_continues_from_checkpoint_step(tiny_data, tmp_path):
+    ckpt, m1, m2 = tmp_path / "C", tmp_path / "m1.json", tmp_path / "m2.json"
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 20, "--metrics-json", m1)
+    first = read_json(m1)
+    assert first["steps"] == 20
+    assert load_state(ckpt)[0] == 20
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 45, "--resume", "--metrics-json", m2)
+    second = read_json(m2)
+    assert second["steps"] == 45
+    # it trained only steps 20..44 (the batches after the checkpoint), not 45 steps from scratch
+    assert second["samples"] == samples_between(20, 45)
+    assert load_state(ckpt)[0] == 45
+    assert sorted(os.listdir(ckpt)) == ["latest", "log.jsonl", "step_20", "step_45"]
+    # the log shows the second run picking up where the first one ended
+    log = read_log(ckpt / "log.jsonl")
+    ends = [r for r in log if r["event"] == "end"]
+    assert [r["steps"] for r in ends] == [20, 45]
+    cut = log.index(ends[0])
+    assert all(r["step"] > 20 for r in log[cut + 1 :] if "step" in r)
+    assert [r["step"] for r in log if r["event"] == "eval"] == [16, 20, 32, 45]
+
+
+def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):
+    m = tmp_path / "m.json"
+    train(tiny_data, "--checkpoint-dir", tmp_path / "C", "--resume", "--max-steps", 5, "--metrics-json", m)
+    assert read_json(m)["steps"] == 5
+    assert read_json(m)["samples"] == samples_between(0, 5)
+
+
+def test_resume_needs_checkpoint_dir(tiny_data):
+    result = run_cli("train", "--data", tiny_data, "--resume", "--max-steps", 2, "--no-progress")
+    assert result.code == 2
+    assert "--resume needs --checkpoint-dir" in result.err
+
+
+def test_resume_with_other_model_shape_is_refused(tiny_data, tmp_path):
+    ckpt = tmp_path / "C"
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 3)
+    result = run_cli(
+        "train", "--data", tiny_data, "--preset", "small", "--checkpoint-dir", ckpt, "--resume",
+        "--max-steps", 6, "--no-progress",
+    )
+    assert result.code == 2
+    assert "does not match" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    "cut, extra",
+    [
+        (30, []),  # mid-epoch
+        (32, []),  # exactly at an epoch boundary (16 batches per epoch)
+        (23, ["--optimizer", "adagrad", "--lr", "0.05", "--warmup-steps", "10", "--decay-start", "40",
+              "--decay-steps", "15", "--seed", "7"]),
+    ],
+)
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path, cut, extra):
+    interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
+    mi, ms = tmp_path / "mi.json", tmp_path / "ms.json"
+    train(tiny_data, "--checkpoint-dir", interrupted, "--max-steps", cut, *extra)
+    train(tiny_data, "--checkpoint-dir", interrupted, "--max-steps", 60, "--resume", "--metrics-json", mi, *extra)
+    train(tiny_data, "--checkpoint-dir", straight, "--max-steps", 60, "--metrics-json", ms, *extra)
+    (step_a, a), (step_b, b) = load_state(interrupted), load_state(straight)
+    assert step_a == step_b == 60
+    assert a.keys() == b.keys()
+    assert any(k.startswith("model.") for k in a)
+    differing = [k for k in a if k.startswith("model.") and not torch.equal(a[k], b[k])]
+    assert differing == [], f"weights differ after resume: {differing}"
+    differing = [k for k in a if not k.startswith("model.") and not torch.equal(a[k], b[k])]
+    assert differing == [], f"optimizer or RNG state differs after resume: {differing}"
+    assert read_json(mi)["auc"] == read_json(ms)["auc"]
+    assert read_json(mi)["steps"] == read_json(ms)["steps"] == 60
+
+
+def test_checkpoint_every_keeps_two_latest(tiny_data, tmp_path):
+    ckpt = tmp_path / "C"
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10, "--checkpoint-every", 3)
+    assert sorted(n for n in os.listdir(ckpt) if n.startswith("step_")) == ["step_10", "step_9"]
+    assert (ckpt / "latest").read_text() == "step_10"
+    assert not [n for n in os.listdir(ckpt) if n.startswith(".")]
+
+
+# ---- evaluate ---------------------------------------------------------------------------------------
+
+
+def test_evaluate_matches_train_metrics(tiny_data, tmp_path):
+    ckpt, mt, me = tmp_path / "C", tmp_path / "train.json", tmp_path / "eval.json"
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 40, "--metrics-json", mt)
+    for checkpoint in (ckpt, ckpt / "step_40"):  # a checkpoint dir (via `latest`) or the folder itself
+        result = run_cli("evaluate", "--data", tiny_data, "--checkpoint", checkpoint, "--metrics-json", me)
+        assert result.code == 0, result.err
+        t, e = read_json(mt), read_json(me)
+        assert e["auc"] == pytest.approx(t["auc"], abs=1e-12)
+        assert e["logloss"] == pytest.approx(t["logloss"], abs=1e-12)
+        assert e["rows"] == TINY_TEST_ROWS
+        assert f"AUC {t['auc']:.6f}" in result.out
+    result = run_cli("evaluate", "--data", tiny_data, "--checkpoint", ckpt, "--mapping", "train", "--metrics-json", me)
+    assert result.code == 0, result.err
+    assert read_json(me)["rows"] == TINY_ROWS
+
+
+def test_evaluate_without_checkpoint_fails_cleanly(tiny_data, tmp_path):
+    result = run_cli("evaluate", "--data", tiny_data, "--checkpoint", tmp_path)
+    assert result.code == 2
+    assert str(tmp_path) in result.err and "no checkpoint" in result.err

@@ -1,0 +1,71 @@
+"""`dlrmkit tune`: a 4-trial study killed after 2 finished trials resumes from its SQLite file
+and ends with 4; its best config trains with `dlrmkit train --config`; plots are written."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+pytest.importorskip("optuna", reason="tune needs optuna (pip install 'dlrmkit[tune]')")
+
+from conftest import run_cli  # noqa: E402
+
+SPACE = {
+    "lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True},
+    "batch-size": {"type": "categorical", "choices": [256, 512]},
+    "embedding-dim": {"type": "categorical", "choices": [4, 8]},
+    "top-mlp": {"type": "categorical", "choices": ["16", "32,16"]},
+}
+
+
+def finished_trials(db):
+    if not os.path.exists(db):
+        return 0
+    try:
+        with sqlite3.connect(db) as con:
+            return con.execute("select count(*) from trials where state in ('COMPLETE', 'PRUNED')").fetchone()[0]
+    except sqlite3.OperationalError:  # tables not created yet
+        return 0
+
+
+def test_study_resumes_after_kill_and_best_config_trains(tiny_data, tmp_path):
+    space, out = tmp_path / "space.yaml", tmp_path / "T"
+    space.write_text(yaml.safe_dump(SPACE))
+    db = out / "study.db"
+    argv = ["tune", "--data", tiny_data, "--trials", 4, "--space", space, "--out", out,
+            "--storage", f"sqlite:///{db}", "--max-steps", 12, "--eval-every", 4]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dlrmkit", *map(str, argv)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while finished_trials(db) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = finished_trials(db)
+    assert 2 <= first < 4, f"killed run finished {first} trials"
+
+    result = run_cli(*argv)
+    assert result.code == 0, result.err
+    assert f"{first} finished trials, running {4 - first} more" in result.out
+    assert finished_trials(db) == 4
+    assert "AUC" in result.out and (out / "best.yaml").exists()
+    assert (out / "history.png").stat().st_size > 1000
+
+    best = yaml.safe_load((out / "best.yaml").read_text())
+    assert best["embedding-dim"] in (4, 8) and best["top-mlp"][-1] == 1
+    train = run_cli("train", "--config", out / "best.yaml", "--no-progress", "--run-dir", tmp_path / "R")
+    assert train.code == 0, train.err
+    assert yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())["lr"] == best["lr"]
+
+
+def test_unknown_space_key_is_an_error(tiny_data, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("learning-rate: {type: float, low: 0.1, high: 1}\n")
+    result = run_cli("tune", "--data", tiny_data, "--trials", 1, "--space", space, "--out", tmp_path / "T")
+    assert result.code == 2 and "unknown train option 'learning-rate'" in result.err
