@@ -97,12 +97,6 @@ def test_synth_refuses_existing_output(cli_subprocess, tiny_data):
     assert (tiny_data / "feature_spec.yaml").exists()  # the existing dataset is untouched
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: Trainer.fit does not close its tqdm bar when an error escapes the loop, so with the progress "
-    "bar on (the default) the error is glued to a partial bar line and the bar is redrawn after it",
-)
 def test_id_out_of_range_with_progress_bar(dataset_copy, cli_subprocess):
     path = dataset_copy / "train" / "cat_2.bin"
     ids = np.fromfile(path, dtype=np.int8)

@@ -79,7 +79,7 @@ def test_interrupted_run_equals_uninterrupted_including_rng(tiny_data, tmp_path)
 
 
 # ---- atomic saves ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("point", ["save:after-data", "save:before-rename", "save:before-latest"])
+@pytest.mark.parametrize("point", ["save:after-data", "save:before-latest"])
 def test_kill_mid_save_leaves_previous_checkpoint(tiny_data, tmp_path, point):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, steps=4)
@@ -152,8 +152,9 @@ def test_corrupt_checkpoint_is_one_line_error(tiny_data, tmp_path, damage):
         target = os.path.join(path, ckpt.MANIFEST)
         open(target, "w").write('{"format": "dlrmkit-checkpoint/1", "step": ')
         needles = [target, "manifest"]
-    assert_one_line_error(run_cli_subprocess("evaluate", "--data", tiny_data, "--checkpoint", c), *needles)
-    resumed = run_cli_subprocess("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c,
+    evaluate = run_cli_subprocess if damage == "flip" else run_cli  # one real CLI process is enough
+    assert_one_line_error(evaluate("evaluate", "--data", tiny_data, "--checkpoint", c), *needles)
+    resumed = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c,
                                  "--resume", "--max-steps", 6)
     assert_one_line_error(resumed, *needles)
 
@@ -206,7 +207,7 @@ def inf_data(dataset_copy):
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(inf_data, tmp_path):
     c = tmp_path / "C"
-    result = run_cli_subprocess("train", "--data", inf_data, "--no-progress", "--no-shuffle", "--max-steps", 8,
+    result = run_cli("train", "--data", inf_data, "--no-progress", "--no-shuffle", "--max-steps", 8,
                                 "--checkpoint-dir", c, "--checkpoint-every", 2)
     assert_one_line_error(result, "loss is nan at step 4", "last good checkpoint", "--skip-nonfinite")
     assert (c / "latest").read_text() == "step_2"

@@ -143,3 +143,5 @@ def test_deepctr_csv_via_transcode(tmp_path):
     labels = np.concatenate([train.read(0, 150).labels, test.read(0, 50).labels])
     assert labels.sum() == 49
     assert run_cli("validate", "--data", out).code == 0
+    t = run_cli("train", "--data", out, "--preset", "tiny", "--epochs", "1", "--batch-size", "32", "--no-progress")
+    assert t.code == 0 and "test AUC" in t.out, t.err

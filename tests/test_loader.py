@@ -191,12 +191,6 @@ def test_prefetcher_close_stops_worker_blocked_on_full_queue():
     assert len(produced) < 10  # it stopped instead of draining the source
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: Prefetcher._work ends with a blocking self.queue.put(self._END) that ignores `stopped`; "
-    "when the consumer stops within the last `depth` batches the queue is full and the thread never exits",
-)
 def test_prefetch_thread_stops_when_consumer_stops_near_end_of_epoch(dataset):
     loader = BatchLoader(dataset, BATCH, shuffle=False, prefetch=2)  # 16 batches
     before = prefetch_threads()

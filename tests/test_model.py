@@ -287,13 +287,6 @@ def test_bad_model_config(kw, match):
         DLRM(small_config(**kw))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="BUG: ModelConfig.check accepts num_numerical=0 with an empty bottom MLP (config.model_config builds "
-    "exactly that for datasets without numerical features) but DotInteraction.forward then concatenates a "
-    "[B,1,0] dense vector with [B,T,D] embeddings and raises",
-)
 def test_dlrm_without_numerical_features():
     model = DLRM(small_config(num_numerical=0, bottom_mlp=[]))
     model.reset_parameters(0)

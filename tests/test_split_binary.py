@@ -288,11 +288,6 @@ def test_stale_tmp_folder_is_replaced(tmp_path):
     open_dataset(str(out))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SplitBinaryDataset.check_ids names the feature's first chunk file "
-    "(self.categorical[t].files[0]) even when the bad id lies in a later chunk",
-)
 def test_id_out_of_range_in_later_chunk_names_that_chunk(small_dataset):
     out, _ = small_dataset
     base = str(out)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.model.embedding import JaggedIds
+from dlrmkit.precision import autocast, compute_dtype
 from dlrmkit.train.trainer import build_optimizers
 
 BENCH_MODELS: dict[str, ModelConfig] = {
@@ -96,6 +97,23 @@ def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, win
     return rates
 
 
+def fp32_sgd_rate(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> float:
+    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32)."""
+    model = DLRM(cfg)
+    model.reset_parameters(args.seed)
+    optimizers = build_optimizers(model, "sgd", args.lr)
+
+    def step(batch: RandomBatch) -> None:
+        loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in optimizers:
+            opt.step()
+
+    return statistics.median(timed_windows(step, batches, args.warmup, args.steps, args.windows))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
     p.add_argument("--batch-size", type=int, default=2048, help="batch size (default 2048)")
@@ -106,6 +124,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the figures as one JSON object to this file")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="autocast precision (default fp32)")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adagrad", "split-sgd", "lamb"],
+                   help="dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)")
+    p.add_argument("--compare-fp32", action="store_true",
+                   help="also time the fp32 SGD model in this run and print the speed-up over it")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (one-hot ids; global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
@@ -122,12 +145,13 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.parallel.bench_parallel import parallel_setup  # torchrun: shard the model
 
     par = parallel_setup(model, args.batch_size, args.sharding, args.backend)
-    optimizers = build_optimizers(model, "sgd", args.lr)
+    optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
     def step(batch: RandomBatch) -> None:
         if par is not None:
             return par.step(batch, optimizers)
-        loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
+        with autocast(args.precision):
+            loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -139,13 +163,14 @@ def run(args: argparse.Namespace) -> int:
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
-    gemm_s = measure_compute_bound(cfg, args.batch_size, torch.float32)
+    gemm_s = measure_compute_bound(cfg, args.batch_size, compute_dtype(args.precision))
     flops = flops_per_sample(cfg)
     bound = args.batch_size / gemm_s
     result = {
         "model": args.model,
         "batch_size": args.batch_size,
-        "precision": "fp32",
+        "precision": args.precision,
+        "optimizer": args.optimizer,
         "threads": torch.get_num_threads(),
         "samples_per_s": rate,
         "window_samples_per_s": rates,
@@ -164,11 +189,16 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(f"{par.ctx.world_size} ranks, sharding {args.sharding}, one-hot ids: global samples/s below")
     print(
-        f"{args.model} batch {args.batch_size} fp32, {result['threads']} threads: {rate:,.0f} samples/s "
+        f"{args.model} batch {args.batch_size} {args.precision} {args.optimizer}, {result['threads']} threads: "
+        f"{rate:,.0f} samples/s "
         f"(median of {args.windows} windows x {args.steps} steps)\n"
         f"model {flops / 1e6:.2f} MFLOP/sample; GEMMs at its shapes run at {result['gemm_gflops']:.1f} GFLOP/s "
         f"-> compute bound {bound:,.0f} samples/s; reached {100 * rate / bound:.1f}%"
     )
+    if args.compare_fp32 and par is None:
+        base = fp32_sgd_rate(cfg, args, batches)
+        result.update(fp32_samples_per_s=base, speedup_vs_fp32=rate / base)
+        print(f"fp32 sgd in this run: {base:,.0f} samples/s; {args.precision} {args.optimizer} is {rate / base:.2f}x")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -62,20 +62,24 @@ class Prefetcher:
         self.thread = threading.Thread(target=self._work, args=(source,), daemon=True)
         self.thread.start()
 
+    def _put(self, item) -> bool:
+        """Queue `item` unless the consumer has stopped; never blocks forever."""
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def _work(self, source: Iterator) -> None:
         try:
             for item in source:
-                while not self.stopped.is_set():
-                    try:
-                        self.queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self.stopped.is_set():
+                if not self._put(item):
                     return
         except BaseException as exc:  # re-raised in the consumer's thread
             self.error = exc
-        self.queue.put(self._END)
+        self._put(self._END)
 
     def __iter__(self) -> "Prefetcher":
         return self

@@ -42,6 +42,10 @@ class Column:
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.rows = int(self.starts[-1])
 
+    def file_of_row(self, row: int) -> str:
+        """The chunk file that holds `row`."""
+        return self.files[int(np.searchsorted(self.starts, row, side="right")) - 1]
+
     def read(self, start: int, end: int) -> np.ndarray:
         """Rows [start, end) as a [n, width] array (a view when they lie in one chunk)."""
         if len(self.parts) == 1:
@@ -82,8 +86,9 @@ class SplitBinaryDataset:
         for col in ([self.numerical] if self.numerical else []) + self.categorical:
             if col.rows != self.rows:
                 raise DatasetError(
-                    f"{_rel(col.files[0], base)} has {col.rows} rows but {_rel(self.label.files[0], base)} "
-                    f"has {self.rows} (mapping '{mapping}'); the files are truncated or from different datasets"
+                    f"{', '.join(_rel(f, base) for f in col.files)}: {col.rows} rows, but "
+                    f"{', '.join(_rel(f, base) for f in self.label.files)}: {self.rows} rows (mapping '{mapping}'); "
+                    "the files are truncated or from different datasets"
                 )
         self.id_dtype = np.result_type(*[c.dtype for c in self.categorical]) if self.categorical else np.int32
 
@@ -113,7 +118,7 @@ class SplitBinaryDataset:
             row = int(np.flatnonzero((col < 0) | (col >= self.cardinalities[t]))[0])
             name = self.spec.categorical_names[t]
             raise DatasetError(
-                f"{_rel(self.categorical[t].files[0], self.spec.base_directory)}: feature '{name}' row {start + row} "
+                f"{_rel(self.categorical[t].file_of_row(start + row), self.spec.base_directory)}: feature '{name}' row {start + row} "
                 f"has id {int(col[row])}, outside [0, {int(self.cardinalities[t])}) (its cardinality in the FeatureSpec)"
             )
 

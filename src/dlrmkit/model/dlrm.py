@@ -46,9 +46,10 @@ class DLRM(nn.Module):
         d = cfg.embedding_dim
         self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True)
         self.embeddings = EmbeddingCollection(cfg.table_sizes, [d] * len(cfg.table_sizes))
-        num_features = len(cfg.table_sizes) + 1
+        self.has_dense = cfg.num_numerical > 0
+        num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":
-            self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction)
+            self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction, self.has_dense)
         else:
             self.interaction = CatInteraction(num_features)
         self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False)
@@ -62,7 +63,7 @@ class DLRM(nn.Module):
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
         """Click logits [B] for numerical features [B, F] and categorical ids."""
-        x = self.bottom_mlp(dense)
+        x = self.bottom_mlp(dense) if self.has_dense else None
         pooled = self.embeddings(ids)
         return self.top_mlp(self.interaction(x, pooled)).squeeze(1)
 
@@ -77,10 +78,12 @@ def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
     flops = 0
     sizes = [cfg.num_numerical] + cfg.bottom_mlp
     flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
-    t = len(cfg.table_sizes) + 1
+    has_dense = cfg.num_numerical > 0
+    t = len(cfg.table_sizes) + int(has_dense)
     if cfg.interaction == "dot":
         flops += 2 * t * t * cfg.embedding_dim
-        top_in = cfg.embedding_dim + (t * (t + 1) // 2 if cfg.self_interaction else t * (t - 1) // 2)
+        pairs = t * (t + 1) // 2 if cfg.self_interaction else t * (t - 1) // 2
+        top_in = cfg.embedding_dim * int(has_dense) + pairs
     else:
         top_in = cfg.embedding_dim * t
     sizes = [top_in] + cfg.top_mlp

@@ -167,8 +167,7 @@ def shard_memory(s: Shard, tp: TablePlan, batch_size: int, bytes_per_value: int,
     """Weights and optimizer state, plus the shard's per-step buffers: pooled output and its
     gradient for the batch it looks up, and its ids."""
     weights = s.rows * s.cols * bytes_per_value * (1 + optimizer_state)
-    batch = batch_size if tp.model_parallel else -(-batch_size // 1)
-    return weights + batch * (2 * s.cols * bytes_per_value + 8)
+    return weights + batch_size * (2 * s.cols * bytes_per_value + 8)
 
 
 def fmt_bytes(n: float | None) -> str:

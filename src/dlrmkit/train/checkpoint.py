@@ -164,7 +164,7 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     _barrier()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _dcp().save(state, checkpoint_id=tmp, no_dist=not _distributed())
+        metadata = _dcp().save(state, checkpoint_id=tmp, no_dist=not _distributed())
     fault_point("save:after-data")
     digests = {n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": file_digest(os.path.join(tmp, n))}
                for n in _files_of(tmp, _rank())}
@@ -178,8 +178,8 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
             **meta,
             "step": step,
             "world_size": dist.get_world_size() if _distributed() else 1,
-            "tensors": {k: {"shape": list(_global_shape(v)), "dtype": str(v.dtype).replace("torch.", "")}
-                        for k, v in sorted(state.items()) if hasattr(v, "dtype")},
+            "tensors": {k: {"shape": list(v.size), "dtype": str(v.properties.dtype).replace("torch.", "")}
+                        for k, v in sorted(metadata.state_dict_metadata.items()) if hasattr(v, "size")},
             "files": dict(sorted(digests.items())),
         }
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
@@ -245,6 +245,62 @@ def _table_views(embeddings: torch.nn.Module) -> list[tuple[torch.nn.Parameter, 
     return out
 
 
+def _row_state_keys(emb: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> list[str]:
+    """Optimizer state keys with one entry per table row (e.g. Adagrad's `sum`)."""
+    keys: set[str] = set()
+    for opt in optimizers:
+        for p in emb.parameters():
+            for k, v in opt.state.get(p, {}).items():
+                if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == p.shape[0]:
+                    keys.add(k)
+    return sorted(keys)
+
+
+def _sharded_table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
+    """table.<t>.* of a ShardedEmbedding: model-parallel tables as ShardedTensors whose local
+    shards are views of this rank's weights (global metadata comes from the plan, which every
+    rank knows, so no collective is needed); replicated tables as plain tensors (DCP writes one)."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import Shard as LocalShard
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
+
+    opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
+    keys = _row_state_keys(emb, optimizers)
+    local: dict[int, list[tuple[Any, torch.nn.Parameter, int]]] = {}
+    for (_, idx), table in zip(emb.group_keys, emb.local_tables):
+        for j, i in enumerate(idx):
+            t, sh = emb.shards[i]
+            local.setdefault(t, []).append((sh, table.weight, int(table.row_offsets[j])))
+    device = "cpu" if emb.local_tables and emb.local_tables[0].weight.device.type == "cpu" else "cuda"
+
+    def meta(sh: Any) -> ShardMetadata:
+        dev = device if device == "cpu" else f"cuda:{torch.cuda.current_device()}"
+        return ShardMetadata([sh.row_start, sh.col_start], [sh.rows, sh.cols], f"rank:{sh.rank}/{dev}")
+
+    out: dict[str, Any] = {}
+    for t, tp in enumerate(emb.plan.tables):
+        if tp.model_parallel:
+            gmeta = [meta(sh) for sh in tp.shards]
+            for key in ["weight"] + [f"opt.{k}" for k in keys]:
+                shards = []
+                for sh, w, off in local.get(t, []):
+                    src = w.data if key == "weight" else opt_of[id(w)].state[w][key[4:]]
+                    shards.append(LocalShard(src[off:off + sh.rows], meta(sh)))
+                dtype = shards[0].tensor.dtype if shards else torch.float32
+                if key != "weight" and not shards:  # state dtype of a shard elsewhere: assume float32
+                    dtype = torch.float32
+                st_meta = ShardedTensorMetadata(gmeta, torch.Size([tp.rows, emb.dim]), TensorProperties(dtype=dtype))
+                out[f"table.{t}.{key}"] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, st_meta)
+        else:
+            j = emb.dp_tables_idx.index(t)
+            w, off = emb.dp_table.weight, int(emb.dp_table.row_offsets[j])
+            out[f"table.{t}.weight"] = w.data[off:off + tp.rows]
+            for k in keys:
+                out[f"table.{t}.opt.{k}"] = opt_of[id(w)].state[w][k][off:off + tp.rows]
+    return out
+
+
 def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tensors, extras): the flat logical state of a DLRM and its optimizers, as views into the
     live tensors (so loading into it restores them in place), and the JSON-able non-tensor part.
@@ -261,6 +317,8 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
     extras: dict[str, Any] = {"optimizers": [type(o).__name__ for o in optimizers], "optimizer_scalars": {}}
     if hasattr(emb, "checkpoint_tables"):
         tensors.update(emb.checkpoint_tables(optimizers))
+    elif hasattr(emb, "plan") and hasattr(emb, "local_tables"):  # dlrmkit.parallel.ShardedEmbedding
+        tensors.update(_sharded_table_state(emb, optimizers))
     else:
         for weight, t, lo, rows in _table_views(emb):
             tensors[f"table.{t}.weight"] = weight.data[lo:lo + rows]
@@ -349,3 +407,21 @@ def load_logical_state(path: str) -> tuple[dict[str, torch.Tensor], dict[str, An
     tensors = {k: torch.empty(v["shape"], dtype=getattr(torch, v["dtype"])) for k, v in manifest["tensors"].items()}
     load_into(path, tensors, manifest)
     return tensors, manifest
+
+
+def load_parallel_model(path: str, options: Any):
+    """Under torchrun: (model, ModelConfig, TrainerParallel) with `model`'s tables sharded by the
+    plan `options` asks for (attributes sharding, plan, loader, backend, batch_size), filled from
+    checkpoint `path` whatever world size and plan wrote it. Each rank reads only its shards."""
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.parallel.hybrid import setup_parallel
+
+    path = resolve_checkpoint(path)
+    cfg = ModelConfig(**read_manifest(path)["model_config"])
+    model = DLRM(cfg)
+    _, par, _ = setup_parallel(model, options)
+    manifest = verify_checkpoint(path)
+    tensors, _ = model_state(model, [])
+    tensors.pop(f"rng.{_rank()}")
+    load_into(path, tensors, manifest)
+    return model, cfg, par

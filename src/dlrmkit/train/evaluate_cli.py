@@ -14,6 +14,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=int, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
+    p.add_argument("--sharding", default="auto",
+                   choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
+                   help="under torchrun: how tables are sharded (any plan loads any checkpoint)")
+    p.add_argument("--plan", help="under torchrun: a sharding plan JSON to obey")
+    p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
+                   help="under torchrun: how ranks read batches (default exchange)")
+    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,7 +29,15 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.checkpoint import load_single_process_model
     from dlrmkit.train.trainer import evaluate_model
 
-    model, cfg = load_single_process_model(args.checkpoint)
+    from dlrmkit.parallel.dist import launched_by_torchrun
+
+    par = None
+    if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
+        from dlrmkit.train.checkpoint import load_parallel_model
+
+        model, cfg, par = load_parallel_model(args.checkpoint, args)
+    else:
+        model, cfg = load_single_process_model(args.checkpoint)
     spec = FeatureSpec.from_yaml(args.data)
     dataset = SplitBinaryDataset(spec, args.mapping)
     if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
@@ -30,7 +45,14 @@ def run(args: argparse.Namespace) -> int:
             f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
             f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
         )
-    result = {**evaluate_model(model, dataset, args.batch_size), "rows": len(dataset)}
+    metrics = par.evaluate(dataset, args.batch_size) if par else evaluate_model(model, dataset, args.batch_size)
+    result = {**metrics, "rows": len(dataset), "world_size": par.ctx.world_size if par else 1}
+    if par is not None:
+        from dlrmkit.parallel.dist import shutdown
+
+        shutdown()
+        if par.ctx.rank != 0:
+            return 0
     print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}")
     if args.metrics_json:
         with open(args.metrics_json, "w", encoding="utf-8") as f:

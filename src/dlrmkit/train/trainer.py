@@ -179,10 +179,21 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        """Train to the end (epochs, max steps or target AUC); returns the final metrics."""
+        self._bar: tqdm | None = None
+        try:
+            return self._fit()
+        finally:
+            if self._bar is not None:
+                self._bar.close()  # so an error message starts on its own line
+
+    def _fit(self) -> dict[str, Any]:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
         total = cfg.max_steps if cfg.max_steps else steps_per_epoch * cfg.epochs
-        bar = tqdm(total=total, initial=min(self.step, total), disable=not cfg.progress or self.dist.rank != 0, unit="step", dynamic_ncols=True)
+        # disable=None: no bar when stderr is not a terminal (logs, CI, subprocesses)
+        self._bar = bar = tqdm(total=total, initial=min(self.step, total), unit="step", dynamic_ncols=True,
+                               disable=None if cfg.progress and self.dist.rank == 0 else True)
         train_time, samples = 0.0, 0
         stop = self.step >= total
         while not stop:
