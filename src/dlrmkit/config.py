@@ -89,6 +89,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept in checkpoint_dir
     checkpoint_every_seconds: float = 0.0  # also checkpoint when this much time passed (0: off)
     skip_nonfinite: int = 0  # batches with NaN/Inf loss skipped before stopping
+    collective_timeout: float = 1800.0  # torchrun: seconds before a stuck collective fails
     log_every: int = 50  # steps between "train" records of the JSON-lines log
     embedding_dim: int | None = None  # model shape overrides (default: the preset's); `dlrmkit tune` searches them
     bottom_mlp: list[int] | None = None

@@ -378,7 +378,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
 def fingerprint(opts: CriteoOptions) -> dict[str, Any]:
     """What makes two runs produce the same dataset (inputs and options, not the engine)."""
     files = [
-        {"path": os.path.abspath(p), "bytes": os.path.getsize(p), "role": role}
+        {"path": os.path.abspath(p), "bytes": os.path.getsize(p), "mtime_ns": os.stat(p).st_mtime_ns, "role": role}
         for ps, role in ((opts.inputs, "input"), (opts.test_files, "test")) for p in ps
     ]
     return {

@@ -83,7 +83,7 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
 
     if not launched_by_torchrun():
         return DistContext(), None, None
-    ctx = init_distributed(getattr(cfg, "backend", None))
+    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0))
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange")
     plan = build_plan(model, ctx, pcfg, cfg.batch_size)

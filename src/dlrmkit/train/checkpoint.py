@@ -19,6 +19,7 @@ previous checkpoint and `latest` intact; the next save removes the stale tempora
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -85,6 +86,16 @@ def _broadcast_error(message: str | None) -> None:
         message = next((m for m in gathered if m), None)
     if message:
         raise DlrmkitError(message)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """DCP and ShardedTensor warn about deprecations on every call; keep the user's log clean.
+    (ShardedTensor stays: it expresses arbitrary (row range, column range) blocks per rank,
+    which DTensor's even Shard(dim) placements cannot.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _dcp():
@@ -162,8 +173,7 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
                 shutil.rmtree(os.path.join(directory, stale), ignore_errors=True)
         os.makedirs(tmp)
     _barrier()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():
         metadata = _dcp().save(state, checkpoint_id=tmp, no_dist=not _distributed())
     fault_point("save:after-data")
     digests = {n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": file_digest(os.path.join(tmp, n))}
@@ -202,7 +212,8 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
 
 
 def _global_shape(t: Any) -> torch.Size:
-    return t.size() if callable(getattr(t, "size", None)) else t.shape
+    with _quiet():
+        return t.size() if callable(getattr(t, "size", None)) else t.shape
 
 
 def _prune(directory: str, keep: int) -> None:
@@ -226,8 +237,7 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any]) -> Non
         if saved[key]["shape"] != shape:
             raise DlrmkitError(f"{path}: tensor '{key}' has shape {saved[key]['shape']} in the checkpoint "
                                f"but {shape} in this model; the checkpoint belongs to another model shape")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():
         try:
             _dcp().load(state, checkpoint_id=path, no_dist=not _distributed())
         except Exception as exc:  # DCP wraps reader errors in CheckpointException
@@ -318,7 +328,8 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
     if hasattr(emb, "checkpoint_tables"):
         tensors.update(emb.checkpoint_tables(optimizers))
     elif hasattr(emb, "plan") and hasattr(emb, "local_tables"):  # dlrmkit.parallel.ShardedEmbedding
-        tensors.update(_sharded_table_state(emb, optimizers))
+        with _quiet():
+            tensors.update(_sharded_table_state(emb, optimizers))
     else:
         for weight, t, lo, rows in _table_views(emb):
             tensors[f"table.{t}.weight"] = weight.data[lo:lo + rows]

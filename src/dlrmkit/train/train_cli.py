@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (default: at the end)")
     p.add_argument("--checkpoint-every-seconds", type=float, default=0.0,
                    help="also checkpoint when this many seconds passed since the last one (default: off)")
+    p.add_argument("--collective-timeout", type=float, default=1800.0,
+                   help="under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)")
     p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
     p.add_argument("--skip-nonfinite", type=int, default=0,
                    help="skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)")
@@ -81,7 +83,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         log_jsonl=args.log_jsonl, seed=args.seed, shuffle=not args.no_shuffle, progress=not args.no_progress,
         threads=args.threads, keep_checkpoints=getattr(args, "keep", 2),
         checkpoint_every_seconds=getattr(args, "checkpoint_every_seconds", 0.0),
-        skip_nonfinite=getattr(args, "skip_nonfinite", 0), log_every=getattr(args, "log_every", 50),
+        skip_nonfinite=getattr(args, "skip_nonfinite", 0),
+        collective_timeout=getattr(args, "collective_timeout", 1800.0), log_every=getattr(args, "log_every", 50),
         embedding_dim=getattr(args, "embedding_dim", None), bottom_mlp=getattr(args, "bottom_mlp", None),
         top_mlp=getattr(args, "top_mlp", None),
         embedding_optimizer=getattr(args, "embedding_optimizer", None), lamb_lr=getattr(args, "lamb_lr", None),
@@ -116,7 +119,15 @@ def run(args: argparse.Namespace) -> int:
     run_folder = run_dir.setup(args, cfg)
     trainer = Trainer(cfg)
     run_dir.write_plan(run_folder, trainer)
-    metrics = trainer.fit()
+    try:
+        metrics = trainer.fit()
+    except RuntimeError as exc:  # a dead or stopped peer: one line naming the collective
+        from dlrmkit.train.faults import collective_failure
+
+        message = collective_failure(exc, cfg.collective_timeout)
+        if message is None:
+            raise
+        raise DlrmkitError(message) from None
     run_dir.write_metrics(run_folder, metrics)
     if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
         if args.metrics_json:

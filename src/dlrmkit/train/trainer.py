@@ -26,6 +26,7 @@ from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers as _build_optimizers
 from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.train.faults import fault_point
 from dlrmkit.train.metrics import log_loss, roc_auc
 
 
@@ -72,6 +73,10 @@ class Trainer:
         self.model.reset_parameters(cfg.seed)
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
 
+        world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; checked before any collective
+        if cfg.batch_size < world:
+            raise DlrmkitError(f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
+                               f"needs at least one sample per step; use --batch-size {world} or more")
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg)
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr)
@@ -201,6 +206,7 @@ class Trainer:
             for batch in self.loader.epoch(self.epoch, self.batch_in_epoch):
                 loss = self.train_step(batch)
                 self.batch_in_epoch += 1
+                fault_point(f"train:step-{self.step}")  # reliability tests only (DLRMKIT_FAULT)
                 self.losses.append(float(loss))
                 samples += self.par.global_size(batch) if self.par else len(batch)
                 bar.update(1)
