@@ -9,6 +9,7 @@ import sys
 import torch
 
 from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.model.embedding import JaggedIds
 from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, shutdown
 from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
 from dlrmkit.parallel.plan import make_plan
@@ -19,33 +20,51 @@ TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
 GLOBAL_BATCH, STEPS = 50, 4
 LR = {"sgd": 0.5, "adagrad": 0.05}
-PLANS = {  # name -> (strategy, optimizer)
-    "data_parallel": ("data_parallel", "sgd"),
-    "table_wise": ("table_wise", "sgd"),
-    "column_wise": ("column_wise", "sgd"),
-    "row_wise": ("row_wise", "sgd"),
-    "auto": ("auto", "adagrad"),  # mixed plan: replicated, table-wise and (N=4) column-wise
+PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce)
+    "data_parallel": ("data_parallel", "sgd", False, False),
+    "table_wise": ("table_wise", "sgd", False, False),
+    "column_wise": ("column_wise", "sgd", False, False),
+    "row_wise": ("row_wise", "sgd", False, False),
+    "auto": ("auto", "adagrad", False, False),  # mixed plan: replicated, table-wise and (N=4) column-wise
+    "row_wise_multi_hot": ("row_wise", "sgd", True, True),  # bags of 0..4 ids split over row ranges
+    "auto_multi_hot": ("auto", "adagrad", True, False),  # N=4: column slices of multi-hot bags
 }
 
 
-def data(step: int):
+def data(step: int, multi_hot: bool = False):
+    """(dense, ids, labels) of the global batch; ids [G, T], or (lengths [T, G], per-table values)."""
     g = torch.Generator().manual_seed(1000 + step)
     dense = torch.rand(GLOBAL_BATCH, 4, generator=g)
-    ids = torch.stack([torch.randint(0, n, (GLOBAL_BATCH,), generator=g) for n in TABLES], 1)
+    if multi_hot:
+        lengths = torch.randint(0, 5, (len(TABLES), GLOBAL_BATCH), generator=g)
+        ids = (lengths, [torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(TABLES)])
+    else:
+        ids = torch.stack([torch.randint(0, n, (GLOBAL_BATCH,), generator=g) for n in TABLES], 1)
     labels = torch.randint(0, 2, (GLOBAL_BATCH,), generator=g).float()
     return dense, ids, labels
 
 
+def slice_ids(ids, a: int, b: int):
+    """Samples [a, b) of the global batch's ids, as the model takes them."""
+    if isinstance(ids, torch.Tensor):
+        return ids[a:b]
+    lengths, values = ids
+    starts = torch.cat([torch.zeros(len(TABLES), 1, dtype=torch.int64), lengths.cumsum(1)], 1)
+    vals = torch.cat([values[t][int(starts[t, a]) : int(starts[t, b])] for t in range(len(TABLES))])
+    sub = lengths[:, a:b].reshape(-1)
+    return JaggedIds(vals, torch.cat([torch.zeros(1, dtype=torch.int64), sub.cumsum(0)]), b - a)
+
+
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:
-    strategy, opt_name = PLANS[name]
-    model = DLRM(CFG)
-    model.reset_parameters(7)
+    strategy, opt_name, multi_hot, overlap = PLANS[name]
     losses = []
     if not distributed:
+        model = DLRM(CFG)
+        model.reset_parameters(7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         for step in range(STEPS):
-            dense, ids, labels = data(step)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+            dense, ids, labels = data(step, multi_hot)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, slice_ids(ids, 0, GLOBAL_BATCH)), labels)
             for o in opts:
                 o.zero_grad()
             loss.backward()
@@ -54,14 +73,15 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
             losses.append(float(loss.detach()))
         tables = [w.detach().clone() for w in _tables(model.embeddings)]
     else:
+        model = DLRM(CFG, embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
-        par = HybridParallel(model, plan, ctx_of(rank, world), ParallelConfig(sharding=strategy))
+        par = HybridParallel(model, plan, ctx_of(rank, world), ParallelConfig(sharding=strategy, overlap=overlap), seed=7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)
         for step in range(STEPS):
-            dense, ids, labels = data(step)
-            logits = model(dense[a:b], DistIds(ids[a:b], sizes))
+            dense, ids, labels = data(step, multi_hot)
+            logits = model(dense[a:b], DistIds(slice_ids(ids, a, b), sizes))
             for o in opts:
                 o.zero_grad()
             losses.append(par.loss_backward(logits, labels[a:b], GLOBAL_BATCH))

@@ -54,7 +54,7 @@ def test_max_restarts_survives_sigkill_of_rank_1(tiny_data, tmp_path):
     from parallel_util import ROOT, free_port
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
            "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, "--max-steps", "12", "--sharding", "row_wise",
            "--checkpoint-dir", str(c), "--checkpoint-every", "5", "--resume", "--metrics-json", str(m)]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -123,4 +123,5 @@ def test_bad_input_under_torchrun_is_one_line_per_rank(tiny_data, tmp_path, args
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"dlrmkit {argv[0]}: error:")]
     assert len(lines) == 2 and all(needle in ln for ln in lines), proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr.split("ChildFailedError")[0].replace("elastic", ""), proc.stderr[-3000:]
+    # no worker traceback (torchrun prefixes worker output "[rankN]:"; its own launcher report follows)
+    assert "[rank" not in proc.stderr, proc.stderr[-3000:]

@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--windows", type=int, default=5, help="timed windows; the median is reported (default 5)")
     p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: cores / LOCAL_WORLD_SIZE)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the figures as one JSON object to this file")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="autocast precision (default fp32)")
@@ -130,21 +130,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-fp32", action="store_true",
                    help="also time the fp32 SGD model in this run and print the speed-up over it")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
-                   help="under torchrun: table sharding (one-hot ids; global samples/s reported)")
+                   help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    p.add_argument("--overlap", action="store_true",
+                   help="under torchrun: all-reduce dense gradients asynchronously during backward (bucketed hooks)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
+                        "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped")
+    from dlrmkit.perf.bench_perf import add_perf_arguments  # --reference, --profile, --plot, kernels
+
+    add_perf_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.batch_size <= 0 or args.steps <= 0 or args.windows <= 0:
         raise DlrmkitError("--batch-size, --steps and --windows must be positive")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
+
+    torch.set_num_threads(default_threads(args.threads))
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
+    prepare_model(args, model, parallel=launched_by_torchrun())
     from dlrmkit.parallel.bench_parallel import parallel_setup  # torchrun: shard the model
 
-    par = parallel_setup(model, args.batch_size, args.sharding, args.backend)
+    par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
     def step(batch: RandomBatch) -> None:
@@ -181,13 +192,16 @@ def run(args: argparse.Namespace) -> int:
         "world_size": par.ctx.world_size if par else 1,
         "sharding": args.sharding if par else "none",
     }
+    collect_profile(args, model, optimizers, step, batches, par, result)  # all ranks, before shutdown
+    if par is not None and args.breakdown:  # dlrmkit.parallel.bench_parallel: bytes/step, step breakdown
+        par.report(step, batches, args, result)
     if par is not None:
         from dlrmkit.parallel.dist import shutdown
 
         shutdown()
         if par.ctx.rank != 0:
             return 0
-        print(f"{par.ctx.world_size} ranks, sharding {args.sharding}, one-hot ids: global samples/s below")
+        print(f"{par.ctx.world_size} ranks, sharding {args.sharding}, same data as one process: global samples/s below")
     print(
         f"{args.model} batch {args.batch_size} {args.precision} {args.optimizer}, {result['threads']} threads: "
         f"{rate:,.0f} samples/s "
@@ -199,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         base = fp32_sgd_rate(cfg, args, batches)
         result.update(fp32_samples_per_s=base, speedup_vs_fp32=rate / base)
         print(f"fp32 sgd in this run: {base:,.0f} samples/s; {args.precision} {args.optimizer} is {rate / base:.2f}x")
+    perf_extras(args, cfg, model, optimizers, step, batches, par, result)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

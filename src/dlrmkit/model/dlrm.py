@@ -39,13 +39,15 @@ class ModelConfig:
 
 
 class DLRM(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, embedding_device: torch.device | str | None = None):
+        """embedding_device "meta": tables without storage, for a caller that swaps in sharded
+        embeddings before initializing (so no process ever allocates the whole model)."""
         super().__init__()
         cfg.check()
         self.cfg = cfg
         d = cfg.embedding_dim
         self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True)
-        self.embeddings = EmbeddingCollection(cfg.table_sizes, [d] * len(cfg.table_sizes))
+        self.embeddings = EmbeddingCollection(cfg.table_sizes, [d] * len(cfg.table_sizes), embedding_device)
         self.has_dense = cfg.num_numerical > 0
         num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":

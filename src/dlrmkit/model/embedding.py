@@ -58,6 +58,34 @@ class JaggedIds:
 
 Ids = torch.Tensor | JaggedIds  # [B, T] one-hot ids, or multi-hot jagged ids
 
+INIT_CHUNK_ROWS = 1 << 16  # rows per independently seeded init chunk
+
+
+def draw_base_seed(generator: torch.Generator) -> int:
+    """The one number a collection's initialization takes from the model's generator."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+@torch.no_grad()
+def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, dim: int,
+                     row_start: int = 0, col_start: int = 0) -> None:
+    """Fill `out` with rows [row_start, +len(out)) and columns [col_start, +out.shape[1]) of
+    the init of table `table` ([table_rows, dim], uniform +-sqrt(1/rows)). Each chunk of
+    INIT_CHUNK_ROWS rows has its own generator, seeded by (base, table, chunk), so a shard gets
+    exactly its block of the single-device init while generating at most one chunk
+    ([INIT_CHUNK_ROWS, dim]) at a time and only the chunks its rows fall in."""
+    import numpy as np
+
+    rows, cols = out.shape
+    bound = math.sqrt(1.0 / table_rows)
+    row_end = row_start + rows
+    for c in range(row_start // INIT_CHUNK_ROWS, (row_end - 1) // INIT_CHUNK_ROWS + 1 if rows else 0):
+        lo, hi = c * INIT_CHUNK_ROWS, min((c + 1) * INIT_CHUNK_ROWS, table_rows)
+        seed = int(np.random.SeedSequence([base, table, c]).generate_state(1, np.uint64)[0]) >> 1
+        block = torch.empty(hi - lo, dim).uniform_(-bound, bound, generator=torch.Generator().manual_seed(seed))
+        a, b = max(lo, row_start), min(hi, row_end)
+        out[a - row_start : b - row_start] = block[a - lo : b - lo, col_start : col_start + cols].to(out.dtype)
+
 
 class PooledLookup(torch.autograd.Function):
     """Sum-pooled lookup whose weight gradient is sparse and sorted by row: one gradient row per
@@ -83,19 +111,23 @@ class PooledLookup(torch.autograd.Function):
 class FusedTable(nn.Module):
     """Tables of one width in one [sum(rows), dim] weight; `row_offsets` maps table-local ids."""
 
-    def __init__(self, table_sizes: list[int], dim: int):
+    def __init__(self, table_sizes: list[int], dim: int, device: torch.device | str | None = None):
         super().__init__()
         self.table_sizes, self.dim = list(table_sizes), dim
-        offsets = torch.tensor([0] + table_sizes, dtype=torch.int64).cumsum(0)
+        offsets = torch.tensor([0] + list(table_sizes), dtype=torch.int64).cumsum(0)
         self.register_buffer("row_offsets", offsets[:-1].clone(), persistent=False)
-        self.weight = nn.Parameter(torch.empty(int(offsets[-1]), dim))
+        self.weight = nn.Parameter(torch.empty(int(offsets[-1]), dim, device=device))
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        """Each table uniform in +-sqrt(1/rows), as the DLRM reference initializes it."""
-        for offset, rows in zip(self.row_offsets.tolist(), self.table_sizes):
-            bound = math.sqrt(1.0 / rows)
-            self.weight[offset : offset + rows].uniform_(-bound, bound, generator=generator)
+    def reset_parameters(self, generator: torch.Generator, table_ids: list[int] | None = None) -> None:
+        """Each table uniform in +-sqrt(1/rows), as the DLRM reference initializes it; table i
+        is seeded by (a base seed drawn from `generator`, table_ids[i]) (see init_table_block)."""
+        self.init_tables(draw_base_seed(generator), table_ids or list(range(len(self.table_sizes))))
+
+    @torch.no_grad()
+    def init_tables(self, base: int, table_ids: list[int]) -> None:
+        for offset, rows, t in zip(self.row_offsets.tolist(), self.table_sizes, table_ids):
+            init_table_block(self.weight[offset : offset + rows], base, t, rows, self.dim)
 
     def forward(self, ids: Ids) -> torch.Tensor:
         """Pooled (sum) embeddings [B, T, dim] of these tables."""
@@ -127,7 +159,7 @@ class EmbeddingCollection(nn.Module):
     """All categorical tables of a model. forward(ids) -> [B, T, dim] when every table has the
     same width (what the dot interaction needs), else the concatenation [B, sum(dims)]."""
 
-    def __init__(self, table_sizes: list[int], dims: list[int]):
+    def __init__(self, table_sizes: list[int], dims: list[int], device: torch.device | str | None = None):
         super().__init__()
         if len(table_sizes) != len(dims):
             raise ValueError("one dim per table is needed")
@@ -135,7 +167,7 @@ class EmbeddingCollection(nn.Module):
         widths = sorted(set(dims))
         self.groups = [[t for t, d in enumerate(dims) if d == w] for w in widths]
         self.tables = nn.ModuleList(
-            FusedTable([table_sizes[t] for t in group], w) for group, w in zip(self.groups, widths)
+            FusedTable([table_sizes[t] for t in group], w, device) for group, w in zip(self.groups, widths)
         )
 
     @property
@@ -143,8 +175,9 @@ class EmbeddingCollection(nn.Module):
         return len(self.groups) == 1
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        for table in self.tables:
-            table.reset_parameters(generator)
+        base = draw_base_seed(generator)  # one draw: a sharded collection draws the same and inits its shards
+        for group, table in zip(self.groups, self.tables):
+            table.init_tables(base, group)
 
     def forward(self, ids: Ids) -> torch.Tensor:
         if self.uniform:

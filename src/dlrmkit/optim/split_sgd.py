@@ -8,30 +8,31 @@ and every update is exactly an fp32 update. The bf16 weight the model sees is th
 truncated (not rounded) to its top 16 bits.
 
 Dense gradients (MLPs) update whole tensors; sparse COO gradients (embedding tables) update only
-the rows they touch: duplicates are summed in fp32 first, then each touched row is rejoined,
-updated and split once.
+the rows they touch: each touched row is rejoined once, gets its lookups' gradients added in
+fp32 in order (index_add_, exactly as SparseSGD updates an fp32 table), and is split once.
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch.optim import Optimizer
 
-_LOW_MASK = 0xFFFF
+if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
+    raise ImportError("split-SGD needs a little-endian machine")
 
 
 def split_fp32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(top half as bf16, bottom half as int16) of an fp32 tensor, bit for bit."""
-    bits = w.detach().float().contiguous().view(torch.int32)
-    hi = torch.bitwise_right_shift(bits, 16).to(torch.int16).view(torch.bfloat16)
-    lo = bits.to(torch.int16)  # int32 -> int16 keeps the low 16 bits
-    return hi, lo
+    """(top half as bf16, bottom half as int16) of an fp32 tensor, bit for bit. On a
+    little-endian machine an fp32 is the int16 pair (low, high): a view, then two copies."""
+    pairs = w.detach().float().contiguous().view(torch.int16).view(*w.shape, 2)
+    return pairs[..., 1].contiguous().view(torch.bfloat16), pairs[..., 0].contiguous()
 
 
 def join_fp32(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
-    """The fp32 tensor whose top half is `hi` (bf16) and bottom half `lo` (int16)."""
-    top = torch.bitwise_left_shift(hi.contiguous().view(torch.int16).to(torch.int32), 16)
-    return torch.bitwise_or(top, lo.to(torch.int32).bitwise_and_(_LOW_MASK)).view(torch.float32)
+    """The fp32 tensor whose top half is `hi` (bf16) and bottom half `lo` (int16): one copy."""
+    return torch.stack((lo, hi.view(torch.int16)), dim=-1).view(torch.float32).view(hi.shape)
 
 
 def truncate_to_bf16(w: torch.Tensor) -> torch.Tensor:
@@ -88,9 +89,9 @@ class SplitSGD(Optimizer):
                 else:
                     w = join_fp32(p.data, low)
                     w.add_(p.grad.float(), alpha=-lr)
-                    hi, lo = split_fp32(w)
-                    p.data.copy_(hi)
-                    low.copy_(lo)
+                    pairs = w.view(torch.int16).view(*w.shape, 2)
+                    p.data.view(torch.int16).copy_(pairs[..., 1])
+                    low.copy_(pairs[..., 0])
         return None
 
     @staticmethod
@@ -103,11 +104,8 @@ class SplitSGD(Optimizer):
             uniq, inverse = torch.unique_consecutive(rows, return_inverse=True)
         else:
             uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
-        summed = torch.zeros(len(uniq), values.shape[1], dtype=torch.float32, device=values.device)
-        summed.index_add_(0, inverse, values.float())
-        hi_rows = p.data.index_select(0, uniq)
-        w = join_fp32(hi_rows, low.index_select(0, uniq))
-        w.add_(summed, alpha=-lr)
-        hi, lo = split_fp32(w)
-        p.data.index_copy_(0, uniq, hi)
-        low.index_copy_(0, uniq, lo)
+        w = join_fp32(p.data.index_select(0, uniq), low.index_select(0, uniq))
+        w.index_add_(0, inverse, values.float(), alpha=-lr)  # exactly SparseSGD's fp32 update
+        pairs = w.view(torch.int16).view(*w.shape, 2)  # strided views of the halves, no copy
+        p.data.view(torch.int16).index_copy_(0, uniq, pairs[..., 1])
+        low.index_copy_(0, uniq, pairs[..., 0])

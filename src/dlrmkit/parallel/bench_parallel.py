@@ -1,17 +1,25 @@
-"""`dlrmkit bench` under torchrun: the benchmark model sharded by a plan, random one-hot ids
-(one id per table and sample: the sharded module's input), each rank stepping its slice of the
-global batch. Reported throughput is global samples/s."""
+"""`dlrmkit bench` under torchrun: the benchmark model sharded by a plan, fed the same random
+data as single-process bench (dlrmkit.bench.random_batches: ids uniform, bags of 1..10 ids),
+each rank stepping its slice of the global batch; reported throughput is global samples/s.
+`report` adds bytes per step (measured, against the analytic minimum for the plan) and a step
+breakdown (lookup, all-to-all, dense compute, all-reduce, optimizer), blocking and overlapped."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.model.embedding import JaggedIds
+from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, launched_by_torchrun
 from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig, build_plan
-from dlrmkit.parallel.sharded_embedding import DistIds
+from dlrmkit.parallel.sharded_embedding import DistIds, rank_keys, rank_layout
+
+A2A = ("ids", "pooled_fwd", "pooled_bwd")
 
 
 @dataclass
@@ -21,32 +29,114 @@ class LocalBatch:
     labels: torch.Tensor
 
 
+def slice_jagged(ids: JaggedIds, a: int, b: int) -> JaggedIds:
+    """Samples [a, b) of table-major jagged ids (vectorized: one mask over the bags)."""
+    n, t = ids.batch_size, ids.num_tables
+    lengths = ids.offsets.diff().view(t, n)
+    keep = torch.zeros(t, n, dtype=torch.bool)
+    keep[:, a:b] = True
+    values = ids.values[torch.repeat_interleave(keep.reshape(-1), lengths.reshape(-1))]
+    sub = lengths[:, a:b].reshape(-1)
+    return JaggedIds(values, torch.cat([torch.zeros(1, dtype=torch.int64), sub.cumsum(0)]), b - a)
+
+
 class BenchParallel(HybridParallel):
     def batches(self, cfg: ModelConfig, global_batch: int, count: int, seed: int) -> list[LocalBatch]:
-        gen = torch.Generator().manual_seed(seed)
+        """The single-process bench's batches (same seed), each rank keeping its slice."""
+        from dlrmkit.bench import random_batches
+
         n, r = self.ctx.world_size, self.ctx.rank
         sizes, (a, b) = batch_split(global_batch, n), batch_slice(global_batch, r, n)
-        out = []
-        for _ in range(count):
-            ids = (torch.rand(global_batch, len(cfg.table_sizes), generator=gen)
-                   * torch.tensor(cfg.table_sizes, dtype=torch.float64).float()).long()
-            dense = torch.rand(global_batch, cfg.num_numerical, generator=gen)
-            labels = torch.randint(0, 2, (global_batch,), generator=gen).float()
-            out.append(LocalBatch(dense[a:b], DistIds(ids[a:b], sizes), labels[a:b]))
-        return out
+        return [LocalBatch(x.dense[a:b], DistIds(slice_jagged(x.ids, a, b), sizes), x.labels[a:b])
+                for x in random_batches(cfg, global_batch, count, seed)]
 
     def step(self, batch: LocalBatch, optimizers) -> None:
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        self.loss_backward(self.model(batch.dense, batch.ids), batch.labels, sum(batch.ids.batch_sizes))
+        t0 = time.perf_counter()
+        logits = self.model(batch.dense, batch.ids)
+        self.stats.add("forward", 0, time.perf_counter() - t0)
+        self.loss_backward(logits, batch.labels, sum(batch.ids.batch_sizes))
+        t0 = time.perf_counter()
         for opt in optimizers:
             opt.step()
+        self.stats.add("optimizer", 0, time.perf_counter() - t0)
+
+    # ---- figures ---------------------------------------------------------------------------
+    def min_bytes(self, global_batch: int, mean_bag: float) -> dict[str, float]:
+        """Analytic minimum bytes per step, all ranks together, for this plan: every id reaches
+        each (table, row range) owner that needs it once (expected share of a uniform id: the
+        range's rows / table rows; int64 ids); every shard's pooled columns go once to each
+        other rank's samples and come back once as gradients (fp32); dense gradients take a
+        ring all-reduce (2 (N-1)/N of the payload per rank)."""
+        n, sizes = self.ctx.world_size, batch_split(global_batch, self.ctx.world_size)
+        rows = self.sharded.table_sizes
+        ids = pooled = 0.0
+        for r in range(n):
+            others = global_batch - sizes[r]
+            for t, a, e in rank_keys(rank_layout(self.plan, r)[0]):
+                ids += others * mean_bag * (e - a) / rows[t] * 8
+            pooled += 2 * others * sum(s.cols for _, s in rank_layout(self.plan, r)[0]) * 4
+        dense = sum(p.numel() * p.element_size() for p in self.model.dense_parameters())
+        dense += sum(p.numel() * p.element_size() for p in self.sharded.replicated_parameters())
+        return {"ids": ids, "pooled": pooled, "allreduce": n * comm.ring_bytes(dense, n)}
+
+    def measure(self, step, batches: list, steps: int, overlap: bool) -> dict[str, float]:
+        """Seconds per step by phase (mean over ranks) and bytes per step (sum over ranks)."""
+        self.set_overlap(overlap)
+        step(batches[0])  # warm the mode
+        self.stats.reset()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for i in range(steps):
+            step(batches[i % len(batches)])
+        wall = time.perf_counter() - t0
+        sec, byt = self.stats.seconds, self.stats.bytes
+        a2a = sum(sec.get(k, 0.0) for k in A2A)
+        phases = {"lookup": sec.get("lookup", 0.0), "all_to_all": a2a,
+                  "dense_compute": sec.get("forward", 0.0) + sec.get("backward", 0.0) - sec.get("lookup", 0.0) - a2a,
+                  "all_reduce": sec.get("reduce_total", 0.0), "optimizer": sec.get("optimizer", 0.0), "step": wall}
+        keys = sorted(phases)
+        t = torch.tensor([phases[k] / steps for k in keys], dtype=torch.float64)
+        b = torch.tensor([sum(byt.get(k, 0) for k in A2A if k == "ids"), byt.get("pooled_fwd", 0) + byt.get("pooled_bwd", 0),
+                          byt.get("allreduce", 0)], dtype=torch.float64) / steps
+        dist.all_reduce(t)
+        dist.all_reduce(b)
+        self.set_overlap(self.pcfg.overlap)
+        out = {f"{k}_s": float(v) / self.ctx.world_size for k, v in zip(keys, t)}
+        out.update(bytes_ids=float(b[0]), bytes_pooled=float(b[1]), bytes_allreduce=float(b[2]))
+        return out
+
+    def report(self, step, batches: list, args, result: dict) -> None:
+        """Adds bytes/step and the blocking/overlapped breakdowns to `result`; rank 0 prints."""
+        steps = max(args.steps, 3)
+        mean_bag = float(sum(len(b.ids.local.values) for b in batches)) / sum(
+            b.ids.local.batch_size * b.ids.local.num_tables for b in batches)
+        result["bytes_min_per_step"] = least = self.min_bytes(args.batch_size, mean_bag)
+        result["breakdown_blocking"] = blocking = self.measure(step, batches, steps, overlap=False)
+        result["breakdown_overlapped"] = overlapped = self.measure(step, batches, steps, overlap=True)
+        row_bytes = 2 * 13 + 1 + 4 * len(self.sharded.table_sizes)  # one-hot dataset row: fp16 dense, label, int32 ids
+        result["loader_bytes_read_per_step"] = {"exchange": args.batch_size * row_bytes}
+        if self.ctx.rank != 0:
+            return
+        print(f"bytes/step, all ranks (measured vs analytic minimum for this plan, bags of {mean_bag:.1f} ids):")
+        for k, m in (("ids", "ids"), ("pooled", "pooled"), ("allreduce", "allreduce")):
+            got = blocking[f"bytes_{k}"]
+            print(f"  {k:10s} {got / 1e6:10.3f} MB  minimum {least[m] / 1e6:10.3f} MB  ({got / max(least[m], 1):.2f}x)")
+        print(f"  loader (exchange) reads {args.batch_size * row_bytes / 1e6:.3f} MB/step from disk for a one-hot "
+              f"dataset of this shape (each rank its slice; no rank reads another's rows)")
+        print("step breakdown, ms per step (mean over ranks): lookup, all-to-all, dense compute "
+              "(forward + backward - lookup - all-to-all), all-reduce (exposed), optimizer, step")
+        for name, d in (("blocking", blocking), ("overlapped", overlapped)):
+            print(f"  {name:10s} " + "  ".join(f"{k} {1e3 * d[k + '_s']:.2f}" for k in
+                                               ("lookup", "all_to_all", "dense_compute", "all_reduce", "optimizer", "step")))
 
 
-def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None) -> BenchParallel | None:
+def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None,
+                   overlap: bool = False, seed: int | None = None) -> BenchParallel | None:
     """None unless started by torchrun."""
     if not launched_by_torchrun():
         return None
     ctx = init_distributed(backend)
-    pcfg = ParallelConfig(sharding=sharding)
-    return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg)
+    pcfg = ParallelConfig(sharding=sharding, overlap=overlap)
+    return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)

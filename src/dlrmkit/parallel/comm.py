@@ -4,19 +4,42 @@ is the wire format (e.g. bfloat16 to halve bytes); results come back in the inpu
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
 
-def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None = None) -> torch.Tensor:
+class CommStats:
+    """Bytes this rank sent to other ranks and seconds spent in collectives, by kind
+    ("ids", "pooled_fwd", "pooled_bwd", "allreduce"): what bench and the trainer report."""
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def add(self, kind: str, nbytes: int, seconds: float = 0.0) -> None:
+        self.bytes[kind] = self.bytes.get(kind, 0) + int(nbytes)
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+
+    def reset(self) -> None:
+        self.bytes.clear()
+        self.seconds.clear()
+
+
+def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None = None,
+               stats: CommStats | None = None, kind: str = "a2a") -> torch.Tensor:
     """Flat all-to-all: the first send_counts[0] elements of `x` go to rank 0, and so on;
     returns the received elements, rank by rank. Counts are in elements."""
     flat = x.reshape(-1)
     wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return wire.to(flat.dtype).clone() if wire is flat else wire.to(flat.dtype)
+    t0 = time.perf_counter()
     out = torch.empty(sum(recv_counts), dtype=wire.dtype, device=flat.device)
     dist.all_to_all_single(out, wire.contiguous(), recv_counts, send_counts)
+    if stats is not None:
+        stats.add(kind, (sum(send_counts) - send_counts[dist.get_rank()]) * wire.element_size(), time.perf_counter() - t0)
     return out if out.dtype == flat.dtype else out.to(flat.dtype)
 
 
@@ -24,17 +47,18 @@ class AllToAll(torch.autograd.Function):
     """Differentiable all-to-all: backward sends gradients back along the reverse route."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype):
-        ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape = send_counts, recv_counts, dtype, x.shape
-        return all_to_all(x, send_counts, recv_counts, dtype)
+    def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype, stats=None):
+        ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape, ctx.stats = send_counts, recv_counts, dtype, x.shape, stats
+        return all_to_all(x, send_counts, recv_counts, dtype, stats, "pooled_fwd")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype)
-        return back.view(ctx.shape), None, None, None
+        back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
+        return back.view(ctx.shape), None, None, None, None
 
 
-def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None) -> None:
+def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,
+                   stats: CommStats | None = None) -> None:
     """Sums each tensor over ranks in place, flattening them into buckets of about
     `bucket_bytes` so a model with many small layers makes few collective calls."""
     if not dist.is_initialized() or dist.get_world_size() == 1 or not tensors:
@@ -45,16 +69,25 @@ def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dt
         bucket.append(t)
         size += t.numel() * t.element_size()
         if size >= bucket_bytes:
-            _reduce_bucket(bucket, dtype)
+            _reduce_bucket(bucket, dtype, stats)
             bucket, size = [], 0
     if bucket:
-        _reduce_bucket(bucket, dtype)
+        _reduce_bucket(bucket, dtype, stats)
 
 
-def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None) -> None:
+def ring_bytes(payload: int, world_size: int) -> int:
+    """Bytes one rank sends in a ring all-reduce of `payload` bytes: 2 (N-1)/N of it (the
+    minimum for any all-reduce algorithm with evenly spread traffic)."""
+    return 2 * (world_size - 1) * payload // world_size
+
+
+def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None, stats: CommStats | None = None) -> None:
     flat = torch.cat([t.reshape(-1) for t in bucket])
     wire = flat if dtype is None else flat.to(dtype)
+    t0 = time.perf_counter()
     dist.all_reduce(wire)
+    if stats is not None:
+        stats.add("allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()), time.perf_counter() - t0)
     if wire is not flat:
         flat.copy_(wire)
     offset = 0

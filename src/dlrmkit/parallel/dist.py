@@ -58,10 +58,21 @@ def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> D
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         try:
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **_attempt_store(rank, world))
         except (RuntimeError, ValueError) as exc:
             raise DlrmkitError(f"could not start process group (backend {backend}): {exc}".splitlines()[0]) from exc
     return DistContext(rank, world, local_rank, backend, device)
+
+
+def _attempt_store(rank: int, world: int) -> dict:
+    """After a torchrun restart (--max-restarts), the agent's store still holds the dead attempt's
+    peer addresses, and gloo may connect to them; a per-attempt key prefix keeps attempts apart."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if not attempt or attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                          timeout=timedelta(seconds=300))
+    return {"store": dist.PrefixStore(f"dlrmkit/attempt_{attempt}", store), "rank": rank, "world_size": world}
 
 
 def shutdown() -> None:

@@ -5,6 +5,7 @@ so summed gradients equal the single-process ones even when G is not divisible b
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ class ParallelConfig:
     comm_dtype: torch.dtype | None = None
     bucket_bytes: int = 25 << 20
     min_rows_sharded: int = 2048
+    overlap: bool = False  # all-reduce dense gradient buckets asynchronously during backward
 
 
 def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int) -> ShardingPlan:
@@ -38,36 +40,122 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
                      min_rows_sharded=pcfg.min_rows_sharded)
 
 
-class HybridParallel:
-    """Owns the sharded embeddings of `model` (replaced in place) and the gradient reduction."""
+class GradBuckets:
+    """Overlapped gradient all-reduce: dense parameters in buckets (in reverse order, as
+    backward produces their gradients); a hook launches a bucket's async all-reduce as soon as
+    its last gradient is accumulated, so communication runs while backward continues.
+    `finish` waits for all of them (and launches any bucket whose gradients never came)."""
 
-    def __init__(self, model: DLRM, plan: ShardingPlan, ctx: DistContext, pcfg: ParallelConfig | None = None):
+    def __init__(self, params: list[torch.nn.Parameter], bucket_bytes: int, dtype: torch.dtype | None,
+                 stats: comm.CommStats):
+        self.dtype, self.stats, self.buckets = dtype, stats, [[]]
+        size = 0
+        for p in reversed(params):
+            if size >= bucket_bytes:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel() * p.element_size()
+        self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
+        self.ready = [0] * len(self.buckets)
+        self.works: list = []
+        self.enabled = True
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._hook)
+
+    def _hook(self, p: torch.nn.Parameter) -> None:
+        if not self.enabled:
+            return
+        b = self.bucket_of[id(p)]
+        self.ready[b] += 1
+        if self.ready[b] == len(self.buckets[b]):
+            self._launch(b)
+
+    def _launch(self, b: int) -> None:
+        import torch.distributed as dist
+
+        ps = self.buckets[b]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
+        wire = flat if self.dtype is None else flat.to(self.dtype)
+        self.ready[b] = -1  # launched
+        self.works.append((b, flat, wire, dist.all_reduce(wire, async_op=True)))
+
+    def finish(self) -> None:
+        import torch.distributed as dist
+
+        for b in range(len(self.buckets)):
+            if self.ready[b] != -1:
+                self._launch(b)
+        t0 = time.perf_counter()
+        for b, flat, wire, work in self.works:
+            work.wait()
+            if wire is not flat:
+                flat.copy_(wire)
+            offset = 0
+            for p in self.buckets[b]:
+                n = p.numel()
+                p.grad = flat[offset : offset + n].view_as(p)
+                offset += n
+            self.stats.add("allreduce", comm.ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()))
+        self.stats.add("allreduce", 0, time.perf_counter() - t0)  # exposed (not overlapped) time
+        self.works, self.ready = [], [0] * len(self.buckets)
+
+
+class HybridParallel:
+    """Owns the sharded embeddings of `model` (replaced in place) and the gradient reduction.
+    With `seed`, the model is initialized after the swap (model.reset_parameters(seed)): each
+    rank generates only its shards, with the values single-process init gives them; without
+    it, shards are copied out of the model's (already initialized) tables."""
+
+    def __init__(self, model: DLRM, plan: ShardingPlan, ctx: DistContext, pcfg: ParallelConfig | None = None,
+                 seed: int | None = None):
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
         sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
-        sharded.load_from(model.embeddings)
+        if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
+            sharded.load_from(model.embeddings)
         model.embeddings = sharded
+        if seed is not None:
+            model.reset_parameters(seed)
         self.sharded = sharded
+        self.stats = sharded.stats
+        self.buckets = None
+        if self.pcfg.overlap and ctx.world_size > 1:
+            self.buckets = GradBuckets(model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+
+    def set_overlap(self, on: bool) -> None:
+        """Switch between overlapped and blocking gradient all-reduce (bench compares both)."""
+        if on and self.buckets is None and self.ctx.world_size > 1:
+            self.buckets = GradBuckets(self.model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+        if self.buckets is not None:
+            self.buckets.enabled = on
 
     def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> torch.Tensor:
         """Back-propagates this rank's share of the global mean loss, sums dense gradients over
         ranks, and returns the global mean loss (the same value on every rank)."""
         loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+        t0 = time.perf_counter()
         (loss_sum / global_batch).backward()
+        self.stats.add("backward", 0, time.perf_counter() - t0)
         self.reduce_gradients(extra=[loss_sum.detach().reshape(1)])
         return self._last_loss / global_batch
 
     def reduce_gradients(self, extra: list[torch.Tensor] | None = None) -> None:
-        dense = [p for p in self.model.dense_parameters() if p.grad is not None]
-        grads = [p.grad for p in dense]
+        t0 = time.perf_counter()
         reps = [p for p in self.sharded.replicated_parameters()]
         rep_grads = [p.grad.to_dense() if p.grad is not None and p.grad.is_sparse else
                      (p.grad if p.grad is not None else torch.zeros_like(p)) for p in reps]
         extra = extra or []
-        comm.all_reduce_sum(grads + rep_grads + extra, self.pcfg.bucket_bytes, self.pcfg.comm_dtype)
+        if self.buckets is not None and self.buckets.enabled:
+            self.buckets.finish()
+            grads = []
+        else:
+            grads = [p.grad for p in self.model.dense_parameters() if p.grad is not None]
+        comm.all_reduce_sum(grads + rep_grads + extra, self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
         for p, g in zip(reps, rep_grads):
             p.grad = g.to_sparse(1)  # rows nobody touched drop out: the sparse optimizers skip them
         self._last_loss = float(extra[0]) if extra else float("nan")
+        self.stats.add("reduce_total", 0, time.perf_counter() - t0)
 
 
 def gather_predictions(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +175,7 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange")
     plan = build_plan(model, ctx, pcfg, cfg.batch_size)
-    return ctx, TrainerParallel(model, plan, ctx, pcfg), plan
+    return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
 
 
 class TrainerParallel(HybridParallel):
@@ -96,8 +184,20 @@ class TrainerParallel(HybridParallel):
     def loader(self, dataset, cfg):
         from dlrmkit.parallel.loader import DistBatchLoader
 
-        return DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size, self.sharded.id_tables,
-                               self.pcfg.loader, shuffle=cfg.shuffle, seed=cfg.seed)
+        self.train_loader = DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size,
+                                            self.sharded.id_tables, self.pcfg.loader, shuffle=cfg.shuffle, seed=cfg.seed)
+        return self.train_loader
+
+    def traffic(self, steps: int) -> dict[str, float]:
+        """Mean bytes per step so far on this rank: read from disk by the loader, and sent in
+        all-to-alls (ids, pooled forward/backward) and gradient all-reduce (ring-algorithm
+        bytes) by the model, for the trainer's JSON-lines log."""
+        steps = max(getattr(self, "steps_taken", 0) or steps, 1)  # steps of this process (not before a resume)
+        out = {f"bytes_{k}_per_step": v / steps for k, v in self.stats.bytes.items() if v}
+        loader = getattr(self, "train_loader", None)
+        if loader is not None:
+            out["bytes_read_per_step"] = loader.bytes_read / steps
+        return out
 
     @staticmethod
     def global_size(batch) -> int:
@@ -116,6 +216,7 @@ class TrainerParallel(HybridParallel):
             for opt in trainer.optimizers:
                 opt.step()
         trainer.step += 1
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
         return loss
 
     @torch.no_grad()

@@ -1,17 +1,21 @@
-"""The sharded replacement for `model.embeddings`: same input (ids) and output
-[local batch, tables, dim], computed by hybrid parallelism.
+"""The sharded replacement for `model.embeddings`: same input (one-hot [B, T] ids or multi-hot
+JaggedIds) and output [local batch, tables, dim], computed by hybrid parallelism.
 
-Forward on each rank: (1) all-to-all of ids, so each rank holds the global batch's ids of the
-tables it has shards of; (2) lookups on local shards -> [global batch, local columns];
-(3) one all-to-all that turns that into [local batch, columns of every shard]; (4) index_add
-places each shard's columns at (table, col) of the output: column slices land side by side,
-row-range partial sums add up. Replicated (data-parallel) tables are looked up on the local
-batch. Backward is autograd's: index_select, then the reverse all-to-all (comm.AllToAll).
-Local weights keep sparse gradients, so dlrmkit.optim's sparse optimizers update owned rows only.
+Forward on each rank: (1) all-to-all of ids: each rank receives, for the global batch, the bags
+of ids of every (table, row range) it holds a shard of; row-wise shards get only the ids in
+their range ("bucketing"; bag lengths travel too, since a bag's in-range part can be any size);
+(2) sum-pooled lookups on local shards -> [global batch, local columns]; (3) one all-to-all that
+turns that into [local batch, columns of every shard]; (4) index_add places each shard's
+columns at (table, col) of the output: column slices land side by side, row-range partial sums
+add up (a reduce-scatter built from all-to-all, as gloo has none). Replicated (data-parallel)
+tables are looked up on the local batch. Backward is autograd's: the reverse all-to-all
+(comm.AllToAll), then the lookups' sparse gradients, so sparse optimizers update owned rows only.
+One-hot ids with no row-split table take a fast path: one id per (sample, table), no lengths.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -19,21 +23,25 @@ import torch.distributed as dist
 from torch import nn
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.embedding import EmbeddingCollection, FusedTable, JaggedIds
+from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, draw_base_seed,
+                                     init_table_block, select_tables)
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.plan import ShardingPlan
 from dlrmkit.parallel.sharding import Shard
 
+Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank needs for some shards
+
 
 @dataclass
 class DistIds:
-    """Ids as a rank sees them: its local samples' ids of every table, the local batch size of
-    every rank, and optionally the global batch's ids of this rank's sharded tables (when the
-    loader already delivered them, so the id all-to-all is skipped)."""
+    """Ids as a rank sees them: its local samples' ids of every table (one-hot [L, T] or
+    JaggedIds), the local batch size of every rank, and optionally the global batch's one-hot
+    ids [G, len(id_tables[rank])] of this rank's sharded tables (when the loader already
+    delivered them, so the id all-to-all is skipped)."""
 
-    local: torch.Tensor  # int64 [L, T]
+    local: Ids
     batch_sizes: list[int]
-    global_ids: torch.Tensor | None = None  # int64 [G, len(id_tables[rank])]
+    global_ids: torch.Tensor | None = None
 
 
 def rank_layout(plan: ShardingPlan, rank: int) -> tuple[list[tuple[int, Shard]], list[int]]:
@@ -44,6 +52,11 @@ def rank_layout(plan: ShardingPlan, rank: int) -> tuple[list[tuple[int, Shard]],
     return shards, sorted({t for t, _ in shards})
 
 
+def rank_keys(shards: list[tuple[int, Shard]]) -> list[Key]:
+    """The distinct (table, row range)s of a rank's shards: column slices of one range share ids."""
+    return sorted({(t, s.row_start, s.row_end) for t, s in shards})
+
+
 def table_weight(emb: EmbeddingCollection, t: int) -> torch.Tensor:
     """View [rows, dim] of table t inside the fused weights of a single-device collection."""
     for group, table in zip(emb.groups, emb.tables):
@@ -52,6 +65,23 @@ def table_weight(emb: EmbeddingCollection, t: int) -> torch.Tensor:
             off = int(table.row_offsets[i])
             return table.weight[off : off + emb.table_sizes[t]]
     raise IndexError(t)
+
+
+def regroup(values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bags reordered: new bag i is old bag order[i] (values moved with their bags)."""
+    starts = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=starts[1:])
+    new_lengths = lengths.index_select(0, order)
+    new_starts = torch.zeros(len(order) + 1, dtype=torch.int64)
+    torch.cumsum(new_lengths, 0, out=new_starts[1:])
+    shift = torch.repeat_interleave(starts.index_select(0, order) - new_starts[:-1], new_lengths)
+    return values.index_select(0, torch.arange(int(new_starts[-1])) + shift), new_lengths
+
+
+def to_offsets(lengths: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=out[1:])
+    return out
 
 
 class ShardedEmbedding(nn.Module):
@@ -68,7 +98,11 @@ class ShardedEmbedding(nn.Module):
         layouts = [rank_layout(plan, r) for r in range(self.world_size)]
         self.shards, self.id_tables = layouts[rank]
         self.all_id_tables = [ids for _, ids in layouts]
+        self.all_keys = [rank_keys(shards) for shards, _ in layouts]
+        self.keys = self.all_keys[rank]
         self.widths = [sum(s.cols for _, s in shards) for shards, _ in layouts]
+        # row-split tables anywhere: ids are bucketed by row range (the general, jagged path)
+        self.bucketed = any(a != 0 or b != self.table_sizes[t] for keys in self.all_keys for t, a, b in keys)
         # local lookups: one FusedTable per shard width
         self.group_keys: list[tuple[int, list[int]]] = []  # (width, indices into self.shards)
         for i, (_, s) in enumerate(self.shards):
@@ -77,10 +111,9 @@ class ShardedEmbedding(nn.Module):
             self.group_keys[-1][1].append(i)
         self.local_tables = nn.ModuleList(FusedTable([self.shards[i][1].rows for i in idx], w) for w, idx in self.group_keys)
         col = {t: j for j, t in enumerate(self.id_tables)}
+        key_of = {k: j for j, k in enumerate(self.keys)}
         self.register_buffer("id_cols", torch.tensor([col[t] for t, _ in self.shards], dtype=torch.int64), persistent=False)
-        self.register_buffer("row_start", torch.tensor([s.row_start for _, s in self.shards], dtype=torch.int64), persistent=False)
-        self.register_buffer("row_end", torch.tensor([s.row_end for _, s in self.shards], dtype=torch.int64), persistent=False)
-        self.partial = [any(self.shards[i][1].rows != plan.tables[self.shards[i][0]].rows for i in idx) for _, idx in self.group_keys]
+        self.shard_key = [key_of[(t, s.row_start, s.row_end)] for t, s in self.shards]
         # where each received column goes in the [L, T*dim] output, senders in rank order
         target = [t * self.dim + c for shards, _ in layouts for t, s in shards for c in range(s.col_start, s.col_end)]
         self.register_buffer("mp_target", torch.tensor(target, dtype=torch.int64), persistent=False)
@@ -90,7 +123,28 @@ class ShardedEmbedding(nn.Module):
         dp_target = [t * self.dim + c for t in self.dp_tables_idx for c in range(self.dim)]
         self.register_buffer("dp_target", torch.tensor(dp_target, dtype=torch.int64), persistent=False)
         self.register_buffer("dp_cols", torch.tensor(self.dp_tables_idx, dtype=torch.int64), persistent=False)
-        self.bytes_sent = 0  # all-to-all bytes this rank sent, forward and backward, since creation
+        self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
+
+    @property
+    def bytes_sent(self) -> int:
+        """All-to-all bytes this rank sent (ids, pooled forward and backward) since the last reset."""
+        return sum(v for k, v in self.stats.bytes.items() if k != "allreduce")
+
+    # ---- init ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Exactly the single-device init (EmbeddingCollection.reset_parameters with the same
+        generator state), produced shard-locally: each rank generates only the init chunks its
+        row ranges fall in (dlrmkit.model.embedding.init_table_block)."""
+        base = draw_base_seed(generator)
+        for (_, idx), table in zip(self.group_keys, self.local_tables):
+            for j, i in enumerate(idx):
+                t, s = self.shards[i]
+                off = int(table.row_offsets[j])
+                init_table_block(table.weight[off : off + s.rows], base, t, self.table_sizes[t], self.dim,
+                                 s.row_start, s.col_start)
+        if self.dp_table is not None:
+            self.dp_table.init_tables(base, self.dp_tables_idx)
 
     # ---- weights ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -138,54 +192,120 @@ class ShardedEmbedding(nn.Module):
 
     # ---- forward ---------------------------------------------------------------------------
     def exchange_ids(self, local: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        """[G, tables of this rank]: each rank sends the ids of its samples to every rank that
-        holds shards of their tables."""
+        """Fast path, one-hot ids and no row split: [G, tables of this rank]; each rank sends
+        the ids of its samples to every rank that holds shards of their tables."""
         sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
         send_counts = [len(x) for x in sends]
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts)
-        self.bytes_sent += 8 * (sum(send_counts) - send_counts[self.rank])
+        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind="ids")
         return out.view(sum(sizes), len(self.id_tables))
 
+    def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per key, the bag lengths [B] and the in-range ids (relative to the range start) of
+        `ids`' samples: bucketing by row range, vectorized per key. Key i's ids are table
+        cols[i] of `ids` (default: its table index)."""
+        jag = ids if isinstance(ids, JaggedIds) else JaggedIds.from_dense(ids)
+        b = jag.batch_size
+        lengths = jag.offsets.diff().view(-1, b)
+        bounds = jag.offsets[::b].tolist()
+        values, lens = [], []
+        for i, (t, a, e) in enumerate(keys):
+            c = cols[i] if cols is not None else t
+            v = jag.values[bounds[c] : bounds[c + 1]]
+            if a == 0 and e == self.table_sizes[t]:
+                values.append(v)
+                lens.append(lengths[c])
+                continue
+            inside = (v >= a) & (v < e)
+            bag = torch.repeat_interleave(torch.arange(b), lengths[c]) if isinstance(ids, JaggedIds) else torch.arange(b)
+            values.append(v[inside] - a)
+            lens.append(torch.bincount(bag[inside], minlength=b))
+        return values, lens
+
+    def exchange_bags(self, local: Ids, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """General path: (values, lengths, order) of the global batch's bags for this rank's
+        keys; bag order[k * G + g] of (values, lengths) is key k's bag of global sample g.
+        Two all-to-alls: bag lengths, then the ids (whose counts the lengths give)."""
+        n, me = self.world_size, self.rank
+        vals, lens, val_counts, len_counts = [], [], [], []
+        for r in range(n):
+            v, l = self.key_bags(local, self.all_keys[r])
+            vals += v
+            lens += l
+            val_counts.append(sum(len(x) for x in v))
+            len_counts.append(sizes[me] * len(self.all_keys[r]))
+        k = len(self.keys)
+        empty = torch.zeros(0, dtype=torch.int64)
+        recv_len_counts = [k * sizes[s] for s in range(n)]
+        got_len = comm.all_to_all(torch.cat(lens) if lens else empty, len_counts, recv_len_counts,
+                                  stats=self.stats, kind="ids")
+        recv_val_counts = [int(x.sum()) for x in torch.split(got_len, recv_len_counts)]
+        got_val = comm.all_to_all(torch.cat(vals) if vals else empty, val_counts, recv_val_counts,
+                                  stats=self.stats, kind="ids")
+        # received bag order is (source, key, sample); wanted (key, source, sample) = (key, global sample)
+        base = torch.tensor([0] + recv_len_counts).cumsum(0).tolist()
+        order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
+        return got_val, got_len, order.reshape(-1)
+
+    def dense_bags(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The general path's (values, lengths, order) from loader-delivered one-hot global ids."""
+        col = {t: j for j, t in enumerate(self.id_tables)}
+        v, l = self.key_bags(global_ids, self.keys, [col[t] for t, _, _ in self.keys])
+        empty = torch.zeros(0, dtype=torch.int64)
+        return (torch.cat(v) if v else empty), (torch.cat(l) if l else empty), None
+
     def lookup(self, global_ids: torch.Tensor) -> torch.Tensor:
-        """[G, local columns] pooled outputs of this rank's shards."""
+        """Fast path: [G, local columns] pooled outputs of this rank's shards, one id per bag."""
         g = global_ids.shape[0]
-        if not self.shards:
-            return torch.zeros(g, 0)
         ids = global_ids.index_select(1, self.id_cols)  # [G, shards]
-        outs = []
-        for (w, idx), table, partial in zip(self.group_keys, self.local_tables, self.partial):
-            lo, hi = self.row_start[idx[0] : idx[-1] + 1], self.row_end[idx[0] : idx[-1] + 1]
-            sub = ids[:, idx[0] : idx[-1] + 1]
-            if partial:
-                inside = (sub >= lo) & (sub < hi)
-                pooled = table(torch.where(inside, sub - lo, torch.zeros_like(sub))) * inside.unsqueeze(2).to(table.weight.dtype)
-            else:
-                pooled = table(sub)
-            outs.append(pooled.reshape(g, -1))
+        outs = [table(ids[:, idx[0] : idx[-1] + 1]).reshape(g, -1) for (w, idx), table in zip(self.group_keys, self.local_tables)]
         return torch.cat(outs, dim=1)
 
-    def forward(self, ids: DistIds | torch.Tensor) -> torch.Tensor:
-        if isinstance(ids, JaggedIds):
-            raise DlrmkitError("sharded embeddings take one id per (sample, table); multi-hot bags are not supported yet")
-        if isinstance(ids, torch.Tensor):
-            ids = DistIds(ids, self._gather_sizes(ids.shape[0]))
+    def lookup_bags(self, values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor | None, g: int) -> torch.Tensor:
+        """General path: [G, local columns] sum-pooled outputs of this rank's shards."""
+        outs = []
+        for (w, idx), table in zip(self.group_keys, self.local_tables):
+            bags = torch.cat([self.shard_key[i] * g + torch.arange(g) for i in idx])
+            if order is not None:
+                bags = order.index_select(0, bags)
+            v, l = regroup(values, lengths, bags)
+            outs.append(table(JaggedIds(v, to_offsets(l), g)).reshape(g, -1))
+        return torch.cat(outs, dim=1)
+
+    def forward(self, ids: DistIds | Ids) -> torch.Tensor:
+        if not isinstance(ids, DistIds):
+            b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
+            ids = DistIds(ids, self._gather_sizes(b))
         local, sizes = ids.local, ids.batch_sizes
         me, n, l = self.rank, self.world_size, sizes[self.rank]
+        g = sum(sizes)
         out = torch.zeros(l, self.num_tables * self.dim)
         if any(self.widths):
-            global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
-            pooled = self.lookup(global_ids)  # [G, W_me]
+            fast = isinstance(local, torch.Tensor) and not self.bucketed
+            if fast:
+                global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
+            elif ids.global_ids is not None:
+                bags = self.dense_bags(ids.global_ids)
+            else:
+                bags = self.exchange_bags(local, sizes)
+            t0 = time.perf_counter()
+            if not self.shards:
+                pooled = torch.zeros(g, 0)
+            else:
+                pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
+            self.stats.add("lookup", 0, time.perf_counter() - t0)
             w_me = self.widths[me]
             send = [sizes[r] * w_me for r in range(n)]
             recv = [l * self.widths[r] for r in range(n)]
-            flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype)
-            self.bytes_sent += 4 * 2 * (sum(send) - send[me])  # forward, and the reverse in backward
+            flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats)
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)
         if self.dp_table is not None:
-            dp = self.dp_table(local.index_select(1, self.dp_cols))
+            if isinstance(local, JaggedIds):
+                dp = self.dp_table(select_tables(local, self.dp_tables_idx))
+            else:
+                dp = self.dp_table(local.index_select(1, self.dp_cols))
             out = out.index_add(1, self.dp_target, dp.reshape(l, -1))
         return out.view(l, self.num_tables, self.dim)
 

@@ -277,6 +277,8 @@ def _sharded_table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> d
 
     opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
     keys = _row_state_keys(emb, optimizers)
+    state_dims = {k: v.dim() for o in optimizers for p in emb.parameters()
+                  for k, v in o.state.get(p, {}).items() if k in keys}
     local: dict[int, list[tuple[Any, torch.nn.Parameter, int]]] = {}
     for (_, idx), table in zip(emb.group_keys, emb.local_tables):
         for j, i in enumerate(idx):
@@ -294,13 +296,19 @@ def _sharded_table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> d
             gmeta = [meta(sh) for sh in tp.shards]
             for key in ["weight"] + [f"opt.{k}" for k in keys]:
                 shards = []
+                one_d = key != "weight" and state_dims.get(key[4:]) == 1  # same on every rank: one optimizer
+                if one_d and any(sh.cols != emb.dim for sh in tp.shards):
+                    raise DlrmkitError(f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
+                                       f"has one copy per column shard and cannot be saved as one logical tensor; "
+                                       f"use --sharding row_wise/table_wise or an element-wise optimizer")
                 for sh, w, off in local.get(t, []):
                     src = w.data if key == "weight" else opt_of[id(w)].state[w][key[4:]]
-                    shards.append(LocalShard(src[off:off + sh.rows], meta(sh)))
-                dtype = shards[0].tensor.dtype if shards else torch.float32
-                if key != "weight" and not shards:  # state dtype of a shard elsewhere: assume float32
-                    dtype = torch.float32
-                st_meta = ShardedTensorMetadata(gmeta, torch.Size([tp.rows, emb.dim]), TensorProperties(dtype=dtype))
+                    m = meta(sh) if not one_d else ShardMetadata([sh.row_start], [sh.rows], meta(sh).placement)
+                    shards.append(LocalShard(src[off:off + sh.rows], m))
+                dtype = shards[0].tensor.dtype if shards else torch.float32  # no local shard: float32 state
+                size = torch.Size([tp.rows] if one_d else [tp.rows, emb.dim])
+                gm = gmeta if not one_d else [ShardMetadata([sh.row_start], [sh.rows], meta(sh).placement) for sh in tp.shards]
+                st_meta = ShardedTensorMetadata(gm, size, TensorProperties(dtype=dtype))
                 out[f"table.{t}.{key}"] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, st_meta)
         else:
             j = emb.dp_tables_idx.index(t)

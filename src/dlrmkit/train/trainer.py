@@ -69,9 +69,14 @@ class Trainer:
             cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities
         )
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
-        self.model = DLRM(self.model_cfg)
-        self.model.reset_parameters(cfg.seed)
+        from dlrmkit.parallel.dist import launched_by_torchrun
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
+
+        # under torchrun the tables are never built whole: setup_parallel swaps in shards and
+        # initializes them (seeded per table, so values equal the single-process init)
+        self.model = DLRM(self.model_cfg, embedding_device="meta" if launched_by_torchrun() else None)
+        if not launched_by_torchrun():
+            self.model.reset_parameters(cfg.seed)
 
         world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; checked before any collective
         if cfg.batch_size < world:
@@ -216,6 +221,7 @@ class Trainer:
                     rate = samples / max(train_time + time.perf_counter() - t0, 1e-9)
                     bar.set_postfix(loss=f"{np.mean(self.losses):.4f}", samples_s=f"{rate:,.0f}")
                     self.log({"event": "train", "step": self.step, "loss": float(np.mean(self.losses)),
+                              **(self.par.traffic(self.step) if self.par else {}),
                               "lr": self.schedule.lr_at(self.step - 1), "samples_per_s": rate})
                 if self.step >= total:
                     stop = True

@@ -1,8 +1,8 @@
 """Sharding strategies, one per file. Each says how a table is cut into shards; how ids reach
 a shard and how its pooled output returns is common to all (dlrmkit.parallel.sharded_embedding):
-ids of the global batch go to every shard of their table, shards look up their rows/columns,
-and the receiving rank adds shard outputs into [local batch, table, columns]: concatenation
-for column slices, a sum for row ranges (each id falls in one range; the others add zero)."""
+ids of the global batch go to every shard of their table (to a row range only the ids in it),
+shards look up their rows/columns, and the receiving rank adds shard outputs into
+[local batch, table, columns]: concatenation for column slices, a sum for row ranges."""
 
 from __future__ import annotations
 

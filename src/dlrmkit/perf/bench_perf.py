@@ -1,0 +1,122 @@
+"""The performance options of `dlrmkit bench`, kept out of bench.py: thread defaults, optional
+kernels (FBGEMM embeddings, torch.compile of the dense part), table placement checks, and the
+extras that run after the timed windows (--reference, --profile, --plot)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+import torch
+
+from dlrmkit.errors import DlrmkitError
+
+
+def add_perf_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", action="store_true",
+                   help="also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
+                        "on the same batches and print dlrmkit's speed-up over it")
+    p.add_argument("--profile", action="store_true",
+                   help="profile a few steps with torch.profiler and print each phase's share of a step")
+    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile (default 3)")
+    p.add_argument("--trace", help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
+    p.add_argument("--plot", help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
+    p.add_argument("--embedding-backend", default="native", choices=["native", "fbgemm"],
+                   help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
+                        "needs fbgemm-gpu-cpu; single process only)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the dense part (MLPs, interaction)")
+    p.add_argument("--table-placement", default="auto", choices=["auto", "device", "host"],
+                   help="GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner "
+                        "decide (auto); on CPU every placement is host memory")
+
+
+def default_threads(requested: int) -> int:
+    """Intra-op threads: `requested` if given, else usable cores / local ranks (LOCAL_WORLD_SIZE),
+    so co-located torchrun ranks do not oversubscribe the machine."""
+    if requested < 0:
+        raise DlrmkitError(f"--threads must be positive, got {requested}")
+    if requested:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, cores // max(local, 1))
+
+
+def table_placement(requested: str, table_bytes: int) -> tuple[str, str]:
+    """(placement, reason). Without CUDA every table lives in host memory; with it, `auto` puts
+    the tables on the device when they fit in 80% of its free memory, else in host memory."""
+    if not torch.cuda.is_available():
+        if requested == "device":
+            raise DlrmkitError("--table-placement device needs a CUDA GPU; none is available")
+        return "host", "no CUDA GPU: tables and MLPs run on the CPU"
+    if requested != "auto":
+        return requested, "as requested"
+    free, _ = torch.cuda.mem_get_info()
+    if table_bytes <= 0.8 * free:
+        return "device", f"tables {table_bytes / 2**30:.1f} GiB fit in the GPU's {free / 2**30:.1f} GiB free"
+    return "host", f"tables {table_bytes / 2**30:.1f} GiB exceed 80% of the GPU's {free / 2**30:.1f} GiB free"
+
+
+def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool) -> None:
+    """Applies --embedding-backend and --compile to the model before its optimizers are built."""
+    table_bytes = sum(p.numel() * p.element_size() for p in model.embeddings.parameters())
+    args._placement = table_placement(getattr(args, "table_placement", "auto"), table_bytes)
+    if getattr(args, "embedding_backend", "native") == "fbgemm":
+        if parallel:
+            raise DlrmkitError("--embedding-backend fbgemm: single process only (the sharded tables are dlrmkit's)")
+        if getattr(args, "optimizer", "sgd") != "sgd" or getattr(args, "precision", "fp32") != "fp32":
+            raise DlrmkitError("--embedding-backend fbgemm: fused exact SGD in fp32 only (use --optimizer sgd)")
+        from dlrmkit.perf.fbgemm_embedding import use_fbgemm
+
+        use_fbgemm(model, args.lr)
+    if getattr(args, "compile", False):
+        for name in ("bottom_mlp", "interaction", "top_mlp"):
+            getattr(model, name).compile(dynamic=False)
+
+
+def collect_profile(args: argparse.Namespace, model, optimizers, step, batches, par, result: dict) -> None:
+    """--profile/--plot: profile a few more steps on every rank (before torchrun's shutdown);
+    the shares go into `result`, the trace is written by rank 0."""
+    if not (getattr(args, "profile", False) or getattr(args, "plot", None)):
+        return
+    from dlrmkit.perf.profile import instrument, profile_steps
+
+    rank0 = par is None or par.ctx.rank == 0
+    instrument(model, optimizers, par)
+    it = iter(range(1 << 30))
+    shares, step_s = profile_steps(step, lambda: batches[next(it) % len(batches)], args.profile_steps,
+                                   trace=args.trace if rank0 else None)
+    result.update(profile_shares=shares, profile_step_s=step_s)
+
+
+def perf_extras(args: argparse.Namespace, cfg, model, optimizers, step, batches, par, result: dict) -> None:
+    """--reference, the profile's printout and --plot, after bench's own figures are printed
+    (rank 0 only under torchrun); adds their figures to `result`."""
+    result["embedding_backend"] = getattr(args, "embedding_backend", "native")
+    result["compile"] = bool(getattr(args, "compile", False))
+    if getattr(args, "_placement", None):
+        result["table_placement"] = args._placement[0]
+    if getattr(args, "reference", False):
+        if par is not None:
+            print("--reference: skipped under torchrun (the reference loop is single-process)")
+        else:
+            from dlrmkit.bench import timed_windows
+            from dlrmkit.perf.reference import reference_step_fn
+
+            ref_step, _ = reference_step_fn(cfg, args.lr, args.seed)
+            ref = statistics.median(timed_windows(ref_step, batches, args.warmup, args.steps, args.windows))
+            result.update(reference_samples_per_s=ref, speedup_vs_reference=result["samples_per_s"] / ref)
+            print(f"plain-PyTorch reference (fp32, per-table EmbeddingBag, sparse SGD) in this run: {ref:,.0f} "
+                  f"samples/s; dlrmkit {args.precision} {args.optimizer} is {result['samples_per_s'] / ref:.2f}x")
+    if "profile_shares" in result:
+        from dlrmkit.perf.profile import format_breakdown
+
+        print(format_breakdown(result["profile_shares"], result["profile_step_s"]))
+        if args.trace:
+            print(f"Chrome trace: {args.trace} (open in ui.perfetto.dev or chrome://tracing)")
+    if getattr(args, "plot", None):
+        from dlrmkit.perf.plots import plot_bench
+
+        plot_bench(result, args.plot)
+        print(f"plot: {args.plot}")
