@@ -92,7 +92,19 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
     found = None
     import threading
 
-    watchdog = threading.Timer(150, lambda: os.killpg(proc.pid, signal.SIGKILL))  # never hang the suite
+    def children(pid: int) -> list[int]:
+        try:
+            return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def kill_all() -> None:
+        """The stopped rank lives in its own session: kill torchrun's workers first, by pid."""
+        for child in children(proc.pid):
+            os.kill(child, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    watchdog = threading.Timer(150, kill_all)  # never hang the suite
     watchdog.start()
     try:
         for line in proc.stderr:  # the pipe closes at the latest when the test's kill below runs
@@ -101,7 +113,7 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
                 break
     finally:
         watchdog.cancel()
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_all()
         proc.wait(timeout=30)
     assert found is not None
     assert re.search(r"collective '\w+' timed out on rank 0 \(--collective-timeout 5s\)", found), found

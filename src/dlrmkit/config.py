@@ -71,6 +71,7 @@ class TrainConfig:
     embedding_optimizer: str | None = None  # sgd | adagrad | rowwise-adagrad (default: the dense one's twin)
     lamb_lr: float | None = None  # LAMB's peak LR when it differs from the embeddings' --lr
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 on CUDA only)
+    comm_dtype: str = "fp32"  # fp32 | bf16: wire format of all-to-alls and gradient all-reduces under torchrun
     warmup_steps: int | None = None
     decay_start: int | None = None
     decay_steps: int | None = None

@@ -159,6 +159,7 @@ class Parsed:
     ints: list[pa.Array]  # int64 with nulls, 13
     cats: list[pa.Array]  # string with nulls, 26
     lines: int
+    valid: np.ndarray | None = None  # 0-based line (within the block) of each valid row; for `predict`
 
 
 def _undecodable(block: bytes, starts: np.ndarray) -> np.ndarray:
@@ -202,7 +203,7 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
         keep = np.repeat(ok, ends - starts + 1)
         block = b[keep].tobytes()
     if not len(line_no):
-        return Parsed(np.zeros(0, bool), [], [], len(ends))
+        return Parsed(np.zeros(0, bool), [], [], len(ends), line_no)
     try:  # fast path: Arrow converts the integers itself; any bad value sends the block to the slow path
         return _parse_typed(block, bad, line0, line_no, len(ends))
     except pa.ArrowInvalid:
@@ -242,7 +243,7 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
         ints.append(pc.cast(pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s), pa.int64()))
     cats = [to_string_array(table.column(c)) for c in CAT_COLS]
     labels = pc.equal(table.column("label"), "1").to_numpy(zero_copy_only=False)
-    return Parsed(np.asarray(labels, dtype=bool), ints, cats, len(ends))
+    return Parsed(np.asarray(labels, dtype=bool), ints, cats, len(ends), line_no[good])
 
 
 def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines: int) -> Parsed:
@@ -260,10 +261,11 @@ def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines:
         bad.add("bad_label", line0 + line_no[bad_lab],
                 [f"label is {label[int(r)].as_py() if label[int(r)].is_valid else ''!r}, not 0 or 1" for r in bad_lab[:5]])
         table = table.filter(pa.array(ok))
+        line_no = line_no[ok]
     ints = [table.column(c).combine_chunks() for c in INT_COLS]
     cats = [table.column(c).combine_chunks() for c in CAT_COLS]
     labels = pc.equal(table.column("label"), 1).to_numpy(zero_copy_only=False)
-    return Parsed(np.asarray(labels, dtype=bool), ints, cats, lines)
+    return Parsed(np.asarray(labels, dtype=bool), ints, cats, lines, line_no)
 
 
 def numerical_matrix(ints: list[pa.Array]) -> np.ndarray:

@@ -103,8 +103,10 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
         raise DlrmkitError(f"{path}: {str(exc).splitlines()[0]}") from None
 
 
-def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str, row0: int) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
-    """Valid rows only: labels (bool), numerical (float16) and categorical string columns."""
+def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str, row0: int,
+          rows_out: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
+    """Valid rows only: labels (bool), numerical (float16) and categorical string columns.
+    `rows_out` (for `predict`) receives the 1-based data-row numbers of the valid rows."""
     label = t.column(opts.label).combine_chunks()
     lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
     lab_val = np.full(len(label), -1.0)
@@ -130,6 +132,8 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
                 report.bad(reason, [f"{path}: data row {row0 + int(r) + 1}: {reason}" for r in rows[:5]])
                 report.skipped[reason] += 0
     good = lab_ok & num_ok
+    if rows_out is not None:
+        rows_out.append(row0 + np.flatnonzero(good) + 1)
     dense = np.stack(nums, axis=1)[good] if nums else np.zeros((int(good.sum()), 0))
     if opts.log:
         dense = log_transform(dense)

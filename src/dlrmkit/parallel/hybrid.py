@@ -173,7 +173,8 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
         return DistContext(), None, None
     ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0))
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
-                          loader=getattr(cfg, "loader", "exchange") or "exchange")
+                          loader=getattr(cfg, "loader", "exchange") or "exchange",
+                          comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)
     plan = build_plan(model, ctx, pcfg, cfg.batch_size)
     return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
 

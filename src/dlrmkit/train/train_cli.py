@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lamb-lr", type=float, help="LAMB's peak LR (default --lr); the LR schedule scales both")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                    help="autocast precision: bf16 on CPU/GPU, fp16 on CUDA only (default fp32)")
+    p.add_argument("--comm-dtype", choices=["fp32", "bf16"], default="fp32",
+                   help="under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32)")
     p.add_argument("--warmup-steps", type=int, help="linear LR warm-up steps (0: none)")
     p.add_argument("--decay-start", type=int, help="step where polynomial LR decay starts (0: no decay)")
     p.add_argument("--decay-steps", type=int, help="steps of polynomial (power 2) decay to 0")
@@ -88,7 +90,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         embedding_dim=getattr(args, "embedding_dim", None), bottom_mlp=getattr(args, "bottom_mlp", None),
         top_mlp=getattr(args, "top_mlp", None),
         embedding_optimizer=getattr(args, "embedding_optimizer", None), lamb_lr=getattr(args, "lamb_lr", None),
-        precision=getattr(args, "precision", "fp32"),
+        precision=getattr(args, "precision", "fp32"), comm_dtype=getattr(args, "comm_dtype", "fp32"),
         sharding=getattr(args, "sharding", "auto"), plan=getattr(args, "plan", None),
         loader=getattr(args, "loader", "exchange"), backend=getattr(args, "backend", None),
     )
