@@ -1,5 +1,7 @@
 """`dlrmkit export`: the exported TorchScript (and pt) model gives the checkpoint model's outputs."""
 
+import numpy as np
+import pytest
 import torch
 
 from dlrmkit.export import example_inputs, load_model
@@ -28,3 +30,23 @@ def test_torchscript_and_pt_exports_match_checkpoint(tiny_data, tmp_path):
     assert saved["model_config"]["table_sizes"] == cfg.table_sizes
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(saved["model"][name], tensor)
+
+
+def test_onnx_export_matches_checkpoint(tiny_data, tmp_path):
+    onnx = pytest.importorskip("onnx", reason="--format onnx needs onnx (pip install 'dlrmkit[onnx]')")
+    result = run_cli("train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R")
+    assert result.code == 0, result.err
+    ckpt = tmp_path / "R" / "checkpoints"
+    out = tmp_path / "m.onnx"
+    r = run_cli("export", "--checkpoint", ckpt, "--out", out, "--format", "onnx")
+    assert r.code == 0, r.err
+    onnx.checker.check_model(onnx.load(str(out)))
+    ort = pytest.importorskip("onnxruntime", reason="running the ONNX model needs onnxruntime (pip install 'dlrmkit[onnx]')")
+    model, cfg = load_model(str(ckpt))
+    dense, ids = example_inputs(cfg, batch=37)  # another batch size than the export's example: dynamic axis
+    with torch.no_grad():
+        want = model(dense, ids).numpy()
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
+    assert got.shape == (37,)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("dlrmkit.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
     "tune": ("dlrmkit.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
     "export": ("dlrmkit.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),
+    "predict": ("dlrmkit.predict", "score raw rows (Criteo TSV or the transcoded CSV) with a checkpoint; writes click probabilities"),
     "preprocess": ("dlrmkit.data.preprocess_cli", "turn raw Criteo click logs into a FeatureSpec dataset"),
     "transcode": ("dlrmkit.data.transcode_cli", "turn any CSV/TSV/Parquet with named columns into a FeatureSpec dataset"),
     "validate": ("dlrmkit.data.validate_cli", "check a dataset against its FeatureSpec and summarize it"),

@@ -106,8 +106,8 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     return "\n".join(lines) + "\n"
 
 
-def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
-    """Scalars as TensorBoard events: torch's writer (needs `tensorboard`) or tensorboardX."""
+def summary_writer_class() -> Any:
+    """torch's SummaryWriter (needs `tensorboard`) or tensorboardX's; a one-line error without either."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -117,7 +117,12 @@ def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
             raise DlrmkitError(
                 "--tensorboard needs the `tensorboard` or `tensorboardX` package (pip install 'dlrmkit[report]')"
             ) from None
-    writer = SummaryWriter(logdir)
+    return SummaryWriter
+
+
+def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
+    """Scalars of a run log as TensorBoard events in `logdir` (x axis: step)."""
+    writer = summary_writer_class()(logdir)
     for r in records:
         step, ev = r.get("step"), r.get("event")
         if step is None:

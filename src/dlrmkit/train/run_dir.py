@@ -17,7 +17,7 @@ from dlrmkit.train.config_file import NOT_IN_CONFIG, dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
-WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume"}
+WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume", "tensorboard"}
 RECIPE = ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps",
           "embedding_dim", "bottom_mlp", "top_mlp")
 

@@ -53,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win")
     p.add_argument("--run-dir", help="run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)")
+    p.add_argument("--tensorboard", metavar="DIR", help="at the end, also write the run's scalars as TensorBoard events into DIR")
     p.add_argument("--log-every", type=int, default=50, help="steps between train-loss records in the log (default 50)")
     p.add_argument("--embedding-dim", type=int, help="embedding width (default: the preset's)")
     p.add_argument("--bottom-mlp", type=int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
@@ -118,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.data:
         raise DlrmkitError("--data is required (on the command line or in --config)")
     cfg = config_from_args(args)
+    if getattr(args, "tensorboard", None):
+        from dlrmkit.report import summary_writer_class
+
+        summary_writer_class()  # a missing package is an error before training, not after
     run_folder = run_dir.setup(args, cfg)
     trainer = Trainer(cfg)
     run_dir.write_plan(run_folder, trainer)
@@ -136,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
             with open(args.metrics_json, "w", encoding="utf-8") as f:
                 json.dump(metrics, f, indent=2)
         print(summary_line(metrics))
+        if getattr(args, "tensorboard", None):
+            from dlrmkit.report import read_log, tensorboard
+
+            tensorboard(read_log(cfg.log_jsonl), args.tensorboard)
     from dlrmkit.parallel.dist import shutdown
 
     shutdown()

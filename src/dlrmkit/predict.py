@@ -1,0 +1,195 @@
+"""Score raw rows with a trained checkpoint: read rows in the format the dataset was built from
+(Criteo TSV for `preprocess criteo`, the CSV/TSV/Parquet columns for `transcode`), encode them
+with the dataset's stored vocabulary (unseen categories -> the rare id 0) and transform, and
+write click probabilities. Streaming: the input is parsed block by block with the same parser as
+preprocessing (bad rows counted by reason, first positions reported; `--strict` stops at the
+first), so memory never grows with the input."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator, TextIO
+
+import numpy as np
+
+from dlrmkit.errors import DlrmkitError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument("--input", required=True, help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from")
+    p.add_argument("--output", help="CSV to write (columns row[,label],probability); default: standard output")
+    p.add_argument("--data", help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)")
+    p.add_argument("--batch-size", type=int, default=16384, help="rows per forward pass (default 16384)")
+    p.add_argument("--no-label", action="store_true", help="Criteo rows without the label column (39 fields)")
+    p.add_argument("--delimiter", help="CSV inputs: field delimiter (default: tab for .tsv, else comma)")
+    p.add_argument("--columns", help="CSV inputs without a header line: the column names, a,b,c")
+    p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
+
+
+@dataclass
+class Scored:
+    """One batch of scored rows: input positions (1-based), labels when the input has them, probabilities."""
+
+    rows: np.ndarray
+    labels: np.ndarray | None
+    probs: np.ndarray
+
+
+@dataclass
+class PredictReport:
+    rows_read: int = 0
+    rows_scored: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    first_bad_rows: list[str] = field(default_factory=list)
+
+
+def dataset_dir(checkpoint: str, data: str | None) -> str:
+    """--data, else the data path in the checkpoint's recorded train config."""
+    if data:
+        return data
+    from dlrmkit.train.checkpoint import read_manifest, resolve_checkpoint
+
+    recorded = (read_manifest(resolve_checkpoint(checkpoint)).get("train_config") or {}).get("data")
+    if not recorded:
+        raise DlrmkitError(f"{checkpoint}: the checkpoint records no dataset; pass --data DIR")
+    if not os.path.isdir(recorded):
+        raise DlrmkitError(f"{recorded}: the dataset the checkpoint was trained on is not there "
+                           f"(recorded relative to the training run's folder?); pass --data DIR")
+    return recorded
+
+
+def _criteo_batches(path: str, vocab: Any, no_label: bool, strict: bool, report: PredictReport
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+    """(rows, labels, dense float16, ids int64) per block of a Criteo TSV, via criteo.parse_block."""
+    from dlrmkit.data.criteo import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
+
+    if not os.path.isfile(path):
+        raise DlrmkitError(f"{path}: no such input file")
+    task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
+    tables = [vocab.id_table(t) for t in range(NUM_CAT)]
+    bad, line0 = Bad(), 1
+    for block in iter_blocks(task):
+        if no_label:  # give every line a dummy label field so the one parser applies unchanged
+            block = b"0\t" + block[:-1].replace(b"\n", b"\n0\t") + b"\n"
+        seen = sum(bad.counts.values())
+        p = parse_block(block, bad, line0)
+        if strict and sum(bad.counts.values()) > seen:
+            line, reason, detail = next(b for b in bad.first if b[0] >= line0)
+            raise DlrmkitError(f"{path}:{line}: bad row ({reason}: {detail}); stopped because of --strict")
+        rows = line0 + p.valid
+        line0 += p.lines
+        report.rows_read += p.lines
+        if len(rows):
+            ids = np.stack([vocab.encode_column(t, p.cats[t], tables[t]) for t in range(NUM_CAT)], axis=1)
+            yield rows, None if no_label else p.labels, numerical_matrix(p.ints), ids
+    report.skipped = {r: bad.counts[r] for r in REASONS}
+    report.first_bad_rows = [f"{path}:{line}: {reason} ({detail})" for line, reason, detail in bad.first]
+
+
+def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.Namespace, report: PredictReport
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+    """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean."""
+    from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches
+
+    if not os.path.isfile(path):
+        raise DlrmkitError(f"{path}: no such input file")
+    columns = [c for c in (args.columns or "").split(",") if c] or None
+    opts = TranscodeOptions(
+        inputs=[path], out="", label=meta["label"], numerical=list(meta.get("numerical_columns") or []),
+        categorical=list(meta.get("categorical_columns") or []), delimiter=args.delimiter, header=columns is None,
+        columns=columns, log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
+    )
+    tr, row0 = Report(), 0
+    tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
+    for t in iter_batches(opts, path, tr):
+        seen, rows_out = sum(tr.skipped.values()), []
+        labels, dense, cats = clean(opts, t, tr, path, row0, rows_out)
+        if args.strict and sum(tr.skipped.values()) > seen:
+            raise DlrmkitError(f"{tr.first[-1] if tr.first else path}: bad row; stopped because of --strict")
+        row0 += t.num_rows
+        if len(labels):
+            ids = (np.stack([vocab.encode_column(k, c, tables[k]) for k, c in enumerate(cats)], axis=1) if cats
+                   else np.zeros((len(labels), 0), np.int64))
+            yield rows_out[0], labels, dense, ids
+    report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
+
+
+def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictReport) -> Iterator[Scored]:
+    """Scored batches of `path`, in input order."""
+    import torch
+
+    from dlrmkit.data.encoder import Vocabulary
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.train.checkpoint import load_single_process_model
+
+    data = dataset_dir(checkpoint, getattr(args, "data", None))
+    meta = FeatureSpec.from_yaml(data).metadata or {}
+    generator = meta.get("generator", "")
+    if not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
+        raise DlrmkitError(f"{data}: made by '{generator or 'unknown'}', not by preprocess/transcode, so there is "
+                           f"no raw row format to read")
+    vocab = Vocabulary.load(data)
+    model, cfg = load_single_process_model(checkpoint)
+    model.eval()
+    if vocab.cardinalities != list(cfg.table_sizes):
+        raise DlrmkitError(f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
+                           f"({vocab.cardinalities}); pass the --data the model was trained on")
+    if generator.startswith("dlrmkit preprocess criteo"):
+        source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
+    else:
+        source = _table_batches(path, vocab, meta, args, report)
+    with torch.no_grad():
+        for rows, labels, dense, ids in source:
+            for lo in range(0, len(rows), args.batch_size):
+                sl = slice(lo, lo + args.batch_size)
+                logits = model(torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)),
+                               torch.from_numpy(np.asarray(ids[sl], dtype=np.int64)))
+                probs = torch.sigmoid(logits.float()).numpy()
+                report.rows_scored += len(probs)
+                yield Scored(rows[sl], None if labels is None else labels[sl], probs)
+
+
+def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
+    header_done = False
+    for b in batches:
+        if not header_done:
+            out.write("row,label,probability\n" if b.labels is not None else "row,probability\n")
+            header_done = True
+        cols = [b.rows] + ([b.labels.astype(np.int64)] if b.labels is not None else [])
+        table = np.column_stack([*cols, b.probs.astype(np.float64)])
+        np.savetxt(out, table, fmt=["%d"] * len(cols) + ["%.9g"], delimiter=",")
+    if not header_done:
+        out.write("row,probability\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.batch_size < 1:
+        raise DlrmkitError(f"--batch-size must be >= 1, got {args.batch_size}")
+    report = PredictReport()
+    batches = score(args.checkpoint, args.input, args, report)
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        tmp = args.output + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                write_csv(batches, f)
+            os.replace(tmp, args.output)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    else:
+        write_csv(batches, sys.stdout)
+    n_skipped = sum(report.skipped.values())
+    msg = (f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}"
+           + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""))
+    err = sys.stderr if not args.output else sys.stdout  # keep stdout pure CSV when it carries the scores
+    print(msg, file=err)
+    for pos in report.first_bad_rows:
+        print(f"  bad row: {pos}", file=err)
+    if args.output:
+        print(f"wrote {report.rows_scored:,} probabilities to {args.output}", file=err)
+    return 0

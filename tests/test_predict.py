@@ -1,0 +1,138 @@
+"""`dlrmkit predict`: raw Criteo rows scored through the stored vocabulary give the same
+probabilities as evaluating the preprocessed test mapping; bad rows are counted, located and
+skipped (or stop the run with --strict); a transcoded CSV dataset scores its own CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from dlrmkit.data.feature_spec import FeatureSpec
+from dlrmkit.data.split_binary import SplitBinaryDataset
+from dlrmkit.train.checkpoint import load_single_process_model
+from dlrmkit.train.trainer import predict
+
+CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
+TSV = CRITEO / "criteo_kaggle_head6k.tsv"
+CSV = CRITEO / "deepctr_criteo_sample200.csv"
+needs_criteo = pytest.mark.skipif(not TSV.exists(), reason="needs ../shared/data/criteo")
+TRAIN = ("--max-steps", 15, "--batch-size", 256, "--embedding-dim", 4, "--bottom-mlp", "16,4",
+         "--top-mlp", "16,1", "--eval-every", 0, "--no-progress")
+
+
+def read_scores(path: Path) -> tuple[list[str], np.ndarray]:
+    header = path.read_text().splitlines()[0].split(",")
+    return header, np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+
+
+@pytest.fixture(scope="module")
+def criteo_model(tmp_path_factory):
+    if not TSV.exists():
+        pytest.skip("needs ../shared/data/criteo")
+    root = tmp_path_factory.mktemp("predict")
+    ds = root / "ds"
+    r = run_cli("preprocess", "criteo", "--input", TSV, "--out", ds, "--test-rows", 1000,
+                "--frequency-threshold", 2, "--workers", 1, "--no-progress")
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", ds, *TRAIN, "--run-dir", root / "run")
+    assert r.code == 0, r.err
+    tail = root / "last1000.tsv"  # a scratch copy of the raw test lines, outside the repo
+    tail.write_bytes(b"".join(TSV.read_bytes().splitlines(keepends=True)[-1000:]))
+    return ds, root / "run" / "checkpoints", tail
+
+
+def evaluate_probs(ds: Path, ckpt: Path) -> tuple[np.ndarray, np.ndarray]:
+    model, _ = load_single_process_model(str(ckpt))
+    return predict(model, SplitBinaryDataset(FeatureSpec.from_yaml(str(ds)), "test"), 4096)
+
+
+@needs_criteo
+def test_predict_matches_evaluate_on_raw_test_rows(criteo_model, tmp_path):
+    ds, ckpt, tail = criteo_model
+    assert FeatureSpec.from_yaml(str(ds)).metadata["preprocess"]["report"]["rows_written"] == 6000
+    out = tmp_path / "scores.csv"
+    # no --data: the dataset comes from the checkpoint's recorded train config
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tail, "--output", out, "--batch-size", 300)
+    assert r.code == 0, r.err
+    assert "rows read 1,000  scored 1,000  skipped 0" in r.out
+    header, got = read_scores(out)
+    assert header == ["row", "label", "probability"]
+    want_p, want_y = evaluate_probs(ds, ckpt)
+    assert got.shape == (1000, 3) and len(want_p) == 1000
+    np.testing.assert_array_equal(got[:, 0], np.arange(1, 1001))
+    np.testing.assert_array_equal(got[:, 1], want_y)
+    np.testing.assert_allclose(got[:, 2], want_p, rtol=1e-5, atol=1e-7)
+    assert np.std(want_p) > 0  # a trained model, not a constant
+
+
+@needs_criteo
+def test_predict_rows_without_label(criteo_model, tmp_path):
+    ds, ckpt, tail = criteo_model
+    unlabeled = tmp_path / "nolabel.tsv"
+    unlabeled.write_bytes(b"".join(line.split(b"\t", 1)[1] for line in tail.read_bytes().splitlines(keepends=True)))
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", unlabeled, "--no-label",
+                "--output", tmp_path / "s.csv")
+    assert r.code == 0, r.err
+    header, got = read_scores(tmp_path / "s.csv")
+    assert header == ["row", "probability"]
+    np.testing.assert_allclose(got[:, 1], evaluate_probs(ds, ckpt)[0], rtol=1e-5, atol=1e-7)
+
+
+@needs_criteo
+def test_malformed_rows_are_counted_located_and_skipped(criteo_model, tmp_path):
+    ds, ckpt, tail = criteo_model
+    lines = tail.read_bytes().splitlines(keepends=True)[:40]
+    broken = list(lines)
+    broken[2] = b"\t".join(lines[2].split(b"\t")[:-3]) + b"\n"  # line 3: too few fields
+    f = lines[6].split(b"\t")
+    broken[6] = b"\t".join([f[0], b"abc", *f[2:]])  # line 7: I1 not an integer
+    broken[9] = b"2" + lines[9][1:]  # line 10: label 2
+    broken[11] = lines[11].replace(b"\t", b"\t\xff", 1)  # line 12: not UTF-8
+    src = tmp_path / "broken.tsv"
+    src.write_bytes(b"".join(broken))
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", src, "--output", tmp_path / "s.csv")
+    assert r.code == 0, r.err
+    assert "rows read 40  scored 36  skipped 4" in r.out
+    for reason in ("wrong_field_count 1", "bad_integer 1", "bad_label 1", "undecodable 1"):
+        assert reason in r.out
+    for line in (3, 7, 10, 12):
+        assert f"{src}:{line}: " in r.out
+    _, got = read_scores(tmp_path / "s.csv")
+    keep = [i for i in range(40) if i + 1 not in (3, 7, 10, 12)]
+    np.testing.assert_array_equal(got[:, 0], np.array(keep) + 1)
+    np.testing.assert_allclose(got[:, 2], evaluate_probs(ds, ckpt)[0][keep], rtol=1e-5, atol=1e-7)
+
+    strict = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", src, "--strict")
+    assert strict.code == 2
+    assert f"{src}:3: bad row (wrong_field_count" in strict.err and "--strict" in strict.err
+
+
+@pytest.mark.skipif(not CSV.exists(), reason="needs ../shared/data/criteo")
+def test_transcoded_csv_dataset_scores_its_csv(tmp_path):
+    ints, cats = [f"I{i}" for i in range(1, 14)], [f"C{i}" for i in range(1, 27)]
+    ds = tmp_path / "ds"
+    r = run_cli("transcode", "--input", CSV, "--out", ds, "--label", "label", "--numerical", ",".join(ints),
+                "--categorical", ",".join(cats), "--test-rows", 50, "--log-transform")
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", ds, *TRAIN, "--run-dir", tmp_path / "run")
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "run" / "checkpoints"
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", CSV, "--output", tmp_path / "s.csv")
+    assert r.code == 0, r.err
+    _, got = read_scores(tmp_path / "s.csv")
+    n = len(got)
+    assert n == FeatureSpec.from_yaml(str(ds)).metadata["preprocess"]["report"]["rows_written"]
+    np.testing.assert_allclose(got[-50:, 2], evaluate_probs(ds, ckpt)[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(got[-50:, 0], np.arange(n - 49, n + 1))
+
+
+def test_dataset_without_raw_format_is_a_one_line_error(tiny_data, tmp_path):
+    r = run_cli("train", "--data", tiny_data, "--max-steps", 2, "--no-progress", "--run-dir", tmp_path / "R")
+    assert r.code == 0, r.err
+    src = tmp_path / "x.tsv"
+    src.write_text("0\t1\n")
+    r = run_cli("predict", "--checkpoint", tmp_path / "R" / "checkpoints", "--input", src)
+    assert r.code == 2 and "not by preprocess/transcode" in r.err
