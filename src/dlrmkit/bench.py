@@ -97,20 +97,26 @@ def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, win
     return rates
 
 
-def fp32_sgd_rate(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> float:
-    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32)."""
-    model = DLRM(cfg)
-    model.reset_parameters(args.seed)
-    optimizers = build_optimizers(model, "sgd", args.lr)
+def training_step(model: DLRM, optimizers: list, precision: str = "fp32"):
+    """One BCE training step of `model` on a RandomBatch, as the trainer takes it."""
 
     def step(batch: RandomBatch) -> None:
-        loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
+        with autocast(precision):
+            loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
         for opt in optimizers:
             opt.step()
 
+    return step
+
+
+def fp32_sgd_rate(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> float:
+    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32)."""
+    model = DLRM(cfg)
+    model.reset_parameters(args.seed)
+    step = training_step(model, build_optimizers(model, "sgd", args.lr))
     return statistics.median(timed_windows(step, batches, args.warmup, args.steps, args.windows))
 
 
@@ -158,16 +164,10 @@ def run(args: argparse.Namespace) -> int:
     par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
+    local_step = training_step(model, optimizers, args.precision)
+
     def step(batch: RandomBatch) -> None:
-        if par is not None:
-            return par.step(batch, optimizers)
-        with autocast(args.precision):
-            loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for opt in optimizers:
-            opt.step()
+        return par.step(batch, optimizers) if par is not None else local_step(batch)
 
     batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
     rates = timed_windows(step, batches, args.warmup, args.steps, args.windows)

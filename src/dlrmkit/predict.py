@@ -109,7 +109,7 @@ def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.N
         seen, rows_out = sum(tr.skipped.values()), []
         labels, dense, cats = clean(opts, t, tr, path, row0, rows_out)
         if args.strict and sum(tr.skipped.values()) > seen:
-            raise DlrmkitError(f"{tr.first[-1] if tr.first else path}: bad row; stopped because of --strict")
+            raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
         row0 += t.num_rows
         if len(labels):
             ids = (np.stack([vocab.encode_column(k, c, tables[k]) for k, c in enumerate(cats)], axis=1) if cats

@@ -96,6 +96,18 @@ class Prefetcher:
         self.stopped.set()
 
 
+def prefetched(source: Iterator, depth: int) -> Iterator:
+    """`source`, run `depth` items ahead in a thread (or inline when depth <= 0)."""
+    if depth <= 0:
+        yield from source
+        return
+    fetcher = Prefetcher(source, depth)
+    try:
+        yield from fetcher
+    finally:
+        fetcher.close()
+
+
 class BatchLoader:
     """Iterates epochs of `dataset` in batches of `batch_size`, resumable at any batch index."""
 
@@ -122,12 +134,4 @@ class BatchLoader:
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """Batches of `epoch` from batch index `start` on, prefetched in a thread."""
-        source = (to_batch(raw) for raw in self.raw_batches(epoch, start))
-        if self.prefetch <= 0:
-            yield from source
-            return
-        fetcher = Prefetcher(source, self.prefetch)
-        try:
-            yield from fetcher
-        finally:
-            fetcher.close()
+        return prefetched((to_batch(raw) for raw in self.raw_batches(epoch, start)), self.prefetch)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlrmkit.data.loader import Batch, BatchLoader, Prefetcher, to_batch
+from dlrmkit.data.loader import Batch, BatchLoader, prefetched, to_batch
 from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.dist import batch_slice, batch_split
@@ -84,12 +84,5 @@ class DistBatchLoader(BatchLoader):
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """Batches of `epoch`; prefetched in a thread except with broadcast (collectives must be
         issued in the same order as the training step's, from one thread)."""
-        source = self.local_batches(epoch, start)
-        if self.prefetch <= 0 or self.strategy == "broadcast":
-            yield from source
-            return
-        fetcher = Prefetcher(source, self.prefetch)
-        try:
-            yield from fetcher
-        finally:
-            fetcher.close()
+        depth = 0 if self.strategy == "broadcast" else self.prefetch
+        return prefetched(self.local_batches(epoch, start), depth)
