@@ -1,10 +1,13 @@
 """Criteo click logs (TSV: label, I1..I13, C1..C26; plain or .gz) -> FeatureSpec dataset.
 
 Two streaming passes over byte-range tasks (plain files are cut at line boundaries, a .gz file is
-one task): pass 1 parses each task and returns per-column value counts plus bad-row accounting;
-pass 2 encodes each task with the shared `Vocabulary` and writes part files that are then
-concatenated in task order into `<out>.tmp`, renamed to `<out>` only when complete. Memory is
-bounded by the vocabulary (and a few blocks per worker), never by the input.
+one task): pass 1 parses each task and returns per-column value counts plus bad-row accounting,
+and spills each parsed block (labels, float16 numericals, dictionary-encoded categoricals) as an
+Arrow IPC file to `<out>.spill/`; pass 2 reads those blocks back memory-mapped (the text is parsed
+once: parsing is most of the cost), encodes them with the shared `Vocabulary` and writes part
+files that are then concatenated in task order into `<out>.tmp`, renamed to `<out>` only when
+complete. Memory is bounded by the vocabulary (and a few blocks per worker), never by the input;
+the spill needs about 140 bytes of disk per row, and each task's spill is removed once encoded.
 
 Parsing is vectorized: numpy finds lines and counts fields per line, Arrow's CSV reader splits
 the valid lines into columns, and regular-expression kernels validate labels and integers. Only
@@ -13,6 +16,7 @@ undecodable lines (rare) are located with a Python loop.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import shutil
@@ -28,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from dlrmkit.data.encoder import CountAccumulator, Vocabulary, to_string_array, value_counts
+from dlrmkit.data.encoder import CountAccumulator, Vocabulary, dictionary_counts, to_string_array
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, FeatureSpec, categorical_dtype
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
@@ -157,7 +161,7 @@ def iter_blocks(task: Task, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
 class Parsed:
     labels: np.ndarray  # bool [n]
     ints: list[pa.Array]  # int64 with nulls, 13
-    cats: list[pa.Array]  # string with nulls, 26
+    cats: list[pa.DictionaryArray]  # strings with nulls, 26
     lines: int
     valid: np.ndarray | None = None  # 0-based line (within the block) of each valid row; for `predict`
 
@@ -241,13 +245,16 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
     for c in INT_COLS:
         s = table.column(c).combine_chunks()
         ints.append(pc.cast(pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s), pa.int64()))
-    cats = [to_string_array(table.column(c)) for c in CAT_COLS]
+    cats = [to_string_array(table.column(c)).dictionary_encode() for c in CAT_COLS]
     labels = pc.equal(table.column("label"), "1").to_numpy(zero_copy_only=False)
     return Parsed(np.asarray(labels, dtype=bool), ints, cats, len(ends), line_no[good])
 
 
 def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines: int) -> Parsed:
-    types = {"label": pa.int64(), **dict.fromkeys(INT_COLS, pa.int64()), **dict.fromkeys(CAT_COLS, pa.string())}
+    # categoricals straight to dictionary arrays: cheaper than strings, and counting and encoding
+    # then work on each block's distinct values only
+    cat_type = pa.dictionary(pa.int32(), pa.string())
+    types = {"label": pa.int64(), **dict.fromkeys(INT_COLS, pa.int64()), **dict.fromkeys(CAT_COLS, cat_type)}
     table = pacsv.read_csv(
         pa.py_buffer(block),
         read_options=pacsv.ReadOptions(column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)),
@@ -263,9 +270,15 @@ def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines:
         table = table.filter(pa.array(ok))
         line_no = line_no[ok]
     ints = [table.column(c).combine_chunks() for c in INT_COLS]
-    cats = [table.column(c).combine_chunks() for c in CAT_COLS]
+    cats = [_one_chunk(table.column(c)) for c in CAT_COLS]
     labels = pc.equal(table.column("label"), 1).to_numpy(zero_copy_only=False)
     return Parsed(np.asarray(labels, dtype=bool), ints, cats, lines, line_no)
+
+
+def _one_chunk(col: pa.ChunkedArray) -> pa.DictionaryArray:
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return col.unify_dictionaries().combine_chunks()
 
 
 def numerical_matrix(ints: list[pa.Array]) -> np.ndarray:
@@ -282,18 +295,61 @@ def iter_parsed(task: Task, bad: Bad) -> Iterator[Parsed]:
         yield p
 
 
+# ---- spill: pass 1's parsed blocks, read back by pass 2 instead of parsing the text again ----
+def spill_path(spill_dir: str, task: Task, block: int) -> str:
+    return os.path.join(spill_dir, f"{task.index:07d}.{block:06d}.arrow")
+
+
+def write_spill(path: str, labels: np.ndarray, dense: np.ndarray, cats: list[pa.DictionaryArray]) -> None:
+    """One block as an Arrow IPC file: labels, the float16 numerical matrix (26-byte rows), the
+    dictionary-encoded categoricals."""
+    n = len(labels)
+    dense_arr = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(2 * NUM_INT), n, [None, pa.py_buffer(np.ascontiguousarray(dense).tobytes())])
+    batch = pa.record_batch([pa.array(labels), dense_arr, *cats], names=["label", "numerical", *CAT_COLS])
+    with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, batch.schema) as w:
+        w.write_batch(batch)
+    os.replace(path + ".part", path)
+
+
+def iter_spill(task: Task, spill_dir: str) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.DictionaryArray]]]:
+    """(labels, dense float16 [n, 13], cats) of each spilled block of a task, memory-mapped."""
+    for path in sorted(glob.glob(os.path.join(spill_dir, f"{task.index:07d}.*.arrow"))):
+        with pa.memory_map(path) as src:
+            b = pa.ipc.open_file(src).get_batch(0)
+            n = b.num_rows
+            dense_arr = b.column(1)
+            dense = np.frombuffer(dense_arr.buffers()[1], dtype=np.float16, count=n * NUM_INT,
+                                  offset=dense_arr.offset * 2 * NUM_INT).reshape(n, NUM_INT)
+            yield b.column(0).to_numpy(zero_copy_only=False), dense, list(b.columns[2:])
+
+
 # ---- pass 1: count ------------------------------------------------------------------------
-def count_task(task: Task, limit: int | None = None, count: bool = True) -> TaskResult:
-    """Parse a task; per-column value counts of its first `limit` valid rows (all when None)."""
+def count_task(task: Task, limit: int | None = None, count: bool = True, spill_dir: str | None = None) -> TaskResult:
+    """Parse a task; per-column value counts of its first `limit` valid rows (all when None).
+    With `spill_dir`, the parsed blocks are also written there for `encode_task`."""
     bad, acc, lines, rows = Bad(), CountAccumulator(NUM_CAT), 0, 0
-    for p in iter_parsed(task, bad):
+    for k, p in enumerate(iter_parsed(task, bad)):
         n = len(p.labels)
         take = n if limit is None else max(0, min(n, limit - rows))
         if count and take:
-            acc.add([value_counts(c.slice(0, take)) for c in p.cats])
+            acc.add([dictionary_counts(c.slice(0, take)) for c in p.cats])
+        if spill_dir is not None and n:
+            write_spill(spill_path(spill_dir, task, k), p.labels, numerical_matrix(p.ints), p.cats)
         lines += p.lines
         rows += n
     return TaskResult(task.index, lines, rows, bad, acc.result() if count else None)
+
+
+def count_spilled(task: Task, limit: int, spill_dir: str) -> list[pa.Table]:
+    """Counts of the first `limit` valid rows of a task already spilled by `count_task`."""
+    acc, rows = CountAccumulator(NUM_CAT), 0
+    for labels, _, cats in iter_spill(task, spill_dir):
+        take = max(0, min(len(labels), limit - rows))
+        if take:
+            acc.add([dictionary_counts(c.slice(0, take)) for c in cats])
+        rows += len(labels)
+    return acc.result()
 
 
 # ---- pass 2: encode -----------------------------------------------------------------------
@@ -301,10 +357,14 @@ def part_path(part_dir: str, mapping: str, name: str, index: int) -> str:
     return os.path.join(part_dir, mapping, f"{name}.{index:07d}")
 
 
-def encode_task(task: Task, vocab: Vocabulary, split_at: int, part_dir: str) -> int:
-    """Encode a task; its first `split_at` valid rows go to train parts, the rest to test parts."""
-    id_tables = [vocab.id_table(t) for t in range(NUM_CAT)]
+def encode_task(task: Task, vocab: Vocabulary, split_at: int, part_dir: str, spill_dir: str | None = None) -> int:
+    """Encode a task; its first `split_at` valid rows go to train parts, the rest to test parts.
+    With `spill_dir`, the blocks spilled by `count_task` are read (and removed) instead of the text."""
     dtypes = [categorical_dtype(c) for c in vocab.cardinalities]
+    if spill_dir is not None:
+        blocks: Iterable[tuple[np.ndarray, np.ndarray, list[pa.DictionaryArray]]] = iter_spill(task, spill_dir)
+    else:
+        blocks = ((p.labels, numerical_matrix(p.ints), p.cats) for p in iter_parsed(task, Bad()) if len(p.labels))
     handles: dict[str, dict[str, Any]] = {}
     for mapping in (TRAIN, TEST):
         os.makedirs(os.path.join(part_dir, mapping), exist_ok=True)
@@ -314,18 +374,15 @@ def encode_task(task: Task, vocab: Vocabulary, split_at: int, part_dir: str) -> 
         }
     rows = 0
     try:
-        for p in iter_parsed(task, Bad()):
-            n = len(p.labels)
-            if not n:
-                continue
-            dense = numerical_matrix(p.ints)
-            ids = [vocab.encode_column(t, p.cats[t], id_tables[t]).astype(dtypes[t]) for t in range(NUM_CAT)]
+        for labels, dense, cats in blocks:
+            n = len(labels)
+            ids = [vocab.encode_column(t, cats[t]).astype(dtypes[t]) for t in range(NUM_CAT)]
             cut = max(0, min(n, split_at - rows))
             for mapping, sl in ((TRAIN, slice(0, cut)), (TEST, slice(cut, n))):
                 if sl.start == sl.stop:
                     continue
                 h = handles[mapping]
-                np.ascontiguousarray(p.labels[sl]).tofile(h["label.bin"])
+                np.ascontiguousarray(labels[sl]).tofile(h["label.bin"])
                 np.ascontiguousarray(dense[sl]).tofile(h["numerical.bin"])
                 for t in range(NUM_CAT):
                     np.ascontiguousarray(ids[t][sl]).tofile(h[f"cat_{t}.bin"])
@@ -334,6 +391,9 @@ def encode_task(task: Task, vocab: Vocabulary, split_at: int, part_dir: str) -> 
         for h in handles.values():
             for f in h.values():
                 f.close()
+    if spill_dir is not None:
+        for path in glob.glob(os.path.join(spill_dir, f"{task.index:07d}.*.arrow")):
+            os.remove(path)
     return rows
 
 
@@ -341,16 +401,16 @@ def encode_task(task: Task, vocab: Vocabulary, split_at: int, part_dir: str) -> 
 _WORKER: dict[str, Any] = {}  # per worker process: the vocabulary, set once by the pool initializer
 
 
-def _init_worker(vocab: Vocabulary | None, part_dir: str | None) -> None:
-    _WORKER["vocab"], _WORKER["part_dir"] = vocab, part_dir
+def _init_worker(vocab: Vocabulary | None, part_dir: str | None, spill_dir: str | None = None) -> None:
+    _WORKER["vocab"], _WORKER["part_dir"], _WORKER["spill_dir"] = vocab, part_dir, spill_dir
 
 
 def _count_job(args: tuple[Task, bool]) -> TaskResult:
-    return count_task(args[0], count=args[1])
+    return count_task(args[0], count=args[1], spill_dir=_WORKER["spill_dir"])
 
 
 def _encode_job(args: tuple[Task, int]) -> int:
-    return encode_task(args[0], _WORKER["vocab"], args[1], _WORKER["part_dir"])
+    return encode_task(args[0], _WORKER["vocab"], args[1], _WORKER["part_dir"], _WORKER["spill_dir"])
 
 
 def ordered_map(fn: Callable, items: Iterable, workers: int, init_args: tuple) -> Iterator:
@@ -477,7 +537,8 @@ def first_bad_message(task: Task, res: TaskResult, line_base: int) -> str:
     return f"{task.path}:{line_base + line}: bad row ({reason}: {detail}); stopped because of --strict"
 
 
-def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[list[Task]], Iterator[TaskResult]]) -> Pass1:
+def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[list[Task]], Iterator[TaskResult]],
+              spill_dir: str | None = None) -> Pass1:
     """Pass 1 with train-only counts: results of the last `test_rows` rows are held back in a
     window until the split is known, so the test rows never enter the vocabulary."""
     test_rows = opts.test_rows
@@ -514,7 +575,7 @@ def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[l
         if k == res.rows:
             acc.add(res.counts)
         elif k > 0:
-            acc.add(count_task(task, limit=k).counts)
+            acc.add(count_spilled(task, k, spill_dir) if spill_dir else count_task(task, limit=k).counts)
     return Pass1(tasks, results, acc.result(), split_at, boundary, n_test)
 
 
@@ -579,21 +640,33 @@ def preprocess(opts: CriteoOptions) -> tuple[FeatureSpec | None, dict[str, Any]]
     if check_output(opts, fp):
         return None, FeatureSpec.from_yaml(opts.out).metadata["preprocess"]["report"]
     total = sum(t.nbytes for t in tasks)
+    # pass 1's parsed blocks, beside the output (removed at the end, also on errors)
+    spill_dir = opts.out.rstrip("/") + ".spill"
+    shutil.rmtree(spill_dir, ignore_errors=True)
+    os.makedirs(spill_dir)
+    try:
+        return _preprocess(opts, tasks, fp, total, spill_dir)
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
 
+
+def _preprocess(opts: CriteoOptions, tasks: list[Task], fp: dict[str, Any], total: int, spill_dir: str
+                ) -> tuple[FeatureSpec | None, dict[str, Any]]:
     def count_in(ts: list[Task]) -> Iterator[TaskResult]:
         with progress_bar(total, "pass 1/2 count", opts.progress) as bar:
-            for res, t in zip(ordered_map(_count_job, [(t, not t.test) for t in ts], opts.workers, (None, None)), ts):
+            jobs = [(t, not t.test) for t in ts]
+            for res, t in zip(ordered_map(_count_job, jobs, opts.workers, (None, None, spill_dir)), ts):
                 bar.update(t.nbytes)
                 yield res
 
-    p1 = run_pass1(opts, tasks, count_in)
+    p1 = run_pass1(opts, tasks, count_in, spill_dir)
     vocab = Vocabulary.build(CAT_COLS, p1.counts, opts.frequency_threshold, opts.max_table_size,
                              extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"})
 
     def encode_all(part_dir: str) -> None:
         jobs = [(t, p1.split_at[t.index]) for t in tasks]
         with progress_bar(total, "pass 2/2 encode", opts.progress) as bar:
-            for _, t in zip(ordered_map(_encode_job, jobs, opts.workers, (vocab, part_dir)), tasks):
+            for _, t in zip(ordered_map(_encode_job, jobs, opts.workers, (vocab, part_dir, spill_dir)), tasks):
                 bar.update(t.nbytes)
 
     spec = finish_dataset(opts, fp, p1, vocab, encode_all)

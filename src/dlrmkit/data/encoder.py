@@ -76,6 +76,84 @@ def merge_counts(tables: Sequence[pa.Table]) -> pa.Table:
     return pa.table({"value": merged["value"], "count": merged["count_sum"]}).combine_chunks()
 
 
+def to_dictionary(values: Any) -> pa.DictionaryArray:
+    """Any column as a dictionary array of strings (missing and '' -> null index)."""
+    if isinstance(values, pa.ChunkedArray) and values.num_chunks == 1:
+        values = values.chunk(0)
+    if isinstance(values, pa.DictionaryArray) and pa.types.is_string(values.type.value_type):
+        return values
+    return to_string_array(values).dictionary_encode()
+
+
+def dictionary_counts(values: pa.DictionaryArray) -> pa.Table:
+    """(value, count) of the non-null values of a dictionary array: a bincount of its indices."""
+    ind = pc.drop_null(values.indices).to_numpy(zero_copy_only=False)
+    counts = np.bincount(ind, minlength=len(values.dictionary))
+    nz = np.flatnonzero(counts)
+    return pa.table({"value": values.dictionary.take(pa.array(nz)).cast(pa.string()),
+                     "count": pa.array(counts[nz].astype(np.int64))})
+
+
+def fixed_width_keys(values: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, ok): each string zero-padded to `width` bytes (a multiple of 8), as uint64 when
+    width is 8 (big-endian, so order is byte order) else as numpy bytes; ok is False for nulls,
+    longer strings and strings holding NUL (zero padding would make those ambiguous)."""
+    values = values.cast(pa.string())
+    n = len(values)
+    bufs = values.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=values.offset * 4).astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and n else np.zeros(1, np.uint8)
+    lengths = np.diff(offsets)
+    ok = lengths <= width
+    if values.null_count:
+        ok &= values.is_valid().to_numpy(zero_copy_only=False)
+    mat = np.zeros((n, width), dtype=np.uint8)
+    starts = offsets[:-1]
+    for j in range(min(width, int(lengths.max(initial=0)))):  # a loop over byte positions, not rows
+        rows = np.flatnonzero(ok & (lengths > j))
+        col = data[starts[rows] + j]
+        ok[rows[col == 0]] = False
+        mat[rows, j] = col
+    if width == 8:
+        keys = mat.view(">u8").ravel().astype(np.uint64)
+    else:
+        keys = mat.view(f"S{width}").ravel()
+    return keys, ok
+
+
+@dataclass
+class ValueIndex:
+    """Sorted fixed-width keys of one column's vocabulary and their ids: a lookup is a binary
+    search per distinct value, with the index built once (pc.index_in rebuilds a hash table of the
+    whole vocabulary on every call)."""
+
+    keys: np.ndarray  # sorted
+    ids: np.ndarray  # id of each key
+    width: int
+
+    @classmethod
+    def build(cls, values: pa.Array, ids: np.ndarray, max_width: int = 64) -> "ValueIndex | None":
+        lengths = pc.binary_length(values).to_numpy(zero_copy_only=False) if len(values) else np.zeros(0, np.int64)
+        longest = int(lengths.max(initial=0))
+        if longest > max_width:
+            return None
+        width = max(8, -(-longest // 8) * 8)
+        keys, ok = fixed_width_keys(values, width)
+        if not ok.all():  # NUL bytes in the vocabulary
+            return None
+        order = np.argsort(keys, kind="stable")
+        return cls(keys[order], np.asarray(ids, dtype=np.int64)[order], width)
+
+    def ids_of(self, values: pa.Array) -> np.ndarray:
+        """Id of each value (0 when not in the vocabulary)."""
+        if not len(self.keys) or not len(values):
+            return np.zeros(len(values), dtype=np.int64)
+        keys, ok = fixed_width_keys(values, self.width)
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        hit = ok & (self.keys[pos] == keys)
+        return np.where(hit, self.ids[pos], 0)
+
+
 @dataclass
 class CountAccumulator:
     """Running per-column counts; pending chunks are merged once they hold `compact_rows` rows."""
@@ -111,6 +189,7 @@ class Vocabulary:
     frequency_threshold: int = 1
     max_table_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    _lookups: dict[int, "ValueIndex | None"] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -142,15 +221,27 @@ class Vocabulary:
             ids = 1 + (ids - 1) % (self.max_table_size - 1)
         return ids
 
+    def lookup(self, t: int) -> "ValueIndex | None":
+        """Column t's value -> id index, built once per Vocabulary (None: values unfit for fixed-width keys)."""
+        if t not in self._lookups:
+            self._lookups[t] = ValueIndex.build(self.values[t], self.id_table(t))
+        return self._lookups[t]
+
     def encode_column(self, t: int, values: Any, id_table: np.ndarray | None = None) -> np.ndarray:
-        """Ids (int64) of one column's raw values; unseen, rare and missing -> 0."""
-        arr = to_string_array(values)
-        idx = pc.index_in(arr, value_set=self.values[t]).fill_null(-1).to_numpy(zero_copy_only=False)
-        table = self.id_table(t) if id_table is None else id_table
-        out = np.zeros(len(idx), dtype=np.int64)
-        hit = idx >= 0
-        out[hit] = table[idx[hit]]
-        return out
+        """Ids (int64) of one column's raw values; unseen, rare and missing -> 0.
+
+        The values are dictionary-encoded (a dictionary array is used as is), only the distinct
+        values are looked up, and the ids are gathered per row."""
+        arr = to_dictionary(values)
+        index = self.lookup(t)
+        if index is not None:
+            dict_ids = index.ids_of(arr.dictionary)
+        else:  # rare: very long values or NUL bytes; pc.index_in hashes the whole vocabulary per call
+            idx = pc.index_in(arr.dictionary, value_set=self.values[t]).fill_null(-1).to_numpy(zero_copy_only=False)
+            table = self.id_table(t) if id_table is None else id_table
+            dict_ids = np.where(idx >= 0, table[np.maximum(idx, 0)] if len(table) else 0, 0)
+        dict_ids = np.append(np.asarray(dict_ids, dtype=np.int64), 0)  # the last slot: missing
+        return dict_ids[arr.indices.fill_null(len(arr.dictionary)).to_numpy(zero_copy_only=False)]
 
     def encode(self, columns: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
         """[rows, tables] int64 ids; `columns` maps column name -> values, or lists them in order."""
