@@ -19,6 +19,8 @@ import sys
 import torch
 from torch.optim import Optimizer
 
+from dlrmkit.optim.split_sgd_kernel import fused_sparse_step
+
 if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
     raise ImportError("split-SGD needs a little-endian machine")
 
@@ -98,6 +100,8 @@ class SplitSGD(Optimizer):
     def _sparse_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
         rows, values = grad._indices()[0], grad._values()
         if rows.numel() == 0:
+            return
+        if fused_sparse_step(p, low, rows, values, lr):  # same bits, one pass (split_sgd_kernel.py)
             return
         # unique rows (sorted) and each lookup's slot; PooledLookup's gradients arrive sorted
         if bool((rows[1:] >= rows[:-1]).all()):
