@@ -17,8 +17,9 @@ def _sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, tor
 
 
 class SparseSGD(Optimizer):
-    """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i (index_add_
-    sums duplicates, so no sort or coalesce is needed)."""
+    """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
+    summed without a sort or coalesce; torch's dense += sparse kernel does this 2-3x faster than
+    index_add_ and uses both cores (docs/BENCHMARKS.md)."""
 
     def __init__(self, params, lr: float):
         super().__init__(params, {"lr": lr})
@@ -29,8 +30,9 @@ class SparseSGD(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                rows, values = _sparse_parts(p.grad, coalesce=False)
-                p.index_add_(0, rows, values.to(p.dtype), alpha=-group["lr"])
+                if not p.grad.is_sparse:
+                    raise ValueError("sparse optimizers need embedding gradients made with sparse=True")
+                p.add_(p.grad.to(p.dtype), alpha=-group["lr"])
         return None
 
 
