@@ -3,7 +3,8 @@
 # mlperf-shape and small fp32 vs the plain-PyTorch reference loop (same run, same batches),
 # bf16 + split-SGD vs the reference, fp32 fraction of the compute bound, profile shares of
 # the default path and of the optional kernels (FBGEMM TBE, torch.compile), and the simulator
-# against NVIDIA's published figures. Record each printed figure with its command in
+# against NVIDIA's published figures. The default bench compiles the dense part (torch.compile won
+# the side-by-side measurement); the --no-compile rows are the eager path. Record each printed figure with its command in
 # docs/BENCHMARKS.md. Usage: bash benchmarks/perf_figures.sh [OUTDIR]   (about 15-25 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +23,11 @@ for model in small mlperf-shape; do
   $DL bench --model $model $COMMON --precision bf16 --optimizer split-sgd --reference --profile \
       --json "$OUT/$model-bf16-splitsgd.json" 2>&1 | quiet
   echo "### $model fp32, FBGEMM table-batched embedding (fused exact SGD), after-profile"
-  $DL bench --model $model $COMMON --embedding-backend fbgemm --profile --json "$OUT/$model-fbgemm.json" 2>&1 | quiet \
+  $DL bench --model $model $COMMON --no-compile --embedding-backend fbgemm --profile --json "$OUT/$model-fbgemm.json" 2>&1 | quiet \
       || echo "(fbgemm-gpu-cpu not installed: pip install -c constraints.txt 'dlrmkit[fbgemm]')"
-  echo "### $model fp32, torch.compile of the dense part, after-profile"
-  $DL bench --model $model $COMMON --compile --profile --json "$OUT/$model-compile.json" 2>&1 | quiet
+  echo "### $model fp32, eager dense part (--no-compile), profile before torch.compile"
+  $DL bench --model $model $COMMON --no-compile --profile --json "$OUT/$model-eager.json" 2>&1 | quiet \
+      || echo "(eager run failed; see its output above)"
 done
 echo "### threads: 1 vs default (cores / LOCAL_WORLD_SIZE)"
 $DL bench --model small $COMMON --threads 1 2>&1 | quiet | head -1

@@ -49,7 +49,7 @@ def test_step_breakdown_from_events():
 
 def test_bench_reference_and_profile(tmp_path):
     out, trace, png = tmp_path / "b.json", tmp_path / "t.json", tmp_path / "b.png"
-    rc = main(["bench", "--model", "small", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
+    rc = main(["bench", "--no-compile", "--model", "small", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
                "--threads", "1", "--reference", "--profile", "--profile-steps", "1", "--trace", str(trace),
                "--plot", str(png), "--json", str(out)])
     assert rc == 0

@@ -55,7 +55,7 @@ def test_bench_bf16_split_sgd_compares_with_fp32(tmp_path, monkeypatch):
 
     monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(13, [1000] * 4, 16, [32, 16], [32, 1]))
     out = tmp_path / "bench.json"
-    r = run_cli("bench", "--model", "test-tiny", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
+    r = run_cli("bench", "--no-compile", "--model", "test-tiny", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
                 "--precision", "bf16", "--optimizer", "split-sgd", "--compare-fp32", "--json", out)
     assert r.code == 0, r.err
     res = json.loads(out.read_text())

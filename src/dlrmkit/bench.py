@@ -174,9 +174,13 @@ def run(args: argparse.Namespace) -> int:
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
-    gemm_s = measure_compute_bound(cfg, args.batch_size, compute_dtype(args.precision))
+    # each rank times its own GEMMs at its local batch (all ranks at once, as they train), so the
+    # bound is the global samples/s of N ranks computing only their MLPs
+    local_batch = len(batches[0].labels)
+    world = par.ctx.world_size if par else 1
+    gemm_s = measure_compute_bound(cfg, local_batch, compute_dtype(args.precision))
     flops = flops_per_sample(cfg)
-    bound = args.batch_size / gemm_s
+    bound = world * local_batch / gemm_s
     result = {
         "model": args.model,
         "batch_size": args.batch_size,
@@ -186,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         "samples_per_s": rate,
         "window_samples_per_s": rates,
         "flops_per_sample": flops,
-        "gemm_gflops": flops * args.batch_size / gemm_s / 1e9,
+        "gemm_gflops": flops * local_batch / gemm_s / 1e9,  # per rank
         "compute_bound_samples_per_s": bound,
         "compute_bound_fraction": rate / bound,
         "world_size": par.ctx.world_size if par else 1,
@@ -206,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         f"{args.model} batch {args.batch_size} {args.precision} {args.optimizer}, {result['threads']} threads: "
         f"{rate:,.0f} samples/s "
         f"(median of {args.windows} windows x {args.steps} steps)\n"
-        f"model {flops / 1e6:.2f} MFLOP/sample; GEMMs at its shapes run at {result['gemm_gflops']:.1f} GFLOP/s "
+        f"model {flops / 1e6:.2f} MFLOP/sample; GEMMs at its shapes run at {result['gemm_gflops']:.1f} GFLOP/s"
+        f"{' per rank' if world > 1 else ''} "
         f"-> compute bound {bound:,.0f} samples/s; reached {100 * rate / bound:.1f}%"
     )
     if args.compare_fp32 and par is None:

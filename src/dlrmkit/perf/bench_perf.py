@@ -25,7 +25,9 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-backend", default="native", choices=["native", "fbgemm"],
                    help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
                         "needs fbgemm-gpu-cpu; single process only)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the dense part (MLPs, interaction)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="torch.compile the dense part (MLPs, interaction); the default, as it measured "
+                        "fastest (docs/BENCHMARKS.md); --no-compile times the eager path")
     p.add_argument("--table-placement", default="auto", choices=["auto", "device", "host"],
                    help="GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner "
                         "decide (auto); on CPU every placement is host memory")
