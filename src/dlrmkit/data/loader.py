@@ -93,7 +93,11 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
+        """Stop and wait for the thread, so it is never inside a torch op at interpreter exit
+        (that aborts the process: 'terminate called without an active exception')."""
         self.stopped.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=10)
 
 
 def prefetched(source: Iterator, depth: int) -> Iterator:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
+from dlrmkit.optim.sparse import sparse_parts
+
 
 class RowWiseAdagrad(Optimizer):
     """Per touched row i (duplicate lookups summed first, in fp32):
@@ -27,9 +29,7 @@ class RowWiseAdagrad(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if not p.grad.is_sparse:
-                    raise ValueError("row-wise Adagrad needs embedding gradients made with sparse=True")
-                rows, values = p.grad._indices()[0], p.grad._values()
+                rows, values = sparse_parts(p.grad, coalesce=False)
                 if rows.numel() == 0:
                     continue
                 uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)

@@ -7,7 +7,7 @@ import torch
 from torch.optim import Optimizer
 
 
-def _sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(row indices [n], gradient rows [n, dim]) of a sparse COO gradient."""
     if not grad.is_sparse:
         raise ValueError("sparse optimizers need embedding gradients made with sparse=True")
@@ -52,7 +52,7 @@ class SparseAdagrad(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                rows, g = _sparse_parts(p.grad, coalesce=True)
+                rows, g = sparse_parts(p.grad, coalesce=True)
                 g = g.float()
                 acc = self.state[p]["sum"]
                 acc.index_add_(0, rows, g * g)

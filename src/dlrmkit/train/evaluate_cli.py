@@ -6,6 +6,7 @@ import argparse
 import json
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.dist import add_parallel_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,13 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=int, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
-    p.add_argument("--sharding", default="auto",
-                   choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
-                   help="under torchrun: how tables are sharded (any plan loads any checkpoint)")
-    p.add_argument("--plan", help="under torchrun: a sharding plan JSON to obey")
-    p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
-                   help="under torchrun: how ranks read batches (default exchange)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    add_parallel_arguments(p, "under torchrun: how tables are sharded (any plan loads any checkpoint)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import json
 import math
 
 from dlrmkit.config import PRESETS, TrainConfig
+from dlrmkit.parallel.dist import add_parallel_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,13 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-dim", type=int, help="embedding width (default: the preset's)")
     p.add_argument("--bottom-mlp", type=int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
     p.add_argument("--top-mlp", type=int_list, help="top MLP sizes, e.g. 64,32,1; must end in 1")
-    p.add_argument("--sharding", default="auto",
-                   choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
-                   help="under torchrun: how tables are sharded (default auto: the planner decides)")
-    p.add_argument("--plan", help="under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
-    p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
-                   help="under torchrun: how ranks read batches (default exchange)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    add_parallel_arguments(p, "under torchrun: how tables are sharded (default auto: the planner decides)")
     p.set_defaults(_parser=p)
 
 
