@@ -134,6 +134,8 @@ def test_bad_input_under_torchrun_is_one_line_per_rank(tiny_data, tmp_path, args
     proc = torchrun(2, "-m", "dlrmkit", argv[0], "--data", tiny_data, *argv[1:])
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"dlrmkit {argv[0]}: error:")]
-    assert len(lines) == 2 and all(needle in ln for ln in lines), proc.stderr[-2000:]
+    # each rank says it in one line; torchrun terminates the other worker as soon as one exits with
+    # an error, so the second rank's line may never be printed (a race, seen on a clean CI clone)
+    assert 1 <= len(lines) <= 2 and all(needle in ln for ln in lines), proc.stderr[-2000:]
     # no worker traceback (torchrun prefixes worker output "[rankN]:"; its own launcher report follows)
     assert "[rank" not in proc.stderr, proc.stderr[-3000:]
