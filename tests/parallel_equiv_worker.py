@@ -14,7 +14,7 @@ from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, sh
 from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
 from dlrmkit.parallel.plan import make_plan
 from dlrmkit.parallel.sharded_embedding import DistIds
-from dlrmkit.train.trainer import build_optimizers
+from dlrmkit.optim.build import build_optimizers
 
 TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])

@@ -17,7 +17,7 @@ from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.model.embedding import JaggedIds
 from dlrmkit.precision import autocast, compute_dtype
-from dlrmkit.train.trainer import build_optimizers
+from dlrmkit.optim.build import build_optimizers
 
 BENCH_MODELS: dict[str, ModelConfig] = {
     "small": ModelConfig(13, [1_000_000] * 8, 16, [512, 256, 64, 16], [512, 256, 1]),

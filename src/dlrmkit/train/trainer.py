@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.optim import Optimizer
 from tqdm import tqdm
 
 from dlrmkit.config import TrainConfig, get_preset, model_config
@@ -23,18 +22,11 @@ from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.schedule import LRSchedule
-from dlrmkit.optim.build import build_optimizers as _build_optimizers
+from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point
 from dlrmkit.train.metrics import log_loss, roc_auc
-
-
-def build_optimizers(model: DLRM, name: str, lr: float, embedding_optimizer: str | None = None,
-                     precision: str = "fp32", lamb_lr: float | None = None) -> list[Optimizer]:
-    """Dense optimizer for MLPs, sparse row-update optimizer for the embedding tables
-    (dlrmkit.optim.build: sgd | adagrad | split-sgd | lamb, and the embedding optimizer)."""
-    return _build_optimizers(model, name, lr, embedding_optimizer, precision, lamb_lr)
 
 
 @torch.no_grad()
