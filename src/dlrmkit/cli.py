@@ -59,5 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """Console-script and `python -m` entry. Under torchrun, once the command has flushed its
+    output and left the process group, the process ends with os._exit: C++ destructors of
+    collective-library threads during interpreter teardown can abort a finished rank
+    ('terminate called without an active exception', seen once on CI), and torchrun would
+    then report a successful job as failed."""
+    code = main()
+    from dlrmkit.parallel.dist import launched_by_torchrun
+
+    if launched_by_torchrun():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
