@@ -60,6 +60,32 @@ def test_fused_path_is_taken_and_rejects_bad_rows(kernel):
         split_sgd_kernel.fused_sparse_step(hi, lo, torch.tensor([0, 10, 2]), torch.ones(3, 4), 0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_by_bag_equals_per_lookup_rows_and_checks_bags(kernel, dtype):
+    """The deferred-gradient path: lookup i reads row bags[i] of the pooled gradient; the bits
+    equal those of the materialized per-lookup gradient, on 2 threads."""
+    from dlrmkit.model.embedding import BagGrad
+
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(200, 16, generator=gen)
+    rows = torch.randint(0, 200, (3000,), generator=gen).sort(stable=True)[0]
+    bag_grad = BagGrad(rows, torch.randint(0, 64, (3000,), generator=gen), torch.randn(64, 16, generator=gen).to(dtype))
+    hi_b, lo_b = split_fp32(w)
+    hi_r, lo_r = split_fp32(w)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert split_sgd_kernel.fused_bag_step(hi_b, lo_b, bag_grad, 0.3)
+    finally:
+        torch.set_num_threads(threads)
+    SplitSGD._sparse_step(hi_r, lo_r, bag_grad.to_sparse(w.shape), 0.3)
+    assert torch.equal(hi_b.view(torch.int16), hi_r.view(torch.int16)) and torch.equal(lo_b, lo_r)
+    assert not torch.equal(join_fp32(hi_b, lo_b), w)
+    bad = BagGrad(rows[:2], torch.tensor([0, 64]), bag_grad.grad)
+    with pytest.raises(RuntimeError, match="bag 64 out of range"):
+        split_sgd_kernel.fused_bag_step(hi_b, lo_b, bad, 0.3)
+
+
 def test_disabled_kernel_falls_back(monkeypatch):
     monkeypatch.setenv("DLRMKIT_SPLIT_SGD_KERNEL", "0")
     hi, lo = split_fp32(torch.randn(10, 4))

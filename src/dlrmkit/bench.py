@@ -113,9 +113,14 @@ def training_step(model: DLRM, optimizers: list, precision: str = "fp32"):
 
 
 def fp32_sgd_rate(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> float:
-    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32)."""
+    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32),
+    compiled or eager as the run itself (--compile), so the ratio compares precision alone."""
+    from dlrmkit.perf.bench_perf import compile_dense
+
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
+    if getattr(args, "compile", False):
+        compile_dense(model)
     step = training_step(model, build_optimizers(model, "sgd", args.lr))
     return statistics.median(timed_windows(step, batches, args.warmup, args.steps, args.windows))
 

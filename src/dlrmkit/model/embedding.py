@@ -2,7 +2,10 @@
 row offsets, so a forward pass does one lookup per width instead of one per table.
 
 Gradients are sparse (one row per lookup, never a dense [rows, dim] tensor); the sparse
-optimizers in dlrmkit.optim apply them to the touched rows only.
+optimizers in dlrmkit.optim apply them to the touched rows only. A table can also defer its
+gradient (`defer_grads`): backward then keeps the pooled gradient and each lookup's bag instead
+of copying one gradient row per lookup, and an optimizer that understands it (split-SGD's fused
+kernel) reads the rows straight from the pooled gradient.
 """
 
 from __future__ import annotations
@@ -87,25 +90,42 @@ def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, 
         out[a - row_start : b - row_start] = block[a - lo : b - lo, col_start : col_start + cols].to(out.dtype)
 
 
+@dataclass
+class BagGrad:
+    """A table's gradient kept by bag: lookup i adds grad[bags[i]] to row rows[i] (rows sorted).
+    The same gradient as the sparse COO tensor (rows, grad[bags]) without its [lookups, dim] copy."""
+
+    rows: torch.Tensor  # int64 [lookups], sorted
+    bags: torch.Tensor  # int64 [lookups], row of `grad` each lookup takes
+    grad: torch.Tensor  # [bags, dim], the pooled output's gradient
+
+    def to_sparse(self, shape: torch.Size) -> torch.Tensor:
+        return torch.sparse_coo_tensor(self.rows.unsqueeze(0), self.grad.index_select(0, self.bags), shape,
+                                       check_invariants=False)
+
+
 class PooledLookup(torch.autograd.Function):
     """Sum-pooled lookup whose weight gradient is sparse and sorted by row: one gradient row per
     lookup, ordered by id, so the optimizer's scatter walks the table in order (2x faster than
-    random order on a large table, measured in docs/BENCHMARKS.md)."""
+    random order on a large table, measured in docs/BENCHMARKS.md). With a `sink` list, the
+    gradient is appended there as a BagGrad and the weight gets none (see FusedTable.defer_grads)."""
 
     @staticmethod
-    def forward(ctx, weight: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, weight: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor, sink: list | None = None):
         ctx.save_for_backward(values, offsets)
-        ctx.weight_shape = weight.shape
+        ctx.weight_shape, ctx.sink = weight.shape, sink
         return F.embedding_bag(values, weight, offsets[:-1], mode="sum")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         values, offsets = ctx.saved_tensors
-        rows, order = values.sort()
-        bags = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
-        grad_rows = grad.index_select(0, bags.index_select(0, order))
-        weight_grad = torch.sparse_coo_tensor(rows.unsqueeze(0), grad_rows, ctx.weight_shape, check_invariants=False)
-        return weight_grad, None, None
+        rows, order = values.sort(stable=True)  # duplicates keep lookup order: the fp32 sum order is defined
+        bags = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()).index_select(0, order)
+        bag_grad = BagGrad(rows, bags, grad.contiguous())
+        if ctx.sink is not None:
+            ctx.sink.append(bag_grad)
+            return None, None, None, None
+        return bag_grad.to_sparse(ctx.weight_shape), None, None, None
 
 
 class FusedTable(nn.Module):
@@ -117,6 +137,13 @@ class FusedTable(nn.Module):
         offsets = torch.tensor([0] + list(table_sizes), dtype=torch.int64).cumsum(0)
         self.register_buffer("row_offsets", offsets[:-1].clone(), persistent=False)
         self.weight = nn.Parameter(torch.empty(int(offsets[-1]), dim, device=device))
+        self.deferred = False
+
+    def defer_grads(self) -> None:
+        """From now on backward leaves `weight.grad` unset and appends a BagGrad to the list
+        `weight.bag_grads` instead; the optimizer must consume and clear that list (SplitSGD)."""
+        self.deferred = True
+        self.weight.bag_grads = []
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator, table_ids: list[int] | None = None) -> None:
@@ -131,13 +158,18 @@ class FusedTable(nn.Module):
 
     def forward(self, ids: Ids) -> torch.Tensor:
         """Pooled (sum) embeddings [B, T, dim] of these tables."""
+        sink = self.weight.bag_grads if self.deferred and torch.is_grad_enabled() else None
         if isinstance(ids, torch.Tensor):
-            return F.embedding(ids + self.row_offsets, self.weight, sparse=True)
+            if sink is None:
+                return F.embedding(ids + self.row_offsets, self.weight, sparse=True)
+            b, t = ids.shape  # one id per bag, sample-major
+            offsets = torch.arange(b * t + 1, dtype=torch.int64, device=ids.device)
+            return PooledLookup.apply(self.weight, (ids + self.row_offsets).reshape(-1), offsets, sink).view(b, t, self.dim)
         values, offsets = ids.sample_major()
         num_tables = len(self.table_sizes)
         bag_tables = self.row_offsets.repeat(ids.batch_size)  # row offset of bag (b, t)
         fused = values + torch.repeat_interleave(bag_tables, offsets.diff())
-        return PooledLookup.apply(self.weight, fused, offsets).view(ids.batch_size, num_tables, self.dim)
+        return PooledLookup.apply(self.weight, fused, offsets, sink).view(ids.batch_size, num_tables, self.dim)
 
 
 def select_tables(ids: Ids, tables: list[int]) -> Ids:

@@ -37,6 +37,21 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
             raise DlrmkitError("--optimizer split-sgd updates the tables with split SGD: use --embedding-optimizer sgd")
 
 
+def defer_table_grads(embeddings: torch.nn.Module) -> None:
+    """Split-SGD reads table gradients by bag when its fused kernel is available (no per-lookup
+    gradient copy, docs/BENCHMARKS.md). Replicated tables
+    keep ordinary gradients: the data-parallel all-reduce needs them."""
+    from dlrmkit.model.embedding import FusedTable
+    from dlrmkit.optim.split_sgd_kernel import fused_kernel
+
+    if fused_kernel() is None:
+        return
+    replicated = {id(p) for p in getattr(embeddings, "replicated_parameters", lambda: [])()}
+    for table in embeddings.modules():
+        if isinstance(table, FusedTable) and id(table.weight) not in replicated and table.weight.device.type == "cpu":
+            table.defer_grads()
+
+
 def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embedding_optimizer: str | None = None,
                      precision: str = "fp32", lamb_lr: float | None = None) -> list[Optimizer]:
     """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
@@ -45,7 +60,9 @@ def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embeddin
     check_choice(optimizer, embedding_optimizer, precision)
     dense, sparse = model.dense_parameters(), list(model.embeddings.parameters())
     if optimizer == "split-sgd":
-        return [SplitSGD(dense, lr=lr), SplitSGD(sparse, lr=lr)]
+        opts = [SplitSGD(dense, lr=lr), SplitSGD(sparse, lr=lr)]
+        defer_table_grads(model.embeddings)
+        return opts
     if optimizer == "sgd":
         dense_opt: Optimizer = torch.optim.SGD(dense, lr=lr)
     elif optimizer == "adagrad":

@@ -19,7 +19,7 @@ import sys
 import torch
 from torch.optim import Optimizer
 
-from dlrmkit.optim.split_sgd_kernel import fused_sparse_step
+from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_sparse_step
 
 if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
     raise ImportError("split-SGD needs a little-endian machine")
@@ -78,11 +78,24 @@ class SplitSGD(Optimizer):
                 raise ValueError(f"split-SGD state of shape {tuple(low.shape)} for a parameter of {tuple(p.shape)}")
             self.state[p]["low"] = low.to(device=p.device, dtype=torch.int16).clone()
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if getattr(p, "bag_grads", None):
+                    p.bag_grads.clear()
+
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
             lr = group["lr"]
             for p in group["params"]:
+                pending = getattr(p, "bag_grads", None)
+                if pending:  # deferred table gradients (FusedTable.defer_grads): read by bag
+                    for g in pending:
+                        if not fused_bag_step(p, self.state[p]["low"], g, lr):
+                            self._sparse_step(p, self.state[p]["low"], g.to_sparse(p.shape), lr)
+                    pending.clear()
                 if p.grad is None:
                     continue
                 low = self.state[p]["low"]

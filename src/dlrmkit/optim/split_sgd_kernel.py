@@ -33,11 +33,19 @@ _cache: dict[str, object] = {}  # "op" -> the built op, or None after a failure
 
 def _build():
     """Compile (or reuse from TORCH_EXTENSIONS_DIR) the op; only ATen/library headers, so the
-    build is a fraction of a torch/extension.h one."""
+    build is a fraction of a torch/extension.h one. at::parallel_for is OpenMP inline code: without
+    -fopenmp it runs on one thread (measured: 2 threads took as long as 1), so OpenMP is tried
+    first (the soname resolves to torch's own libgomp at run time) and a serial build is the fallback."""
     from torch.utils.cpp_extension import load
 
-    load(name="dlrmkit_split_sgd_v1", sources=[str(_SOURCE)], extra_cflags=["-O3", "-ffp-contract=off"],
-         is_python_module=False, verbose=False)
+    flags = ["-O3", "-ffp-contract=off"]
+    try:
+        load(name="dlrmkit_split_sgd_v2", sources=[str(_SOURCE)], extra_cflags=[*flags, "-fopenmp"],
+             extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+    except Exception as exc:  # no OpenMP for this compiler: the same kernel on one thread
+        log.info("split-SGD kernel: OpenMP build failed (%s), building it single-threaded", exc)
+        load(name="dlrmkit_split_sgd_v2_serial", sources=[str(_SOURCE)], extra_cflags=flags,
+             is_python_module=False, verbose=False)
     return torch.ops.dlrmkit_split_sgd.split_sgd_rows
 
 
@@ -55,11 +63,21 @@ def _self_check(op) -> bool:
             got = torch.stack((lo, hi.view(torch.int16)), dim=-1).view(torch.float32).view(50, d)
             if not torch.equal(got.view(torch.int32), ref.view(torch.int32)):
                 return False
+        # by bag: lookup i takes row bags[i] of a pooled gradient (the deferred-gradient path)
+        pooled, bags = torch.randn(30, d, generator=gen).bfloat16(), torch.randint(0, 30, (400,), generator=gen)
+        r = rows.sort()[0]
+        ref = w.clone().index_add_(0, r, pooled.float().index_select(0, bags), alpha=-0.37)
+        pairs = w.view(torch.int16).view(50, d, 2)
+        hi, lo = pairs[..., 1].contiguous().view(torch.bfloat16), pairs[..., 0].contiguous()
+        op(hi, lo, r, pooled, -0.37, bags)
+        got = torch.stack((lo, hi.view(torch.int16)), dim=-1).view(torch.float32).view(50, d)
+        if not torch.equal(got.view(torch.int32), ref.view(torch.int32)):
+            return False
     return True
 
 
 def fused_kernel():
-    """The built, self-checked op ``(hi, lo, rows, values, alpha) -> None``, or None (fall back
+    """The built, self-checked op ``(hi, lo, rows, values, alpha, bags=None) -> None``, or None (fall back
     to pure torch; the reason is logged once). DLRMKIT_SPLIT_SGD_KERNEL=0 disables it."""
     if os.environ.get("DLRMKIT_SPLIT_SGD_KERNEL", "1") == "0":
         return None
@@ -86,4 +104,17 @@ def fused_sparse_step(p: torch.Tensor, low: torch.Tensor, rows: torch.Tensor, va
     if values.dtype not in (torch.bfloat16, torch.float32):
         values = values.float()
     op(p.data, low, rows.contiguous(), values.contiguous(), -lr)
+    return True
+
+
+def fused_bag_step(p: torch.Tensor, low: torch.Tensor, bag_grad, lr: float) -> bool:
+    """Apply a deferred table gradient (embedding.BagGrad) in place with the kernel, each lookup's
+    gradient row read from the pooled gradient; False if the kernel cannot be used."""
+    if p.device.type != "cpu" or p.dim() != 2 or not p.data.is_contiguous() or not low.is_contiguous():
+        return False
+    op = fused_kernel()
+    if op is None or bag_grad.rows.numel() == 0:
+        return op is not None
+    grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
+    op(p.data, low, bag_grad.rows.contiguous(), grad.contiguous(), -lr, bag_grad.bags.contiguous())
     return True

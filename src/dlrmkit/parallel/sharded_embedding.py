@@ -279,7 +279,8 @@ class ShardedEmbedding(nn.Module):
         local, sizes = ids.local, ids.batch_sizes
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
-        out = torch.zeros(l, self.num_tables * self.dim)
+        dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
+        out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype)
         if any(self.widths):
             fast = isinstance(local, torch.Tensor) and not self.bucketed
             if fast:

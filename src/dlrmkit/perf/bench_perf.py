@@ -73,8 +73,13 @@ def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bo
 
         use_fbgemm(model, args.lr)
     if getattr(args, "compile", False):
-        for name in ("bottom_mlp", "interaction", "top_mlp"):
-            getattr(model, name).compile(dynamic=False)
+        compile_dense(model)
+
+
+def compile_dense(model: torch.nn.Module) -> None:
+    """torch.compile the MLPs and the interaction (the tables stay eager: sparse gradients)."""
+    for name in ("bottom_mlp", "interaction", "top_mlp"):
+        getattr(model, name).compile(dynamic=False)
 
 
 def collect_profile(args: argparse.Namespace, model, optimizers, step, batches, par, result: dict) -> None:
