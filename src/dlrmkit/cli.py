@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; given the command line, only the chosen command's module is imported
+    (the others would pull torch into `dlrmkit preprocess`: a second of start-up)."""
+    chosen = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     parser = argparse.ArgumentParser(
         prog="dlrmkit",
         description="Train DLRM recommendation models, from one process to hybrid-parallel torchrun jobs.",
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
         module.add_arguments(p)
@@ -46,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     # Large tensors on transparent huge pages: first-touch page faults of fresh per-step buffers
     # cost ~3x less (docs/BENCHMARKS.md). Must be set before torch allocates; users may override.
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args._argv = list(sys.argv[1:] if argv is None else argv)  # `train --config` re-parses with YAML defaults
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_in)
+    args = parser.parse_args(args_in)
+    args._argv = args_in  # `train --config` re-parses with YAML defaults
     try:
         return int(args._run(args) or 0)
     except DlrmkitError as exc:
@@ -66,7 +73,7 @@ def entry() -> None:
     ('terminate called without an active exception', seen once on CI), and torchrun would
     then report a successful job as failed."""
     code = main()
-    from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.parallel.options import launched_by_torchrun
 
     if launched_by_torchrun():
         sys.stdout.flush()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.dlrm import ModelConfig
+from dlrmkit.model.config import ModelConfig
 
 
 @dataclass

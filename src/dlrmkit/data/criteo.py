@@ -186,6 +186,12 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
     """Split a whole-line block into columns; bad rows are counted in `bad` (lines 1-based from line0)."""
     if b"\r" in block:
         block = block.replace(b"\r\n", b"\n")
+    lines = block.count(b"\n")
+    try:  # fast path, all rows well formed: Arrow rejects a wrong field count, a non-integer or
+        # non-UTF-8 bytes itself, so the block needs no scan of its own (a third of pass 1's CPU)
+        return _parse_typed(block, bad, line0, np.arange(lines), lines)
+    except pa.ArrowInvalid:
+        pass
     b = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(b == 10)
     starts = np.concatenate([[0], ends[:-1] + 1])

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.options import add_parallel_arguments, launched_by_torchrun  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -36,10 +37,6 @@ class DistContext:
     def barrier(self) -> None:
         if dist.is_initialized():
             dist.barrier()
-
-
-def launched_by_torchrun() -> bool:
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> DistContext:
@@ -94,13 +91,3 @@ def batch_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int
     sizes = batch_split(global_batch, world_size)
     start = sum(sizes[:rank])
     return start, start + sizes[rank]
-
-
-def add_parallel_arguments(p, sharding_help: str) -> None:
-    """The torchrun options `train` and `evaluate` share: sharding, plan, loader, backend."""
-    p.add_argument("--sharding", default="auto",
-                   choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"], help=sharding_help)
-    p.add_argument("--plan", help="under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
-    p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
-                   help="under torchrun: how ranks read batches (default exchange)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")

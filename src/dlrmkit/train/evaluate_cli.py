@@ -6,7 +6,7 @@ import argparse
 import json
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.dist import add_parallel_arguments
+from dlrmkit.parallel.options import add_parallel_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

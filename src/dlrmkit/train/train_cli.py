@@ -9,7 +9,7 @@ import json
 import math
 
 from dlrmkit.config import PRESETS, TrainConfig
-from dlrmkit.parallel.dist import add_parallel_arguments
+from dlrmkit.parallel.options import add_parallel_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

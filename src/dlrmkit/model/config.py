@@ -1,0 +1,30 @@
+"""The DLRM's shape, without torch: the CLI and the presets import it without paying for torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelConfig:
+    num_numerical: int
+    table_sizes: list[int]
+    embedding_dim: int = 16
+    bottom_mlp: list[int] = field(default_factory=lambda: [64, 16])  # last size == embedding_dim
+    top_mlp: list[int] = field(default_factory=lambda: [64, 1])  # last size == 1
+    interaction: str = "dot"  # dot | cat
+    self_interaction: bool = False
+
+    def check(self) -> None:
+        from dlrmkit.errors import DlrmkitError
+
+        if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
+            raise DlrmkitError(
+                f"bottom MLP must end at the embedding dim {self.embedding_dim}, got {self.bottom_mlp}"
+            )
+        if not self.top_mlp or self.top_mlp[-1] != 1:
+            raise DlrmkitError(f"top MLP must end in 1 output (the logit), got {self.top_mlp}")
+        if self.interaction not in ("dot", "cat"):
+            raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose dot or cat)")
+        if self.num_numerical == 0 and self.bottom_mlp:
+            raise DlrmkitError("a dataset without numerical features needs an empty bottom MLP")
