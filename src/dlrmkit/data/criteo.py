@@ -43,7 +43,7 @@ CAT_COLS = [f"C{i}" for i in range(1, NUM_CAT + 1)]
 COLUMNS = ["label", *INT_COLS, *CAT_COLS]
 REASONS = ("wrong_field_count", "bad_integer", "bad_label", "undecodable")
 INT_RE = r"^([-+]?[0-9]{1,18})?$"
-TASK_BYTES = 32 << 20
+TASK_BYTES = 64 << 20  # fewer tasks, fewer part files to create (measured -13% CPU vs 32 MiB)
 BLOCK_BYTES = 16 << 20
 
 

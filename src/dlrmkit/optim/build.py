@@ -38,9 +38,9 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
 
 
 def defer_table_grads(embeddings: torch.nn.Module) -> None:
-    """Split-SGD reads table gradients by bag when its fused kernel is available (no per-lookup
-    gradient copy, docs/BENCHMARKS.md). Replicated tables
-    keep ordinary gradients: the data-parallel all-reduce needs them."""
+    """Split-SGD and SparseSGD read table gradients by bag when the fused kernel is available (no
+    per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
+    the data-parallel all-reduce needs them."""
     from dlrmkit.model.embedding import FusedTable
     from dlrmkit.optim.split_sgd_kernel import fused_kernel
 
@@ -73,6 +73,7 @@ def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embeddin
     emb = resolve_embedding_optimizer(optimizer, embedding_optimizer)
     if emb == "sgd":
         sparse_opt: Optimizer = SparseSGD(sparse, lr=lr)
+        defer_table_grads(model.embeddings)
     elif emb == "adagrad":
         sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10)
     else:

@@ -19,15 +19,31 @@ def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torc
 class SparseSGD(Optimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
     summed without a sort or coalesce; torch's dense += sparse kernel does this 2-3x faster than
-    index_add_ and uses both cores (docs/BENCHMARKS.md)."""
+    index_add_ and uses both cores (docs/BENCHMARKS.md). Tables that defer their gradients
+    (FusedTable.defer_grads) are updated by the fused kernel straight from the pooled gradient."""
 
     def __init__(self, params, lr: float):
         super().__init__(params, {"lr": lr})
 
-    @torch.no_grad()
-    def step(self, closure=None):
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
         for group in self.param_groups:
             for p in group["params"]:
+                if getattr(p, "bag_grads", None):
+                    p.bag_grads.clear()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        from dlrmkit.optim.split_sgd_kernel import fused_sgd_bag_step
+
+        for group in self.param_groups:
+            for p in group["params"]:
+                pending = getattr(p, "bag_grads", None)
+                if pending:
+                    for g in pending:
+                        if not fused_sgd_bag_step(p, g, group["lr"]):
+                            p.add_(g.to_sparse(p.shape).to(p.dtype), alpha=-group["lr"])
+                    pending.clear()
                 if p.grad is None:
                     continue
                 if not p.grad.is_sparse:

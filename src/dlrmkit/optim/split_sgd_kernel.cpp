@@ -1,4 +1,5 @@
-// Fused split-SGD sparse row update; see split_sgd_kernel.py for why. Built by torch.utils.cpp_extension.load.
+// Fused sparse row updates: split-SGD (bf16 hi + int16 lo halves) and plain SGD on fp32 tables;
+// see split_sgd_kernel.py for why. Built by torch.utils.cpp_extension.load.
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define DLRMKIT_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
@@ -72,14 +74,60 @@ static void run(uint16_t* hi, uint16_t* lo, const int64_t* rows, const int64_t* 
   });
 }
 
+
+// fp32 weights (plain sparse SGD): w = fma(g, alpha, w), as index_add_ computes it.
+template <typename G>
+[[gnu::always_inline]] static inline void row_update_fp32(float* __restrict w, const G* __restrict g, int64_t d,
+                                                          float alpha) {
+  for (int64_t j = 0; j < d; ++j) {
+    float gv;
+    if constexpr (sizeof(G) == 2) {
+      gv = __builtin_bit_cast(float, uint32_t(g[j]) << 16);
+    } else {
+      gv = g[j];
+    }
+    w[j] = __builtin_fmaf(gv, alpha, w[j]);
+  }
+}
+
+template <typename G>
+DLRMKIT_CLONES static void run_range_fp32(float* w, const int64_t* rows, const int64_t* bags, const G* g,
+                                          int64_t begin, int64_t end, int64_t d, float alpha) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (i + kAhead < end) {
+      const float* wr = w + rows[i + kAhead] * d;
+      for (int64_t j = 0; j < d; j += 16) __builtin_prefetch(wr + j, 1);
+      if (bags) {
+        const G* gr = g + bags[i + kAhead] * d;
+        for (int64_t j = 0; j < d; j += 64 / int64_t(sizeof(G))) __builtin_prefetch(gr + j, 0);
+      }
+    }
+    row_update_fp32<G>(w + rows[i] * d, g + (bags ? bags[i] : i) * d, d, alpha);
+  }
+}
+
+template <typename G>
+static void run_fp32(float* w, const int64_t* rows, const int64_t* bags, const G* g, int64_t n, int64_t d,
+                     float alpha, bool sorted) {
+  if (!sorted) {
+    run_range_fp32<G>(w, rows, bags, g, 0, n, d, alpha);
+    return;
+  }
+  at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
+    while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;
+    while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;
+    if (b < e) run_range_fp32<G>(w, rows, bags, g, b, e, d, alpha);
+  });
+}
+
 // In place: for each i, rows (hi, lo) [rows[i]] += alpha * values[bags ? bags[i] : i] in fp32, in order of i.
-static void split_sgd_rows(const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& rows, const at::Tensor& values,
-                           double alpha, const std::optional<at::Tensor>& bags) {
-  TORCH_CHECK(hi.dim() == 2 && hi.is_contiguous() && hi.scalar_type() == at::kBFloat16, "hi: contiguous 2-d bf16");
-  TORCH_CHECK(lo.sizes() == hi.sizes() && lo.is_contiguous() && lo.scalar_type() == at::kShort, "lo: int16 like hi");
+// Checks rows/bags/values against a [num_rows, d] table; returns (bags or null, rows sorted?).
+static std::pair<const int64_t*, bool> check_lookups(int64_t num_rows, int64_t d, const at::Tensor& rows,
+                                                     const at::Tensor& values, const std::optional<at::Tensor>& bags) {
   TORCH_CHECK(rows.dim() == 1 && rows.is_contiguous() && rows.scalar_type() == at::kLong, "rows: contiguous int64");
-  const int64_t n = rows.size(0), d = hi.size(1), num_rows = hi.size(0);
+  const int64_t n = rows.size(0);
   TORCH_CHECK(values.dim() == 2 && values.size(1) == d && values.is_contiguous(), "values: contiguous [*, d]");
+  TORCH_CHECK(values.scalar_type() == at::kBFloat16 || values.scalar_type() == at::kFloat, "values: bf16 or fp32");
   const int64_t* bag = nullptr;
   if (bags.has_value()) {
     const at::Tensor& b = *bags;
@@ -97,18 +145,44 @@ static void split_sgd_rows(const at::Tensor& hi, const at::Tensor& lo, const at:
     TORCH_CHECK(r[i] >= 0 && r[i] < num_rows, "row id ", r[i], " out of range [0, ", num_rows, ")");
     if (i > 0 && r[i] < r[i - 1]) sorted = false;
   }
+  return {bag, sorted};
+}
+
+// In place: for each i, rows (hi, lo) [rows[i]] += alpha * values[bags ? bags[i] : i] in fp32, in order of i.
+static void split_sgd_rows(const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& rows, const at::Tensor& values,
+                           double alpha, const std::optional<at::Tensor>& bags) {
+  TORCH_CHECK(hi.dim() == 2 && hi.is_contiguous() && hi.scalar_type() == at::kBFloat16, "hi: contiguous 2-d bf16");
+  TORCH_CHECK(lo.sizes() == hi.sizes() && lo.is_contiguous() && lo.scalar_type() == at::kShort, "lo: int16 like hi");
+  const int64_t n = rows.size(0), d = hi.size(1);
+  auto [bag, sorted] = check_lookups(hi.size(0), d, rows, values, bags);
+  const int64_t* r = rows.data_ptr<int64_t>();
   auto* h = reinterpret_cast<uint16_t*>(hi.data_ptr());
   auto* l = reinterpret_cast<uint16_t*>(lo.data_ptr());
   const float a = static_cast<float>(alpha);
   if (values.scalar_type() == at::kBFloat16) {
     run<uint16_t>(h, l, r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
   } else {
-    TORCH_CHECK(values.scalar_type() == at::kFloat, "values: bf16 or fp32");
     run<float>(h, l, r, bag, values.data_ptr<float>(), n, d, a, sorted);
+  }
+}
+
+// In place: for each i, weight[rows[i]] += alpha * values[bags ? bags[i] : i] (fp32 table), in order of i.
+static void sgd_rows(const at::Tensor& weight, const at::Tensor& rows, const at::Tensor& values, double alpha,
+                     const std::optional<at::Tensor>& bags) {
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() && weight.scalar_type() == at::kFloat, "weight: contiguous 2-d fp32");
+  const int64_t n = rows.size(0), d = weight.size(1);
+  auto [bag, sorted] = check_lookups(weight.size(0), d, rows, values, bags);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  const float a = static_cast<float>(alpha);
+  if (values.scalar_type() == at::kBFloat16) {
+    run_fp32<uint16_t>(weight.data_ptr<float>(), r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
+  } else {
+    run_fp32<float>(weight.data_ptr<float>(), r, bag, values.data_ptr<float>(), n, d, a, sorted);
   }
 }
 
 TORCH_LIBRARY(dlrmkit_split_sgd, m) {
   m.def("split_sgd_rows(Tensor(a!) hi, Tensor(b!) lo, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()",
         &split_sgd_rows);
+  m.def("sgd_rows(Tensor(a!) weight, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()", &sgd_rows);
 }

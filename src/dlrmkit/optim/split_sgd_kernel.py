@@ -1,4 +1,5 @@
-"""Fused C++ row update for split-SGD's sparse step (optional fast path).
+"""Fused C++ row updates for split-SGD's sparse step and for plain SGD of fp32 tables read by bag
+(optional fast paths).
 
 The pure-torch sparse step gathers the touched rows' halves, joins them, index_add_s and scatters
 both halves back: five passes and three fresh buffers over the touched rows. This kernel walks the
@@ -49,6 +50,21 @@ def _build():
     return torch.ops.dlrmkit_split_sgd.split_sgd_rows
 
 
+def _self_check_fp32(op) -> bool:
+    """The fp32-table op (plain sparse SGD) bit-exact against index_add_, by lookup and by bag."""
+    gen = torch.Generator().manual_seed(1)
+    for d in (1, 13, 128):
+        w = torch.randn(50, d, generator=gen)
+        rows = torch.randint(0, 50, (400,), generator=gen).sort()[0]
+        pooled, bags = torch.randn(30, d, generator=gen), torch.randint(0, 30, (400,), generator=gen)
+        ref = w.clone().index_add_(0, rows, pooled.index_select(0, bags), alpha=-0.37)
+        got = w.clone()
+        op(got, rows, pooled, -0.37, bags)
+        if not torch.equal(got.view(torch.int32), ref.view(torch.int32)):
+            return False
+    return True
+
+
 def _self_check(op) -> bool:
     """Bit-exact against fp32 index_add_ here (torch's formula may differ on another ISA/build)."""
     gen = torch.Generator().manual_seed(0)
@@ -85,7 +101,7 @@ def fused_kernel():
         if "op" not in _cache:
             try:
                 op = _build()
-                if not _self_check(op):
+                if not _self_check(op) or not _self_check_fp32(torch.ops.dlrmkit_split_sgd.sgd_rows):
                     raise RuntimeError("kernel differs from torch's index_add_ on this machine")
                 _cache["op"] = op
             except Exception as exc:  # no compiler/ninja, unsupported platform, mismatch
@@ -117,4 +133,18 @@ def fused_bag_step(p: torch.Tensor, low: torch.Tensor, bag_grad, lr: float) -> b
         return op is not None
     grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
     op(p.data, low, bag_grad.rows.contiguous(), grad.contiguous(), -lr, bag_grad.bags.contiguous())
+    return True
+
+
+def fused_sgd_bag_step(p: torch.Tensor, bag_grad, lr: float) -> bool:
+    """Plain SGD of an fp32 table from a deferred gradient (embedding.BagGrad), in place, each
+    lookup's row read from the pooled gradient; False if the kernel cannot be used."""
+    if p.device.type != "cpu" or p.dim() != 2 or p.dtype != torch.float32 or not p.data.is_contiguous():
+        return False
+    if fused_kernel() is None:
+        return False
+    if bag_grad.rows.numel():
+        grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
+        torch.ops.dlrmkit_split_sgd.sgd_rows(p.data, bag_grad.rows.contiguous(), grad.contiguous(), -lr,
+                                             bag_grad.bags.contiguous())
     return True

@@ -77,9 +77,10 @@ def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bo
 
 
 def compile_dense(model: torch.nn.Module) -> None:
-    """torch.compile the MLPs and the interaction (the tables stay eager: sparse gradients)."""
-    for name in ("bottom_mlp", "interaction", "top_mlp"):
-        getattr(model, name).compile(dynamic=False)
+    """torch.compile the interaction (bmm, triangle gather, concat fused). The MLPs stay eager:
+    compiled, mlperf-shape fp32 fell from 7,024 to 5,771 samples/s (docs/BENCHMARKS.md), as
+    Inductor's Linear+ReLU graphs on CPU lose to oneDNN's addmm. The tables stay eager too."""
+    model.interaction.compile(dynamic=False)
 
 
 def collect_profile(args: argparse.Namespace, model, optimizers, step, batches, par, result: dict) -> None:
