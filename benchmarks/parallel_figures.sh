@@ -20,8 +20,8 @@ for s in table_wise column_wise row_wise data_parallel auto; do
       -m dlrmkit bench $COMMON --threads 1 --sharding $s --breakdown
   done
 done
-echo "== table_wise, 2 ranks, overlapped all-reduce =="
+echo "== table_wise, 2 ranks, blocking all-reduce (--no-overlap; overlap is the default) =="
 run $PY -m torch.distributed.run --nproc_per_node=2 --master_addr 127.0.0.1 --master_port 29610 \
-  -m dlrmkit bench $COMMON --threads 1 --sharding table_wise --overlap
+  -m dlrmkit bench $COMMON --threads 1 --sharding table_wise --no-overlap
 echo "== single process, 2 threads, again (drift check for the 0.9x comparison) =="
 OMP_NUM_THREADS=2 run $PY -m dlrmkit bench $COMMON --threads 2

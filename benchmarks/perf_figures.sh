@@ -3,7 +3,7 @@
 # mlperf-shape and small fp32 vs the plain-PyTorch reference loop (same run, same batches),
 # bf16 + split-SGD vs the reference, fp32 fraction of the compute bound, profile shares of
 # the default path and of the optional kernels (FBGEMM TBE, torch.compile), and the simulator
-# against NVIDIA's published figures. The default bench compiles the dense part (torch.compile won
+# against NVIDIA's published figures. The default bench compiles the interaction (torch.compile won
 # the side-by-side measurement); the --no-compile rows are the eager path. Record each printed figure with its command in
 # docs/BENCHMARKS.md. Usage: bash benchmarks/perf_figures.sh [OUTDIR]   (about 15-25 min on 2 cores)
 set -euo pipefail

@@ -29,7 +29,9 @@ def check_same(m: dict, single: dict, world: int) -> None:
     assert m["world_size"] == world
     assert m["samples"] == single["samples"] == 6 * 250
     assert m["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
-    assert m["auc"] == pytest.approx(single["auc"], abs=1e-6)
+    # float tolerance: with 3 ranks the bucketed (overlapped) all-reduce sums gradients in another
+    # order than one process does, which moves the AUC by a few 1e-6
+    assert m["auc"] == pytest.approx(single["auc"], abs=1e-5)
     assert m["logloss"] == pytest.approx(single["logloss"], rel=1e-5)
 
 

@@ -143,8 +143,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
-    p.add_argument("--overlap", action="store_true",
-                   help="under torchrun: all-reduce dense gradients asynchronously during backward (bucketed hooks)")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="under torchrun: all-reduce dense gradients asynchronously during backward (bucketed hooks; "
+                        "the default, as training does); --no-overlap blocks after backward")
     p.add_argument("--breakdown", action="store_true",
                    help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
                         "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped")

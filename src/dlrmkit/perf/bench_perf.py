@@ -26,8 +26,8 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
                    help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
                         "needs fbgemm-gpu-cpu; single process only)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="torch.compile the dense part (MLPs, interaction); the default, as it measured "
-                        "fastest (docs/BENCHMARKS.md); --no-compile times the eager path")
+                   help="torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
+                        "the default, as it measured fastest (docs/BENCHMARKS.md); --no-compile times the eager path")
     p.add_argument("--table-placement", default="auto", choices=["auto", "device", "host"],
                    help="GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner "
                         "decide (auto); on CPU every placement is host memory")
