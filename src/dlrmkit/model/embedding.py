@@ -97,7 +97,7 @@ class BagGrad:
 
     rows: torch.Tensor  # int64 [lookups], sorted
     bags: torch.Tensor  # int64 [lookups], row of `grad` each lookup takes
-    grad: torch.Tensor  # [bags, dim], the pooled output's gradient
+    grad: torch.Tensor  # [bags, dim], the pooled output's gradient (any strides; read at update time)
 
     def to_sparse(self, shape: torch.Size) -> torch.Tensor:
         return torch.sparse_coo_tensor(self.rows.unsqueeze(0), self.grad.index_select(0, self.bags), shape,
@@ -121,7 +121,7 @@ class PooledLookup(torch.autograd.Function):
         values, offsets = ctx.saved_tensors
         rows, order = values.sort(stable=True)  # duplicates keep lookup order: the fp32 sum order is defined
         bags = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()).index_select(0, order)
-        bag_grad = BagGrad(rows, bags, grad.contiguous())
+        bag_grad = BagGrad(rows, bags, grad)  # not read here: it may still be arriving (comm.AllToAll)
         if ctx.sink is not None:
             ctx.sink.append(bag_grad)
             return None, None, None, None

@@ -43,18 +43,51 @@ def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], 
     return out if out.dtype == flat.dtype else out.to(flat.dtype)
 
 
+def all_to_all_started(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
+                       stats: CommStats | None, kind: str):
+    """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
+    received elements only after wait() returns; wait() also records the exposed seconds."""
+    flat = x.reshape(-1)
+    wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
+    out = torch.empty(sum(recv_counts), dtype=wire.dtype, device=flat.device)
+    work = dist.all_to_all_single(out, wire, recv_counts, send_counts, async_op=True)
+    result = out if out.dtype == flat.dtype else torch.empty(sum(recv_counts), dtype=flat.dtype, device=flat.device)
+    if stats is not None:
+        stats.add(kind, (sum(send_counts) - send_counts[dist.get_rank()]) * wire.element_size())
+
+    def wait(keep=wire) -> None:  # `keep`: the send buffer lives until the collective is done
+        t0 = time.perf_counter()
+        work.wait()
+        if result is not out:
+            result.copy_(out)
+        if stats is not None:
+            stats.add(kind, 0, time.perf_counter() - t0)
+
+    return result, wait
+
+
 class AllToAll(torch.autograd.Function):
-    """Differentiable all-to-all: backward sends gradients back along the reverse route."""
+    """Differentiable all-to-all: backward sends gradients back along the reverse route. With
+    `async_backward`, backward launches the exchange and returns its buffer at once, so autograd
+    goes on with other branches (the bottom MLP's backward) while it travels; the wait is queued
+    to run when the backward pass ends. Only for consumers that keep the gradient without reading
+    it before then (tables that defer their gradients, FusedTable.defer_grads)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype, stats=None):
+    def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype, stats=None,
+                async_backward: bool = False):
         ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape, ctx.stats = send_counts, recv_counts, dtype, x.shape, stats
+        ctx.async_backward = async_backward
         return all_to_all(x, send_counts, recv_counts, dtype, stats, "pooled_fwd")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
-        return back.view(ctx.shape), None, None, None, None
+        if ctx.async_backward and dist.is_initialized() and dist.get_world_size() > 1:
+            back, wait = all_to_all_started(grad, ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
+            torch.autograd.Variable._execution_engine.queue_callback(wait)
+        else:
+            back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
+        return back.view(ctx.shape), None, None, None, None, None
 
 
 def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,

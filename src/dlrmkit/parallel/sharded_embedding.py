@@ -298,7 +298,10 @@ class ShardedEmbedding(nn.Module):
             w_me = self.widths[me]
             send = [sizes[r] * w_me for r in range(n)]
             recv = [l * self.widths[r] for r in range(n)]
-            flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats)
+            # one table group, all deferring: nothing reads the gradient between this exchange and
+            # the tables' backward (views only), so it may still be in flight there
+            late = len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
+            flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late)
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)
