@@ -16,6 +16,15 @@ def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torc
     return grad._indices()[0], grad._values()
 
 
+def clear_bag_grads(opt: Optimizer) -> None:
+    """Drops the deferred table gradients (FusedTable.defer_grads) of `opt`'s parameters, as
+    zero_grad drops ordinary ones."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if getattr(p, "bag_grads", None):
+                p.bag_grads.clear()
+
+
 class SparseSGD(Optimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
     summed without a sort or coalesce; torch's dense += sparse kernel does this 2-3x faster than
@@ -27,10 +36,7 @@ class SparseSGD(Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if getattr(p, "bag_grads", None):
-                    p.bag_grads.clear()
+        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -19,6 +19,7 @@ import sys
 import torch
 from torch.optim import Optimizer
 
+from dlrmkit.optim.sparse import clear_bag_grads
 from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_sparse_step
 
 if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
@@ -80,10 +81,7 @@ class SplitSGD(Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if getattr(p, "bag_grads", None):
-                    p.bag_grads.clear()
+        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):

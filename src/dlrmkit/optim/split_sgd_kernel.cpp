@@ -16,6 +16,16 @@
 #define DLRMKIT_CLONES
 #endif
 
+// gradient element j as fp32; G is uint16_t (bf16 bits) or float
+template <typename G>
+[[gnu::always_inline]] static inline float grad_at(const G* __restrict g, int64_t j) {
+  if constexpr (sizeof(G) == 2) {
+    return __builtin_bit_cast(float, uint32_t(g[j]) << 16);
+  } else {
+    return g[j];
+  }
+}
+
 // one lookup: w = fma(g, alpha, join(hi, lo)); (hi, lo) = split(w). G is uint16_t (bf16 bits) or float.
 // Builtins only (no std::fma/bit_cast/memcpy calls): a call to a default-target function is not
 // inlined into the AVX-512 clone, which then stayed scalar (3x slower, measured).
@@ -24,13 +34,7 @@ template <typename G>
                               int64_t d, float alpha) {
   for (int64_t j = 0; j < d; ++j) {
     const float w = __builtin_bit_cast(float, (uint32_t(hi[j]) << 16) | uint32_t(lo[j]));
-    float gv;
-    if constexpr (sizeof(G) == 2) {
-      gv = __builtin_bit_cast(float, uint32_t(g[j]) << 16);
-    } else {
-      gv = g[j];
-    }
-    const uint32_t out = __builtin_bit_cast(uint32_t, __builtin_fmaf(gv, alpha, w));
+    const uint32_t out = __builtin_bit_cast(uint32_t, __builtin_fmaf(grad_at(g, j), alpha, w));
     hi[j] = uint16_t(out >> 16);
     lo[j] = uint16_t(out);
   }
@@ -60,33 +64,33 @@ DLRMKIT_CLONES static void run_range(uint16_t* hi, uint16_t* lo, const int64_t* 
   }
 }
 
-template <typename G>
-static void run(uint16_t* hi, uint16_t* lo, const int64_t* rows, const int64_t* bags, const G* g, int64_t n,
-                int64_t d, float alpha, bool sorted) {
-  if (!sorted) {  // duplicates may be anywhere: one thread keeps every row's lookups in order
-    run_range<G>(hi, lo, rows, bags, g, 0, n, d, alpha);
+// Calls body(begin, end) over [0, n): on one thread in order when rows are unsorted (duplicates may
+// be anywhere), else split across threads at row boundaries, so each row's lookups stay in order.
+template <typename Body>
+static void for_row_ranges(const int64_t* rows, int64_t n, bool sorted, const Body& body) {
+  if (!sorted) {
+    body(int64_t(0), n);
     return;
   }
   at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
     while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;  // that row belongs to the previous range
     while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;  // finish the last row here
-    if (b < e) run_range<G>(hi, lo, rows, bags, g, b, e, d, alpha);
+    if (b < e) body(b, e);
   });
 }
 
+template <typename G>
+static void run(uint16_t* hi, uint16_t* lo, const int64_t* rows, const int64_t* bags, const G* g, int64_t n,
+                int64_t d, float alpha, bool sorted) {
+  for_row_ranges(rows, n, sorted, [&](int64_t b, int64_t e) { run_range<G>(hi, lo, rows, bags, g, b, e, d, alpha); });
+}
 
 // fp32 weights (plain sparse SGD): w = fma(g, alpha, w), as index_add_ computes it.
 template <typename G>
 [[gnu::always_inline]] static inline void row_update_fp32(float* __restrict w, const G* __restrict g, int64_t d,
                                                           float alpha) {
   for (int64_t j = 0; j < d; ++j) {
-    float gv;
-    if constexpr (sizeof(G) == 2) {
-      gv = __builtin_bit_cast(float, uint32_t(g[j]) << 16);
-    } else {
-      gv = g[j];
-    }
-    w[j] = __builtin_fmaf(gv, alpha, w[j]);
+    w[j] = __builtin_fmaf(grad_at(g, j), alpha, w[j]);
   }
 }
 
@@ -109,18 +113,9 @@ DLRMKIT_CLONES static void run_range_fp32(float* w, const int64_t* rows, const i
 template <typename G>
 static void run_fp32(float* w, const int64_t* rows, const int64_t* bags, const G* g, int64_t n, int64_t d,
                      float alpha, bool sorted) {
-  if (!sorted) {
-    run_range_fp32<G>(w, rows, bags, g, 0, n, d, alpha);
-    return;
-  }
-  at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
-    while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;
-    while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;
-    if (b < e) run_range_fp32<G>(w, rows, bags, g, b, e, d, alpha);
-  });
+  for_row_ranges(rows, n, sorted, [&](int64_t b, int64_t e) { run_range_fp32<G>(w, rows, bags, g, b, e, d, alpha); });
 }
 
-// In place: for each i, rows (hi, lo) [rows[i]] += alpha * values[bags ? bags[i] : i] in fp32, in order of i.
 // Checks rows/bags/values against a [num_rows, d] table; returns (bags or null, rows sorted?).
 static std::pair<const int64_t*, bool> check_lookups(int64_t num_rows, int64_t d, const at::Tensor& rows,
                                                      const at::Tensor& values, const std::optional<at::Tensor>& bags) {
