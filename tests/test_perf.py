@@ -61,6 +61,20 @@ def test_bench_reference_and_profile(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_bench_fraction_is_the_median_of_side_by_side_window_ratios(tmp_path):
+    """The bound is timed after every window; the fraction compares each window with its own bound."""
+    import statistics
+
+    out = tmp_path / "b.json"
+    assert main(["bench", "--no-compile", "--model", "small", "--batch-size", "64", "--steps", "1", "--windows", "3",
+                 "--warmup", "1", "--threads", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert len(r["window_compute_bounds"]) == len(r["window_samples_per_s"]) == 3
+    ratios = [a / b for a, b in zip(r["window_samples_per_s"], r["window_compute_bounds"])]
+    assert r["compute_bound_fraction"] == pytest.approx(statistics.median(ratios))
+    assert r["compute_bound_samples_per_s"] == pytest.approx(statistics.median(r["window_compute_bounds"]))
+
+
 def test_reference_model_learns_one_batch():
     from dlrmkit.bench import random_batches
     from dlrmkit.model.dlrm import ModelConfig
