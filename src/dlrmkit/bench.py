@@ -185,7 +185,10 @@ def run(args: argparse.Namespace) -> int:
     # window, so each window's rate is compared with a bound taken under the same machine state
     local_batch = len(batches[0].labels)
     gemm_times: list[float] = []
-    bound_gemm = lambda: gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3))
+
+    def bound_gemm() -> None:
+        gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3))
+
     rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, bound_gemm)
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]

@@ -16,6 +16,16 @@ def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torc
     return grad._indices()[0], grad._values()
 
 
+def take_bag_grads(p: torch.Tensor) -> list:
+    """The deferred gradients (embedding.BagGrad) waiting on parameter `p`, handed over once."""
+    pending = getattr(p, "bag_grads", None)
+    if not pending:
+        return []
+    taken = list(pending)
+    pending.clear()
+    return taken
+
+
 def clear_bag_grads(opt: Optimizer) -> None:
     """Drops the deferred table gradients (FusedTable.defer_grads) of `opt`'s parameters, as
     zero_grad drops ordinary ones."""
@@ -44,12 +54,9 @@ class SparseSGD(Optimizer):
 
         for group in self.param_groups:
             for p in group["params"]:
-                pending = getattr(p, "bag_grads", None)
-                if pending:
-                    for g in pending:
-                        if not fused_sgd_bag_step(p, g, group["lr"]):
-                            p.add_(g.to_sparse(p.shape).to(p.dtype), alpha=-group["lr"])
-                    pending.clear()
+                for g in take_bag_grads(p):  # deferred table gradients: read by bag
+                    if not fused_sgd_bag_step(p, g, group["lr"]):
+                        p.add_(g.to_sparse(p.shape).to(p.dtype), alpha=-group["lr"])
                 if p.grad is None:
                     continue
                 if not p.grad.is_sparse:

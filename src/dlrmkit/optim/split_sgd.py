@@ -19,7 +19,7 @@ import sys
 import torch
 from torch.optim import Optimizer
 
-from dlrmkit.optim.sparse import clear_bag_grads
+from dlrmkit.optim.sparse import clear_bag_grads, take_bag_grads
 from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_sparse_step
 
 if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
@@ -88,12 +88,9 @@ class SplitSGD(Optimizer):
         for group in self.param_groups:
             lr = group["lr"]
             for p in group["params"]:
-                pending = getattr(p, "bag_grads", None)
-                if pending:  # deferred table gradients (FusedTable.defer_grads): read by bag
-                    for g in pending:
-                        if not fused_bag_step(p, self.state[p]["low"], g, lr):
-                            self._sparse_step(p, self.state[p]["low"], g.to_sparse(p.shape), lr)
-                    pending.clear()
+                for g in take_bag_grads(p):  # deferred table gradients (FusedTable.defer_grads)
+                    if not fused_bag_step(p, self.state[p]["low"], g, lr):
+                        self._sparse_step(p, self.state[p]["low"], g.to_sparse(p.shape), lr)
                 if p.grad is None:
                     continue
                 low = self.state[p]["low"]

@@ -123,16 +123,23 @@ def fused_sparse_step(p: torch.Tensor, low: torch.Tensor, rows: torch.Tensor, va
     return True
 
 
+def _bag_args(bag_grad) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, pooled gradient, bags) of an embedding.BagGrad as the kernels take them."""
+    grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
+    return bag_grad.rows.contiguous(), grad.contiguous(), bag_grad.bags.contiguous()
+
+
 def fused_bag_step(p: torch.Tensor, low: torch.Tensor, bag_grad, lr: float) -> bool:
     """Apply a deferred table gradient (embedding.BagGrad) in place with the kernel, each lookup's
     gradient row read from the pooled gradient; False if the kernel cannot be used."""
     if p.device.type != "cpu" or p.dim() != 2 or not p.data.is_contiguous() or not low.is_contiguous():
         return False
     op = fused_kernel()
-    if op is None or bag_grad.rows.numel() == 0:
-        return op is not None
-    grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
-    op(p.data, low, bag_grad.rows.contiguous(), grad.contiguous(), -lr, bag_grad.bags.contiguous())
+    if op is None:
+        return False
+    if bag_grad.rows.numel():
+        rows, grad, bags = _bag_args(bag_grad)
+        op(p.data, low, rows, grad, -lr, bags)
     return True
 
 
@@ -144,7 +151,6 @@ def fused_sgd_bag_step(p: torch.Tensor, bag_grad, lr: float) -> bool:
     if fused_kernel() is None:
         return False
     if bag_grad.rows.numel():
-        grad = bag_grad.grad if bag_grad.grad.dtype in (torch.bfloat16, torch.float32) else bag_grad.grad.float()
-        torch.ops.dlrmkit_split_sgd.sgd_rows(p.data, bag_grad.rows.contiguous(), grad.contiguous(), -lr,
-                                             bag_grad.bags.contiguous())
+        rows, grad, bags = _bag_args(bag_grad)
+        torch.ops.dlrmkit_split_sgd.sgd_rows(p.data, rows, grad, -lr, bags)
     return True

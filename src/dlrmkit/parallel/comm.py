@@ -31,22 +31,25 @@ def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], 
                stats: CommStats | None = None, kind: str = "a2a") -> torch.Tensor:
     """Flat all-to-all: the first send_counts[0] elements of `x` go to rank 0, and so on;
     returns the received elements, rank by rank. Counts are in elements."""
-    flat = x.reshape(-1)
-    wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
     if not dist.is_initialized() or dist.get_world_size() == 1:
+        flat = x.reshape(-1)
+        wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
         return wire.to(flat.dtype).clone() if wire is flat else wire.to(flat.dtype)
-    t0 = time.perf_counter()
-    out = torch.empty(sum(recv_counts), dtype=wire.dtype, device=flat.device)
-    dist.all_to_all_single(out, wire.contiguous(), recv_counts, send_counts)
-    if stats is not None:
-        stats.add(kind, (sum(send_counts) - send_counts[dist.get_rank()]) * wire.element_size(), time.perf_counter() - t0)
-    return out if out.dtype == flat.dtype else out.to(flat.dtype)
+    out, wait = _launch(x, send_counts, recv_counts, dtype, stats, kind)
+    wait()
+    return out
 
 
 def all_to_all_started(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
                        stats: CommStats | None, kind: str):
     """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
     received elements only after wait() returns; wait() also records the exposed seconds."""
+    return _launch(x, send_counts, recv_counts, dtype, stats, kind)
+
+
+def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
+            stats: CommStats | None, kind: str):
+    """The one all-to-all launch behind `all_to_all` (waited at once) and `all_to_all_started`."""
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
     out = torch.empty(sum(recv_counts), dtype=wire.dtype, device=flat.device)
