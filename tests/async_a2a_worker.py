@@ -12,9 +12,27 @@ from dlrmkit.optim.build import build_optimizers
 from dlrmkit.parallel.bench_parallel import parallel_setup
 from dlrmkit.parallel.dist import shutdown
 
-launched = []
+from dlrmkit.model import embedding
+
+launched = []  # events in order: launches and waits of async all-to-alls (by kind), table backward
 _start = comm.all_to_all_started
-comm.all_to_all_started = lambda *a, **k: launched.append(1) or _start(*a, **k)
+
+
+def started(*a, **k):
+    kind = a[5]  # pooled_fwd / pooled_bwd
+    launched.append(kind)
+    out, wait = _start(*a, **k)
+
+    def recorded_wait():
+        launched.append("wait_" + kind)
+        wait()
+
+    return out, recorded_wait
+
+
+comm.all_to_all_started = started
+_lookup_backward = embedding.PooledLookup.backward
+embedding.PooledLookup.backward = staticmethod(lambda ctx, g: launched.append("lookup_bwd") or _lookup_backward(ctx, g))
 
 cfg = ModelConfig(13, [3000, 500, 2000, 800], 16, [32, 16], [32, 1])
 out = {}
@@ -30,7 +48,7 @@ for name in ("async", "blocking"):
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
-    out[name] = {"launched": len(launched) - before, "init": init,
+    out[name] = {"launched": launched[before:], "init": init,
                  "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
                  "dense": [p.detach().clone() for p in model.dense_parameters()]}
 torch.save(out, f"{sys.argv[1]}/rank{par.ctx.rank}.pt")

@@ -1,5 +1,6 @@
 """The asynchronous backward all-to-all (comm.AllToAll with async_backward) is taken when every
-local table defers its gradient, and gives the blocking path's weights."""
+local table defers its gradient, and gives the blocking path's weights; the forward all-to-all
+is started before the model (ShardedEmbedding.start) on both."""
 
 import sys
 from pathlib import Path
@@ -17,7 +18,16 @@ def test_async_backward_all_to_all_matches_blocking(sharding, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")
-        assert got["async"]["launched"] == 3 and got["blocking"]["launched"] == 0  # one per step, async only
+        for name in ("async", "blocking"):
+            events = got[name]["launched"]
+            # every step: forward exchange started before the model, backward's launched early
+            assert events.count("pooled_fwd") == 3 and events.count("pooled_bwd") == 3, events
+            starts = [i for i, e in enumerate(events) if e == "pooled_fwd"] + [len(events)]
+            for a, b in zip(starts[:-1], starts[1:]):
+                step = events[a:b]
+                # async: the tables' backward runs while the gradients travel, the wait comes after it
+                before = step.index("lookup_bwd") < step.index("wait_pooled_bwd")
+                assert before == (name == "async"), (name, step)
         for a, b in zip(got["async"]["tables"] + got["async"]["dense"], got["blocking"]["tables"] + got["blocking"]["dense"]):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         assert not all(torch.equal(a, b) for a, b in zip(got["async"]["tables"], got["async"]["init"])), "tables trained"

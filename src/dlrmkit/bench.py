@@ -64,7 +64,7 @@ def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, 
             shapes += [(1, batch_size, in_f, out_f), (1, batch_size, out_f, in_f), (1, out_f, batch_size, in_f)]
     if cfg.interaction == "dot":
         t, d = len(cfg.table_sizes) + 1, cfg.embedding_dim
-        shapes += [(batch_size, t, d, t), (batch_size, t, t, d), (batch_size, t, t, d)]
+        shapes += [(batch_size, t, d, t), (batch_size, t, t, d)]  # F F^T, and PairDots' one-bmm backward
     return shapes
 
 
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if par is not None:
         from dlrmkit.parallel.dist import shutdown
 
+        par.close()
         shutdown()
         if par.ctx.rank != 0:
             return 0

@@ -47,20 +47,24 @@ class BenchParallel(HybridParallel):
 
         n, r = self.ctx.world_size, self.ctx.rank
         sizes, (a, b) = batch_split(global_batch, n), batch_slice(global_batch, r, n)
-        return [LocalBatch(x.dense[a:b], DistIds(slice_jagged(x.ids, a, b), sizes), x.labels[a:b])
-                for x in random_batches(cfg, global_batch, count, seed)]
+        self.cycle = [LocalBatch(x.dense[a:b], DistIds(slice_jagged(x.ids, a, b), sizes), x.labels[a:b])
+                      for x in random_batches(cfg, global_batch, count, seed)]
+        return self.cycle
 
     def step(self, batch: LocalBatch, optimizers) -> None:
+        """One training step; bench walks `self.cycle` in order, so (as the trainer's loader
+        does) the next batch's ids are exchanged during this step."""
+        if self.ahead is not None:
+            cycle = getattr(self, "cycle", [])
+            at = next((i for i, b in enumerate(cycle) if b is batch), None)
+            batch = self.ahead.take(batch, cycle[(at + 1) % len(cycle)] if at is not None else None)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
+        self.sharded.start(batch.ids)  # the pooled all-to-all travels while the bottom MLP runs
         logits = self.model(batch.dense, batch.ids)
         self.stats.add("forward", 0, time.perf_counter() - t0)
-        self.loss_backward(logits, batch.labels, sum(batch.ids.batch_sizes))
-        t0 = time.perf_counter()
-        for opt in optimizers:
-            opt.step()
-        self.stats.add("optimizer", 0, time.perf_counter() - t0)
+        self.backward_step(logits, batch.labels, sum(batch.ids.batch_sizes), optimizers)
 
     # ---- figures ---------------------------------------------------------------------------
     def min_bytes(self, global_batch: int, mean_bag: float) -> dict[str, float]:
@@ -91,14 +95,14 @@ class BenchParallel(HybridParallel):
         for i in range(steps):
             step(batches[i % len(batches)])
         wall = time.perf_counter() - t0
-        sec, byt = self.stats.seconds, self.stats.bytes
-        a2a = sum(sec.get(k, 0.0) for k in A2A)
+        sec, byt = dict(self.stats.seconds), dict(self.stats.bytes)
+        a2a = sum(sec.get(k, 0.0) for k in A2A)  # "ids_ahead" (the worker's wait) is not the step's
         phases = {"lookup": sec.get("lookup", 0.0), "all_to_all": a2a,
                   "dense_compute": sec.get("forward", 0.0) + sec.get("backward", 0.0) - sec.get("lookup", 0.0) - a2a,
                   "all_reduce": sec.get("reduce_total", 0.0), "optimizer": sec.get("optimizer", 0.0), "step": wall}
         keys = sorted(phases)
         t = torch.tensor([phases[k] / steps for k in keys], dtype=torch.float64)
-        b = torch.tensor([sum(byt.get(k, 0) for k in A2A if k == "ids"), byt.get("pooled_fwd", 0) + byt.get("pooled_bwd", 0),
+        b = torch.tensor([byt.get("ids", 0) + byt.get("ids_ahead", 0), byt.get("pooled_fwd", 0) + byt.get("pooled_bwd", 0),
                           byt.get("allreduce", 0)], dtype=torch.float64) / steps
         dist.all_reduce(t)
         dist.all_reduce(b)
@@ -133,10 +137,10 @@ class BenchParallel(HybridParallel):
 
 
 def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None,
-                   overlap: bool = False, seed: int | None = None) -> BenchParallel | None:
+                   overlap: bool = False, seed: int | None = None, ids_ahead: bool = True) -> BenchParallel | None:
     """None unless started by torchrun."""
     if not launched_by_torchrun():
         return None
     ctx = init_distributed(backend)
-    pcfg = ParallelConfig(sharding=sharding, overlap=overlap)
+    pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead)
     return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)

@@ -4,6 +4,7 @@ is the wire format (e.g. bfloat16 to halve bytes); results come back in the inpu
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -17,25 +18,28 @@ class CommStats:
     def __init__(self) -> None:
         self.bytes: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
+        self.lock = threading.Lock()  # the ids-ahead worker thread adds its own kind
 
     def add(self, kind: str, nbytes: int, seconds: float = 0.0) -> None:
-        self.bytes[kind] = self.bytes.get(kind, 0) + int(nbytes)
-        self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+        with self.lock:
+            self.bytes[kind] = self.bytes.get(kind, 0) + int(nbytes)
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
 
     def reset(self) -> None:
-        self.bytes.clear()
-        self.seconds.clear()
+        with self.lock:
+            self.bytes.clear()
+            self.seconds.clear()
 
 
 def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None = None,
-               stats: CommStats | None = None, kind: str = "a2a") -> torch.Tensor:
+               stats: CommStats | None = None, kind: str = "a2a", group=None) -> torch.Tensor:
     """Flat all-to-all: the first send_counts[0] elements of `x` go to rank 0, and so on;
     returns the received elements, rank by rank. Counts are in elements."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         flat = x.reshape(-1)
         wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
         return wire.to(flat.dtype).clone() if wire is flat else wire.to(flat.dtype)
-    out, wait = _launch(x, send_counts, recv_counts, dtype, stats, kind)
+    out, wait = _launch(x, send_counts, recv_counts, dtype, stats, kind, group)
     wait()
     return out
 
@@ -48,15 +52,15 @@ def all_to_all_started(x: torch.Tensor, send_counts: list[int], recv_counts: lis
 
 
 def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
-            stats: CommStats | None, kind: str):
+            stats: CommStats | None, kind: str, group=None):
     """The one all-to-all launch behind `all_to_all` (waited at once) and `all_to_all_started`."""
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
     out = torch.empty(sum(recv_counts), dtype=wire.dtype, device=flat.device)
-    work = dist.all_to_all_single(out, wire, recv_counts, send_counts, async_op=True)
+    work = dist.all_to_all_single(out, wire, recv_counts, send_counts, group=group, async_op=True)
     result = out if out.dtype == flat.dtype else torch.empty(sum(recv_counts), dtype=flat.dtype, device=flat.device)
     if stats is not None:
-        stats.add(kind, (sum(send_counts) - send_counts[dist.get_rank()]) * wire.element_size())
+        stats.add(kind, (sum(send_counts) - send_counts[dist.get_rank(group)]) * wire.element_size())
 
     def wait(keep=wire) -> None:  # `keep`: the send buffer lives until the collective is done
         t0 = time.perf_counter()
@@ -70,7 +74,9 @@ def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dty
 
 
 class AllToAll(torch.autograd.Function):
-    """Differentiable all-to-all: backward sends gradients back along the reverse route. With
+    """Differentiable all-to-all: backward sends gradients back along the reverse route. With a
+    `waits` list, forward only launches the exchange and appends its wait there (the caller
+    overlaps other work, then waits before reading the result). With
     `async_backward`, backward launches the exchange and returns its buffer at once, so autograd
     goes on with other branches (the bottom MLP's backward) while it travels; the wait is queued
     to run when the backward pass ends. Only for consumers that keep the gradient without reading
@@ -78,19 +84,38 @@ class AllToAll(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype, stats=None,
-                async_backward: bool = False):
+                async_backward: bool = False, waits: list | None = None, early: dict | None = None):
         ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape, ctx.stats = send_counts, recv_counts, dtype, x.shape, stats
-        ctx.async_backward = async_backward
+        ctx.async_backward, ctx.early = async_backward, early
+        if waits is not None and dist.is_initialized() and dist.get_world_size() > 1:
+            # launched only: the caller runs waits[0]() (under no_grad) before reading the result
+            out, wait = all_to_all_started(x, send_counts, recv_counts, dtype, stats, "pooled_fwd")
+            waits.append(wait)
+            return out
         return all_to_all(x, send_counts, recv_counts, dtype, stats, "pooled_fwd")
 
     @staticmethod
+    def launch_backward(early: dict, grad: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype,
+                        stats=None) -> None:
+        """Starts backward's exchange of `grad` (the output's gradient) before autograd reaches
+        this node: a hook on the output calls it as soon as that gradient is complete (the
+        node itself may run much later, e.g. after the bottom MLP's backward)."""
+        early["started"] = all_to_all_started(grad.contiguous(), recv_counts, send_counts, dtype, stats, "pooled_bwd")
+
+    @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        if ctx.async_backward and dist.is_initialized() and dist.get_world_size() > 1:
-            back, wait = all_to_all_started(grad, ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
-            torch.autograd.Variable._execution_engine.queue_callback(wait)
+        started = ctx.early.pop("started", None) if ctx.early is not None else None
+        if started is None and ctx.async_backward and dist.is_initialized() and dist.get_world_size() > 1:
+            started = all_to_all_started(grad, ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
+        if started is not None:
+            back, wait = started
+            if ctx.async_backward:
+                torch.autograd.Variable._execution_engine.queue_callback(wait)
+            else:
+                wait()
         else:
             back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
-        return back.view(ctx.shape), None, None, None, None, None
+        return back.view(ctx.shape), None, None, None, None, None, None, None
 
 
 def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from dlrmkit.model.dlrm import DLRM
@@ -28,6 +29,7 @@ class ParallelConfig:
     bucket_bytes: int = 25 << 20
     min_rows_sharded: int = 2048
     overlap: bool = True  # all-reduce dense gradient buckets during backward (-7% step time, docs/BENCHMARKS.md)
+    ids_ahead: bool = True  # exchange the next batch's ids during this step (gloo; dlrmkit.parallel.ids_ahead)
 
 
 def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int) -> ShardingPlan:
@@ -80,12 +82,14 @@ class GradBuckets:
         self.ready[b] = -1  # launched
         self.works.append((b, flat, wire, dist.all_reduce(wire, async_op=True)))
 
-    def finish(self) -> None:
-        import torch.distributed as dist
-
+    def launch_pending(self) -> None:
+        """Launches the buckets whose gradients never all came (no wait)."""
         for b in range(len(self.buckets)):
             if self.ready[b] != -1:
                 self._launch(b)
+
+    def finish(self) -> None:
+        self.launch_pending()
         t0 = time.perf_counter()
         for b, flat, wire, work in self.works:
             work.wait()
@@ -120,8 +124,19 @@ class HybridParallel:
         self.sharded = sharded
         self.stats = sharded.stats
         self.buckets = None
+        self.ahead = None
+        if self.pcfg.ids_ahead:
+            from dlrmkit.parallel.ids_ahead import IdsAhead
+
+            self.ahead = IdsAhead.create(sharded)
         if self.pcfg.overlap and ctx.world_size > 1:
             self.buckets = GradBuckets(model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+
+    def close(self) -> None:
+        """Before leaving the process group: waits for the id exchange started ahead."""
+        if self.ahead is not None:
+            self.ahead.close()
+            self.ahead = None
 
     def set_overlap(self, on: bool) -> None:
         """Switch between overlapped and blocking gradient all-reduce (bench compares both)."""
@@ -130,31 +145,57 @@ class HybridParallel:
         if self.buckets is not None:
             self.buckets.enabled = on
 
-    def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> torch.Tensor:
+    def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> float:
         """Back-propagates this rank's share of the global mean loss, sums dense gradients over
         ranks, and returns the global mean loss (the same value on every rank)."""
+        return self.backward_step(logits, labels, global_batch, [])
+
+    def backward_step(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int, optimizers: list,
+                      should_step=None) -> float:
+        """loss_backward, then the optimizers' steps (all of them or none: `should_step(loss)`
+        decides, e.g. on a non-finite loss). Optimizers whose parameters take no all-reduce (the
+        model-parallel tables') step while the dense gradients' all-reduce is still in flight;
+        the others after it. Returns the global mean loss."""
         loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+        # the loss sum travels during backward (no collective to wait for after it)
+        total = loss_sum.detach().reshape(1).clone()
+        work = dist.all_reduce(total, async_op=True) if self.ctx.world_size > 1 else None
         t0 = time.perf_counter()
         (loss_sum / global_batch).backward()
         self.stats.add("backward", 0, time.perf_counter() - t0)
-        self.reduce_gradients(extra=[loss_sum.detach().reshape(1)])
-        return self._last_loss / global_batch
+        if self.buckets is not None and self.buckets.enabled:
+            self.buckets.launch_pending()
+        if work is not None:
+            work.wait()
+        loss = float(total) / global_batch
+        go = should_step is None or should_step(loss)
+        reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in self.sharded.replicated_parameters()}
+        early = [o for o in optimizers if not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+        t0 = time.perf_counter()
+        for opt in early if go else []:
+            opt.step()
+        self.stats.add("optimizer", 0, time.perf_counter() - t0)
+        self.reduce_gradients()
+        t0 = time.perf_counter()
+        for opt in optimizers if go else []:
+            if not any(opt is o for o in early):
+                opt.step()
+        self.stats.add("optimizer", 0, time.perf_counter() - t0)
+        return loss
 
-    def reduce_gradients(self, extra: list[torch.Tensor] | None = None) -> None:
+    def reduce_gradients(self) -> None:
         t0 = time.perf_counter()
         reps = [p for p in self.sharded.replicated_parameters()]
         rep_grads = [p.grad.to_dense() if p.grad is not None and p.grad.is_sparse else
                      (p.grad if p.grad is not None else torch.zeros_like(p)) for p in reps]
-        extra = extra or []
         if self.buckets is not None and self.buckets.enabled:
             self.buckets.finish()
             grads = []
         else:
             grads = [p.grad for p in self.model.dense_parameters() if p.grad is not None]
-        comm.all_reduce_sum(grads + rep_grads + extra, self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+        comm.all_reduce_sum(grads + rep_grads, self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
         for p, g in zip(reps, rep_grads):
             p.grad = g.to_sparse(1)  # rows nobody touched drop out: the sparse optimizers skip them
-        self._last_loss = float(extra[0]) if extra else float("nan")
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)
 
 
@@ -187,6 +228,7 @@ class TrainerParallel(HybridParallel):
 
         self.train_loader = DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size,
                                             self.sharded.id_tables, self.pcfg.loader, shuffle=cfg.shuffle, seed=cfg.seed)
+        self.train_loader.ahead = self.ahead  # training batches: ids exchanged one batch ahead
         return self.train_loader
 
     def traffic(self, steps: int) -> dict[str, float]:
@@ -194,7 +236,9 @@ class TrainerParallel(HybridParallel):
         all-to-alls (ids, pooled forward/backward) and gradient all-reduce (ring-algorithm
         bytes) by the model, for the trainer's JSON-lines log."""
         steps = max(getattr(self, "steps_taken", 0) or steps, 1)  # steps of this process (not before a resume)
-        out = {f"bytes_{k}_per_step": v / steps for k, v in self.stats.bytes.items() if v}
+        sent = dict(self.stats.bytes)
+        sent["ids"] = sent.get("ids", 0) + sent.pop("ids_ahead", 0)  # exchanged in forward or a batch ahead
+        out = {f"bytes_{k}_per_step": v / steps for k, v in sent.items() if v}
         loader = getattr(self, "train_loader", None)
         if loader is not None:
             out["bytes_read_per_step"] = loader.bytes_read / steps
@@ -211,11 +255,10 @@ class TrainerParallel(HybridParallel):
         for opt in trainer.optimizers:
             opt.zero_grad(set_to_none=True)
         with autocast(trainer.cfg.precision):
+            self.sharded.start(batch.ids)  # the pooled all-to-all travels while the bottom MLP runs
             logits = self.model(batch.dense, batch.ids)
-        loss = torch.tensor(self.loss_backward(logits.float(), batch.labels, self.global_size(batch)))
-        if trainer.loss_is_finite(loss):
-            for opt in trainer.optimizers:
-                opt.step()
+        loss = torch.tensor(self.backward_step(logits.float(), batch.labels, self.global_size(batch), trainer.optimizers,
+                                               lambda value: trainer.loss_is_finite(torch.tensor(value), agreed=True)))
         trainer.step += 1
         self.steps_taken = getattr(self, "steps_taken", 0) + 1
         return loss

@@ -37,6 +37,7 @@ class DistBatchLoader(BatchLoader):
         self.rank, self.world_size, self.strategy = rank, world_size, strategy
         self.id_tables = list(id_tables or [])
         self.bytes_read = 0
+        self.ahead = None  # an IdsAhead: epochs' batches come with ids exchanged during the previous step
         id_sizes = [c.dtype.itemsize for c in dataset.categorical]
         self.row_bytes = (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
         self.id_bytes = id_sizes
@@ -85,4 +86,5 @@ class DistBatchLoader(BatchLoader):
         """Batches of `epoch`; prefetched in a thread except with broadcast (collectives must be
         issued in the same order as the training step's, from one thread)."""
         depth = 0 if self.strategy == "broadcast" else self.prefetch
-        return prefetched(self.local_batches(epoch, start), depth)
+        batches = prefetched(self.local_batches(epoch, start), depth)
+        return self.ahead.pipeline(batches) if self.ahead is not None else batches

@@ -16,7 +16,7 @@ One-hot ids with no row-split table take a fast path: one id per (sample, table)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -37,11 +37,13 @@ class DistIds:
     """Ids as a rank sees them: its local samples' ids of every table (one-hot [L, T] or
     JaggedIds), the local batch size of every rank, and optionally the global batch's one-hot
     ids [G, len(id_tables[rank])] of this rank's sharded tables (when the loader already
-    delivered them, so the id all-to-all is skipped)."""
+    delivered them, so the id all-to-all is skipped), or the general path's exchanged bags (when
+    the exchange ran a batch ahead, dlrmkit.parallel.ids_ahead)."""
 
     local: Ids
     batch_sizes: list[int]
     global_ids: torch.Tensor | None = None
+    bags: tuple | None = None  # (values, lengths, order) already exchanged (ShardedEmbedding.exchange)
 
 
 def rank_layout(plan: ShardingPlan, rank: int) -> tuple[list[tuple[int, Shard]], list[int]]:
@@ -124,11 +126,12 @@ class ShardedEmbedding(nn.Module):
         self.register_buffer("dp_target", torch.tensor(dp_target, dtype=torch.int64), persistent=False)
         self.register_buffer("dp_cols", torch.tensor(self.dp_tables_idx, dtype=torch.int64), persistent=False)
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
+        self.started: tuple | None = None  # (ids, launched state) of start()
 
     @property
     def bytes_sent(self) -> int:
         """All-to-all bytes this rank sent (ids, pooled forward and backward) since the last reset."""
-        return sum(v for k, v in self.stats.bytes.items() if k != "allreduce")
+        return sum(v for k, v in list(self.stats.bytes.items()) if k != "allreduce")
 
     # ---- init ------------------------------------------------------------------------------
     @torch.no_grad()
@@ -191,13 +194,22 @@ class ShardedEmbedding(nn.Module):
         return [self.dp_table.weight] if self.dp_table is not None else []
 
     # ---- forward ---------------------------------------------------------------------------
-    def exchange_ids(self, local: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    def exchange(self, ids: DistIds, group=None, kind: str = "ids") -> DistIds:
+        """`ids` with the id all-to-all done now, on process group `group` (default: the default
+        group), so forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
+        if not any(self.widths) or ids.global_ids is not None or ids.bags is not None:
+            return ids
+        if isinstance(ids.local, torch.Tensor) and not self.bucketed:
+            return replace(ids, global_ids=self.exchange_ids(ids.local, ids.batch_sizes, group, kind))
+        return replace(ids, bags=self.exchange_bags(ids.local, ids.batch_sizes, group, kind))
+
+    def exchange_ids(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids") -> torch.Tensor:
         """Fast path, one-hot ids and no row split: [G, tables of this rank]; each rank sends
         the ids of its samples to every rank that holds shards of their tables."""
         sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
         send_counts = [len(x) for x in sends]
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind="ids")
+        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind, group=group)
         return out.view(sum(sizes), len(self.id_tables))
 
     def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -222,7 +234,8 @@ class ShardedEmbedding(nn.Module):
             lens.append(torch.bincount(bag[inside], minlength=b))
         return values, lens
 
-    def exchange_bags(self, local: Ids, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def exchange_bags(self, local: Ids, sizes: list[int], group=None,
+                      kind: str = "ids") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """General path: (values, lengths, order) of the global batch's bags for this rank's
         keys; bag order[k * G + g] of (values, lengths) is key k's bag of global sample g.
         Two all-to-alls: bag lengths, then the ids (whose counts the lengths give)."""
@@ -238,10 +251,10 @@ class ShardedEmbedding(nn.Module):
         empty = torch.zeros(0, dtype=torch.int64)
         recv_len_counts = [k * sizes[s] for s in range(n)]
         got_len = comm.all_to_all(torch.cat(lens) if lens else empty, len_counts, recv_len_counts,
-                                  stats=self.stats, kind="ids")
+                                  stats=self.stats, kind=kind, group=group)
         recv_val_counts = [int(x.sum()) for x in torch.split(got_len, recv_len_counts)]
         got_val = comm.all_to_all(torch.cat(vals) if vals else empty, val_counts, recv_val_counts,
-                                  stats=self.stats, kind="ids")
+                                  stats=self.stats, kind=kind, group=group)
         # received bag order is (source, key, sample); wanted (key, source, sample) = (key, global sample)
         base = torch.tensor([0] + recv_len_counts).cumsum(0).tolist()
         order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
@@ -272,36 +285,70 @@ class ShardedEmbedding(nn.Module):
             outs.append(table(JaggedIds(v, to_offsets(l), g)).reshape(g, -1))
         return torch.cat(outs, dim=1)
 
+    def start(self, ids: DistIds | Ids) -> None:
+        """Lookups and the pooled all-to-all of `ids` launched now; forward(ids) (the same ids
+        object) then only waits and places the columns. The hybrid-parallel step calls this
+        before the model, so the exchange travels while the bottom MLP runs."""
+        self.started = (ids, self._launch(ids))
+
     def forward(self, ids: DistIds | Ids) -> torch.Tensor:
+        started, self.started = self.started, None
+        if started is not None and started[0] is not ids:  # started for other ids: let it land, unused
+            with torch.no_grad():
+                for wait in started[1][3]:
+                    wait()
+            started = None
+        return self._finish(*(started[1] if started is not None else self._launch(ids)))
+
+    def _launch(self, ids: DistIds | Ids) -> tuple:
+        """Id exchange (unless done ahead), local lookups, and the pooled all-to-all launched:
+        (local ids, local batch, received buffer or None, its wait)."""
         if not isinstance(ids, DistIds):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
         local, sizes = ids.local, ids.batch_sizes
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
+        if not any(self.widths):
+            return local, l, None, []
+        fast = isinstance(local, torch.Tensor) and not self.bucketed
+        if fast:
+            global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
+        elif ids.bags is not None:
+            bags = ids.bags
+        elif ids.global_ids is not None:
+            bags = self.dense_bags(ids.global_ids)
+        else:
+            bags = self.exchange_bags(local, sizes)
+        t0 = time.perf_counter()
+        if not self.shards:
+            pooled = torch.zeros(g, 0)
+        else:
+            pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
+        self.stats.add("lookup", 0, time.perf_counter() - t0)
+        w_me = self.widths[me]
+        send = [sizes[r] * w_me for r in range(n)]
+        recv = [l * self.widths[r] for r in range(n)]
+        # one table group, all deferring: nothing reads the gradient between this exchange and
+        # the tables' backward (views only), so it may still be in flight there
+        late = len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
+        waits: list = []
+        early: dict = {}
+        flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early)
+        if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.AllToAll)
+            flat.register_hook(lambda grad: comm.AllToAll.launch_backward(early, grad, send, recv, self.comm_dtype,
+                                                                          self.stats))
+        return local, l, flat, waits
+
+    def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list) -> torch.Tensor:
+        """Waits for the pooled all-to-all, places every shard's columns, adds replicated tables."""
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
         out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype)
-        if any(self.widths):
-            fast = isinstance(local, torch.Tensor) and not self.bucketed
-            if fast:
-                global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
-            elif ids.global_ids is not None:
-                bags = self.dense_bags(ids.global_ids)
-            else:
-                bags = self.exchange_bags(local, sizes)
-            t0 = time.perf_counter()
-            if not self.shards:
-                pooled = torch.zeros(g, 0)
-            else:
-                pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
-            self.stats.add("lookup", 0, time.perf_counter() - t0)
-            w_me = self.widths[me]
-            send = [sizes[r] * w_me for r in range(n)]
-            recv = [l * self.widths[r] for r in range(n)]
-            # one table group, all deferring: nothing reads the gradient between this exchange and
-            # the tables' backward (views only), so it may still be in flight there
-            late = len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
-            flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late)
+        if flat is not None:
+            with torch.no_grad():  # fills `flat` in place (gloo writes it; a wire-dtype copy)
+                for wait in waits:
+                    wait()
+            recv = [l * w for w in self.widths]
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)

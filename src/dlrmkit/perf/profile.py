@@ -89,7 +89,7 @@ def instrument(model: torch.nn.Module, optimizers: list, parallel=None) -> None:
     for opt in optimizers:
         _wrap(opt, "step", "optimizer")
     if parallel is not None:
-        _wrap(parallel, "loss_backward", "backward")
+        _wrap(parallel, "backward_step", "backward")  # the optimizer and all-reduce ranges nest inside
         _wrap(parallel, "reduce_gradients", "all_reduce")
 
 

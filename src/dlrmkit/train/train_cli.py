@@ -142,5 +142,7 @@ def run(args: argparse.Namespace) -> int:
             tensorboard(read_log(cfg.log_jsonl), args.tensorboard)
     from dlrmkit.parallel.dist import shutdown
 
+    if trainer.par is not None:
+        trainer.par.close()
     shutdown()
     return 0

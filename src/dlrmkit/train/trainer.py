@@ -121,11 +121,12 @@ class Trainer:
             torch.distributed.broadcast(due, src=0)
         return bool(due.item())
 
-    def loss_is_finite(self, loss: torch.Tensor) -> bool:
-        """False for a NaN/Inf loss that --skip-nonfinite allows to skip (every rank agrees);
+    def loss_is_finite(self, loss: torch.Tensor, agreed: bool = False) -> bool:
+        """False for a NaN/Inf loss that --skip-nonfinite allows to skip (every rank agrees; with
+        `agreed` the loss is already the same on every rank, so no collective is needed);
         raises, before any update, once the allowance is spent, so the last checkpoint stays good."""
         bad = (~torch.isfinite(loss.detach())).to(torch.int32).reshape(1)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if not agreed and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
         if not bad.item():
             return True

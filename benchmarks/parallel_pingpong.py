@@ -1,0 +1,145 @@
+"""Issue 4's 0.9x check in one run, robust to this VM's drift (its speed moves 10-20% within
+minutes): two torchrun ranks hold both the sharded 2-rank model and, on rank 0, the single-process
+model. Windows alternate: rank 0 trains the single-process model on 2 threads while rank 1 waits
+in a barrier, then both ranks train the table-wise model on 1 thread each; same random data, same
+global batch. Each pair's ratio (2-rank samples/s / single-process samples/s) compares two windows
+a second apart; the median over pairs is the figure.
+
+    OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 benchmarks/parallel_pingpong.py --pairs 30
+
+Rank 1's CPU time while it waits is printed: a spinning wait would slow the single-process
+windows and flatter the ratio (gloo's barrier blocks in a socket read; the figure shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from dlrmkit.bench import BENCH_MODELS, random_batches, training_step
+from dlrmkit.model.dlrm import DLRM
+from dlrmkit.optim.build import build_optimizers
+from dlrmkit.parallel.bench_parallel import parallel_setup
+from dlrmkit.perf.bench_perf import prepare_model
+
+
+def window(step, batches, steps: int, start: int) -> float:
+    """Seconds for `steps` steps (the caller synchronizes around it)."""
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(batches[(start + i) % len(batches)])
+    return time.perf_counter() - t0
+
+
+def profile_both(a, rank: int, single_step, single_batches, par_step, par_batches) -> None:
+    """Self CPU per op and step of both set-ups (rank 0's view of the 2-rank one)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dist.barrier()
+    if rank == 0:
+        torch.set_num_threads(2)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            window(single_step, single_batches, a.profile, 0)
+        torch.set_num_threads(1)
+        print(f"single process, 2 threads, self CPU summed over {a.profile} steps")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        window(par_step, par_batches, a.profile, 0)
+    dist.barrier()
+    if rank == 0:
+        print(f"2 ranks, 1 thread, rank 0, self CPU summed over {a.profile} steps")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="small", choices=list(BENCH_MODELS))
+    p.add_argument("--batch-size", type=int, default=2048)
+    p.add_argument("--sharding", default="table_wise")
+    p.add_argument("--pairs", type=int, default=30)
+    p.add_argument("--steps", type=int, default=10, help="steps per window (default 10)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pin", action="store_true", help="pin each rank's main thread to core RANK during 2-rank windows")
+    p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
+                   help="exchange the next batch's ids during the step (the default, as training does)")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops")
+    a = p.parse_args()
+    args = argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
+    cfg = BENCH_MODELS[a.model]
+
+    torch.set_num_threads(1)
+    sharded = DLRM(cfg)
+    sharded.reset_parameters(a.seed)
+    prepare_model(args, sharded, parallel=True)
+    par = parallel_setup(sharded, a.batch_size, a.sharding, overlap=True, seed=a.seed, ids_ahead=a.ids_ahead)
+    if par is None or par.ctx.world_size != 2:
+        raise SystemExit("run under torchrun --nproc_per_node=2")
+    opts = build_optimizers(sharded, "sgd", args.lr)
+    par_batches = par.batches(cfg, a.batch_size, 4, a.seed)
+
+    def par_step(batch) -> None:
+        par.step(batch, opts)
+
+    rank = par.ctx.rank
+    if rank == 0:
+        single = DLRM(cfg)
+        single.reset_parameters(a.seed)
+        prepare_model(args, single, parallel=False)
+        single_step = training_step(single, build_optimizers(single, "sgd", args.lr))
+        single_batches = random_batches(cfg, a.batch_size, 4, a.seed)
+        torch.set_num_threads(2)
+        window(single_step, single_batches, a.warmup, 0)
+        torch.set_num_threads(1)
+    window(par_step, par_batches, a.warmup, 0)
+
+    ratios, singles, pairs_rates, idle_cpu = [], [], [], []
+    for i in range(a.pairs):
+        dist.barrier()
+        if rank == 0:
+            torch.set_num_threads(2)
+            one = a.batch_size * a.steps / window(single_step, single_batches, a.steps, i * a.steps)
+            torch.set_num_threads(1)
+            dist.barrier()
+        else:
+            c0, w0 = time.process_time(), time.perf_counter()
+            dist.barrier()
+            idle_cpu.append((time.process_time() - c0) / (time.perf_counter() - w0))
+        dist.barrier()
+        cores = os.sched_getaffinity(0)
+        if a.pin:
+            os.sched_setaffinity(0, {sorted(cores)[rank % len(cores)]})
+        two = a.batch_size * a.steps / window(par_step, par_batches, a.steps, i * a.steps)
+        os.sched_setaffinity(0, cores)
+        dist.barrier()
+        if rank == 0:
+            ratios.append(two / one)
+            singles.append(one)
+            pairs_rates.append(two)
+            print(f"pair {i + 1}: 1 process x 2 threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
+                  f"{two:,.0f} samples/s, ratio {two / one:.3f}", flush=True)
+    if a.profile:
+        profile_both(a, rank, single_step if rank == 0 else None, single_batches if rank == 0 else None,
+                     par_step, par_batches)
+    cpu = torch.tensor([statistics.median(idle_cpu) if idle_cpu else 0.0])
+    dist.all_reduce(cpu)
+    if rank == 0:
+        print(f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
+              f"{statistics.median(singles):,.0f}, median 2-rank {statistics.median(pairs_rates):,.0f} samples/s; "
+              f"median ratio {statistics.median(ratios):.3f} (quartiles "
+              f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
+              f"{100 * float(cpu):.1f}% of a core while waiting")
+    par.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

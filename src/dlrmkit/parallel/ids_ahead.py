@@ -1,0 +1,102 @@
+"""The id all-to-all one batch ahead (torchrec's sparse-dist pipelining, on gloo): while step i
+trains, a worker thread exchanges the ids of batch i+1 on a process group of its own, so the
+step's forward starts at the lookups. Collectives of one group must be issued in the same order
+on every rank: the step's all-to-alls and all-reduces use the default group from the main
+thread, the worker issues only this group's, in batch order, on every rank alike. Measured:
+docs/BENCHMARKS.md (the 0.9x check of issue 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Callable, Iterator
+
+import torch.distributed as dist
+
+from dlrmkit.parallel.sharded_embedding import DistIds, ShardedEmbedding
+
+
+def with_ids(batch, ids: DistIds):
+    """`batch` (a dataclass with an `ids` field) with other ids."""
+    return dataclasses.replace(batch, ids=ids)
+
+
+class DaemonWorker:
+    """One daemon thread running submitted calls in order. Daemon: a process whose peer died
+    must not hang at exit joining a thread stuck in that peer's collective (as
+    ThreadPoolExecutor's threads would, joined at interpreter exit)."""
+
+    def __init__(self, name: str):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            future, fn, arg = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(arg))
+                except BaseException as exc:  # handed to the caller of result()
+                    future.set_exception(exc)
+
+    def submit(self, fn: Callable, arg) -> Future:
+        future: Future = Future()
+        self.jobs.put((future, fn, arg))
+        return future
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+
+class IdsAhead:
+    """Exchanges batches' ids on `group` in a worker thread, one batch ahead of training."""
+
+    def __init__(self, sharded: ShardedEmbedding, group):
+        self.sharded, self.group = sharded, group
+        self.pool = DaemonWorker("dlrmkit-ids-ahead")
+        self.pending: tuple[object, Future] | None = None
+
+    @classmethod
+    def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
+        """One per hybrid-parallel model, made on every rank at the same point (new_group is a
+        collective call); None without a multi-rank gloo default group (NCCL keeps the exchange
+        in forward, on the device)."""
+        if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_backend() != "gloo":
+            return None
+        return cls(sharded, dist.new_group(backend="gloo"))
+
+    def _exchange(self, ids: DistIds) -> DistIds:
+        return self.sharded.exchange(ids, self.group, kind="ids_ahead")
+
+    def take(self, batch, following=None):
+        """`batch` with its ids exchanged (started a step ago if `batch` was last call's
+        `following`, else now), after starting the exchange of `following` (if any)."""
+        if self.pending is not None and self.pending[0] is batch:
+            current = self.pending[1]
+        else:
+            self.drain()
+            current = self.pool.submit(self._exchange, batch.ids)
+        self.pending = (following, self.pool.submit(self._exchange, following.ids)) if following is not None else None
+        return with_ids(batch, current.result())
+
+    def pipeline(self, batches: Iterator) -> Iterator:
+        """`batches` with ids exchanged, each one's exchange running during the previous step."""
+        it = iter(batches)
+        current = next(it, None)
+        while current is not None:
+            following = next(it, None)
+            yield self.take(current, following)
+            current = following
+
+    def drain(self) -> None:
+        """Waits for the exchange started ahead (every rank started it) and drops it."""
+        if self.pending is not None:
+            self.pending[1].result()
+            self.pending = None
+
+    def close(self) -> None:
+        self.drain()
+        self.pool.stop()
