@@ -48,6 +48,7 @@ for name in ("async", "blocking"):
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
+    par.close()  # the ids exchange started ahead lands before the next model's collectives
     out[name] = {"launched": launched[before:], "init": init,
                  "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
                  "dense": [p.detach().clone() for p in model.dense_parameters()]}

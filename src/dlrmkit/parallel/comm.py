@@ -9,6 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 
 class CommStats:
@@ -64,7 +65,8 @@ def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dty
 
     def wait(keep=wire) -> None:  # `keep`: the send buffer lives until the collective is done
         t0 = time.perf_counter()
-        work.wait()
+        with record_function(f"all_to_all wait ({kind})"):  # waits show in profiles as all-to-all
+            work.wait()
         if result is not out:
             result.copy_(out)
         if stats is not None:
@@ -95,14 +97,6 @@ class AllToAll(torch.autograd.Function):
         return all_to_all(x, send_counts, recv_counts, dtype, stats, "pooled_fwd")
 
     @staticmethod
-    def launch_backward(early: dict, grad: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype,
-                        stats=None) -> None:
-        """Starts backward's exchange of `grad` (the output's gradient) before autograd reaches
-        this node: a hook on the output calls it as soon as that gradient is complete (the
-        node itself may run much later, e.g. after the bottom MLP's backward)."""
-        early["started"] = all_to_all_started(grad.contiguous(), recv_counts, send_counts, dtype, stats, "pooled_bwd")
-
-    @staticmethod
     def backward(ctx, grad: torch.Tensor):
         started = ctx.early.pop("started", None) if ctx.early is not None else None
         if started is None and ctx.async_backward and dist.is_initialized() and dist.get_world_size() > 1:
@@ -116,6 +110,25 @@ class AllToAll(torch.autograd.Function):
         else:
             back = all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
         return back.view(ctx.shape), None, None, None, None, None, None, None
+
+
+class LaunchBackward(torch.autograd.Function):
+    """Identity whose backward starts AllToAll's backward exchange of the gradient (into the
+    `early` dict the AllToAll node reads). Applied to AllToAll's output where it is consumed,
+    it runs as soon as that gradient is complete, while the AllToAll node itself may run much
+    later: autograd takes ready nodes newest first, and an exchange started before the model
+    (ShardedEmbedding.start) is older than the whole bottom MLP."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, early: dict, send_counts: list[int], recv_counts: list[int], dtype, stats=None):
+        ctx.early, ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.stats = early, send_counts, recv_counts, dtype, stats
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        ctx.early["started"] = all_to_all_started(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype,
+                                                  ctx.stats, "pooled_bwd")
+        return grad, None, None, None, None, None
 
 
 def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,

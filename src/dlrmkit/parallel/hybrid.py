@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.parallel import comm
@@ -92,7 +93,8 @@ class GradBuckets:
         self.launch_pending()
         t0 = time.perf_counter()
         for b, flat, wire, work in self.works:
-            work.wait()
+            with record_function("allreduce wait (gradient bucket)"):  # shows in profiles as all-reduce
+                work.wait()
             if wire is not flat:
                 flat.copy_(wire)
             offset = 0
@@ -166,7 +168,8 @@ class HybridParallel:
         if self.buckets is not None and self.buckets.enabled:
             self.buckets.launch_pending()
         if work is not None:
-            work.wait()
+            with record_function("allreduce wait (loss)"):
+                work.wait()
         loss = float(total) / global_batch
         go = should_step is None or should_step(loss)
         reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in self.sharded.replicated_parameters()}

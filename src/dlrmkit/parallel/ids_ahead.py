@@ -54,19 +54,18 @@ class DaemonWorker:
 class IdsAhead:
     """Exchanges batches' ids on `group` in a worker thread, one batch ahead of training."""
 
-    def __init__(self, sharded: ShardedEmbedding, group):
-        self.sharded, self.group = sharded, group
-        self.pool = DaemonWorker("dlrmkit-ids-ahead")
+    def __init__(self, sharded: ShardedEmbedding):
+        self.sharded = sharded
+        self.group = None  # made at first use (dist.new_group), from the main thread of every rank
+        self.pool: DaemonWorker | None = None
         self.pending: tuple[object, Future] | None = None
 
     @classmethod
     def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
-        """One per hybrid-parallel model, made on every rank at the same point (new_group is a
-        collective call); None without a multi-rank gloo default group (NCCL keeps the exchange
-        in forward, on the device)."""
+        """None without a multi-rank gloo default group (NCCL keeps the exchange in forward)."""
         if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_backend() != "gloo":
             return None
-        return cls(sharded, dist.new_group(backend="gloo"))
+        return cls(sharded)
 
     def _exchange(self, ids: DistIds) -> DistIds:
         return self.sharded.exchange(ids, self.group, kind="ids_ahead")
@@ -74,6 +73,9 @@ class IdsAhead:
     def take(self, batch, following=None):
         """`batch` with its ids exchanged (started a step ago if `batch` was last call's
         `following`, else now), after starting the exchange of `following` (if any)."""
+        if self.pool is None:  # every rank reaches its first step at the same point
+            self.group = dist.new_group(backend="gloo")
+            self.pool = DaemonWorker("dlrmkit-ids-ahead")
         if self.pending is not None and self.pending[0] is batch:
             current = self.pending[1]
         else:
@@ -98,5 +100,9 @@ class IdsAhead:
             self.pending = None
 
     def close(self) -> None:
+        """Waits for the exchange started ahead and ends the worker (before leaving the group)."""
         self.drain()
-        self.pool.stop()
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool.thread.join(timeout=10)
+            self.pool = None

@@ -302,7 +302,7 @@ class ShardedEmbedding(nn.Module):
 
     def _launch(self, ids: DistIds | Ids) -> tuple:
         """Id exchange (unless done ahead), local lookups, and the pooled all-to-all launched:
-        (local ids, local batch, received buffer or None, its wait)."""
+        (local ids, local batch, received buffer or None, its waits, early-launch arguments)."""
         if not isinstance(ids, DistIds):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
@@ -310,7 +310,7 @@ class ShardedEmbedding(nn.Module):
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
         if not any(self.widths):
-            return local, l, None, []
+            return local, l, None, [], None
         fast = isinstance(local, torch.Tensor) and not self.bucketed
         if fast:
             global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
@@ -335,12 +335,11 @@ class ShardedEmbedding(nn.Module):
         waits: list = []
         early: dict = {}
         flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early)
-        if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.AllToAll)
-            flat.register_hook(lambda grad: comm.AllToAll.launch_backward(early, grad, send, recv, self.comm_dtype,
-                                                                          self.stats))
-        return local, l, flat, waits
+        if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.LaunchBackward)
+            return local, l, flat, waits, (early, send, recv)
+        return local, l, flat, waits, None
 
-    def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list) -> torch.Tensor:
+    def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
         """Waits for the pooled all-to-all, places every shard's columns, adds replicated tables."""
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
         out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype)
@@ -348,6 +347,8 @@ class ShardedEmbedding(nn.Module):
             with torch.no_grad():  # fills `flat` in place (gloo writes it; a wire-dtype copy)
                 for wait in waits:
                     wait()
+            if early is not None:
+                flat = comm.LaunchBackward.apply(flat, *early, self.comm_dtype, self.stats)
             recv = [l * w for w in self.widths]
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
