@@ -1,6 +1,7 @@
 """torchrun worker for test_parallel_async.py: two copies of a sharded model, one whose tables
-defer their gradients (backward all-to-all in flight while autograd goes on) and one with
-ordinary sparse gradients (blocking all-to-all), trained on the same batches; writes both."""
+defer their gradients (backward all-to-all in flight while autograd goes on) and whose ids are
+exchanged a batch ahead, one with ordinary sparse gradients (blocking all-to-all) and ids
+exchanged in forward, trained on the same batches; writes both."""
 
 import sys
 
@@ -39,7 +40,8 @@ out = {}
 for name in ("async", "blocking"):
     model = DLRM(cfg)
     model.reset_parameters(0)
-    par = parallel_setup(model, 256, sys.argv[2], None, True, 0)
+    # the blocking copy also exchanges ids inside forward, the async one a batch ahead
+    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "async")
     opts = build_optimizers(model, "sgd", 0.5)
     if name == "blocking":
         for t in par.sharded.local_tables:
@@ -49,7 +51,7 @@ for name in ("async", "blocking"):
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
     par.close()  # the ids exchange started ahead lands before the next model's collectives
-    out[name] = {"launched": launched[before:], "init": init,
+    out[name] = {"launched": launched[before:], "init": init, "ids_ahead_bytes": par.stats.bytes.get("ids_ahead", 0),
                  "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
                  "dense": [p.detach().clone() for p in model.dense_parameters()]}
 torch.save(out, f"{sys.argv[1]}/rank{par.ctx.rank}.pt")

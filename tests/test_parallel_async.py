@@ -1,6 +1,7 @@
 """The asynchronous backward all-to-all (comm.AllToAll with async_backward) is taken when every
-local table defers its gradient, and gives the blocking path's weights; the forward all-to-all
-is started before the model (ShardedEmbedding.start) on both."""
+local table defers its gradient, and gives the blocking path's weights; so do ids exchanged a
+batch ahead (parallel/ids_ahead.py) against ids exchanged in forward; the forward all-to-all is
+started before the model (ShardedEmbedding.start) on both."""
 
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ def test_async_backward_all_to_all_matches_blocking(sharding, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")
+        # ids went through the ahead group (parallel/ids_ahead.py) on the async copy only
+        assert got["async"]["ids_ahead_bytes"] > 0 and got["blocking"]["ids_ahead_bytes"] == 0
         for name in ("async", "blocking"):
             events = got[name]["launched"]
             # every step: forward exchange started before the model, backward's launched early
