@@ -148,8 +148,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                   help="under torchrun: all-reduce dense gradients asynchronously during backward (bucketed hooks; "
-                        "the default, as training does); --no-overlap blocks after backward")
+                   help="under torchrun: overlap communication with compute as training does (the default: ids a "
+                        "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "
+                        "during backward); --no-overlap makes every collective block")
     p.add_argument("--breakdown", action="store_true",
                    help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
                         "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped")

@@ -54,14 +54,16 @@ class BenchParallel(HybridParallel):
     def step(self, batch: LocalBatch, optimizers) -> None:
         """One training step; bench walks `self.cycle` in order, so (as the trainer's loader
         does) the next batch's ids are exchanged during this step."""
-        if self.ahead is not None:
+        if self.ahead is not None and self.overlapping:
             cycle = getattr(self, "cycle", [])
             at = next((i for i, b in enumerate(cycle) if b is batch), None)
             batch = self.ahead.take(batch, cycle[(at + 1) % len(cycle)] if at is not None else None)
+        elif self.ahead is not None:
+            self.ahead.drain()  # blocking mode: ids exchanged in forward, nothing left in flight
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        self.sharded.start(batch.ids)  # the pooled all-to-all travels while the bottom MLP runs
+        self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
         logits = self.model(batch.dense, batch.ids)
         self.stats.add("forward", 0, time.perf_counter() - t0)
         self.backward_step(logits, batch.labels, sum(batch.ids.batch_sizes), optimizers)

@@ -29,8 +29,11 @@ class ParallelConfig:
     comm_dtype: torch.dtype | None = None
     bucket_bytes: int = 25 << 20
     min_rows_sharded: int = 2048
-    overlap: bool = True  # all-reduce dense gradient buckets during backward (-7% step time, docs/BENCHMARKS.md)
-    ids_ahead: bool = True  # exchange the next batch's ids during this step (gloo; dlrmkit.parallel.ids_ahead)
+    # overlap communication with compute: pooled all-to-all started before the model and backward's
+    # as soon as its gradient is known, dense gradients all-reduced in buckets during backward,
+    # tables stepped while that travels (docs/BENCHMARKS.md); False: every collective blocks
+    overlap: bool = True
+    ids_ahead: bool = True  # with overlap: exchange the next batch's ids during this step (gloo; parallel/ids_ahead.py)
 
 
 def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int) -> ShardingPlan:
@@ -118,6 +121,7 @@ class HybridParallel:
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
         sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
+        sharded.overlap = self.pcfg.overlap
         if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
             sharded.load_from(model.embeddings)
         model.embeddings = sharded
@@ -140,12 +144,22 @@ class HybridParallel:
             self.ahead.close()
             self.ahead = None
 
+    @property
+    def overlapping(self) -> bool:
+        return self.sharded.overlap
+
     def set_overlap(self, on: bool) -> None:
-        """Switch between overlapped and blocking gradient all-reduce (bench compares both)."""
+        """Switch between overlapped and blocking communication (bench compares both)."""
         if on and self.buckets is None and self.ctx.world_size > 1:
             self.buckets = GradBuckets(self.model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
         if self.buckets is not None:
             self.buckets.enabled = on
+        self.sharded.overlap = on
+
+    def start_lookups(self, batch) -> None:
+        """Starts `batch`'s lookups and pooled all-to-all when overlapping (forward then waits)."""
+        if self.overlapping:
+            self.sharded.start(batch.ids)
 
     def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> float:
         """Back-propagates this rank's share of the global mean loss, sums dense gradients over
@@ -173,7 +187,8 @@ class HybridParallel:
         loss = float(total) / global_batch
         go = should_step is None or should_step(loss)
         reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in self.sharded.replicated_parameters()}
-        early = [o for o in optimizers if not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+        early = [o for o in optimizers if self.overlapping and
+                 not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
         t0 = time.perf_counter()
         for opt in early if go else []:
             opt.step()
@@ -231,7 +246,8 @@ class TrainerParallel(HybridParallel):
 
         self.train_loader = DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size,
                                             self.sharded.id_tables, self.pcfg.loader, shuffle=cfg.shuffle, seed=cfg.seed)
-        self.train_loader.ahead = self.ahead  # training batches: ids exchanged one batch ahead
+        if self.overlapping:
+            self.train_loader.ahead = self.ahead  # training batches: ids exchanged one batch ahead
         return self.train_loader
 
     def traffic(self, steps: int) -> dict[str, float]:
@@ -258,7 +274,7 @@ class TrainerParallel(HybridParallel):
         for opt in trainer.optimizers:
             opt.zero_grad(set_to_none=True)
         with autocast(trainer.cfg.precision):
-            self.sharded.start(batch.ids)  # the pooled all-to-all travels while the bottom MLP runs
+            self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
             logits = self.model(batch.dense, batch.ids)
         loss = torch.tensor(self.backward_step(logits.float(), batch.labels, self.global_size(batch), trainer.optimizers,
                                                lambda value: trainer.loss_is_finite(torch.tensor(value), agreed=True)))

@@ -127,6 +127,7 @@ class ShardedEmbedding(nn.Module):
         self.register_buffer("dp_cols", torch.tensor(self.dp_tables_idx, dtype=torch.int64), persistent=False)
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
+        self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
 
     @property
     def bytes_sent(self) -> int:
@@ -331,13 +332,13 @@ class ShardedEmbedding(nn.Module):
         recv = [l * self.widths[r] for r in range(n)]
         # one table group, all deferring: nothing reads the gradient between this exchange and
         # the tables' backward (views only), so it may still be in flight there
-        late = len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
-        waits: list = []
+        late = self.overlap and len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
+        waits: list | None = [] if self.overlap else None
         early: dict = {}
         flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early)
         if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.LaunchBackward)
             return local, l, flat, waits, (early, send, recv)
-        return local, l, flat, waits, None
+        return local, l, flat, waits or [], None
 
     def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
         """Waits for the pooled all-to-all, places every shard's columns, adds replicated tables."""
