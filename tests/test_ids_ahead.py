@@ -1,0 +1,58 @@
+"""IdsAhead (parallel/ids_ahead.py) without a process group: a fake sharded module records the
+exchanges. Batches come out in order, each with its own exchanged ids; the next batch's exchange
+is started before the current one is handed out; an unexpected batch is exchanged on the spot
+after the one in flight lands (so every rank issues the same collectives in the same order)."""
+
+import threading
+from dataclasses import dataclass
+
+from dlrmkit.parallel.ids_ahead import DaemonWorker, IdsAhead
+
+
+@dataclass
+class FakeBatch:
+    ids: object
+
+
+class FakeSharded:
+    def __init__(self):
+        self.calls: list = []
+        self.threads: set = set()
+
+    def exchange(self, ids, group=None, kind="ids"):
+        self.calls.append(ids)
+        self.threads.add(threading.current_thread().name)
+        return ("exchanged", ids, group, kind)
+
+
+def ahead() -> tuple[IdsAhead, FakeSharded]:
+    sharded = FakeSharded()
+    a = IdsAhead(sharded)
+    a.group, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
+    return a, sharded
+
+
+def test_pipeline_yields_every_batch_in_order_exchanged_one_ahead():
+    a, sharded = ahead()
+    batches = [FakeBatch(i) for i in range(5)]
+    seen = []
+    for got in a.pipeline(iter(batches)):
+        seen.append(got.ids)
+        # when batch i is handed out, batch i+1's exchange was already submitted
+        if a.pending is not None:
+            a.pending[1].result()  # let it finish, to look at the calls
+        assert sharded.calls == list(range(min(got.ids[1] + 2, 5)))
+    assert seen == [("exchanged", i, "group", "ids_ahead") for i in range(5)]
+    assert sharded.threads == {"test-ids-ahead"}  # never on the training thread
+    a.close()
+
+
+def test_take_of_an_unexpected_batch_lands_the_pending_one_first():
+    a, sharded = ahead()
+    b0, b1, other = FakeBatch("b0"), FakeBatch("b1"), FakeBatch("other")
+    assert a.take(b0, b1).ids[1] == "b0"
+    assert a.take(other).ids[1] == "other"  # b1 was started ahead: it lands (unused), then `other`
+    assert sharded.calls == ["b0", "b1", "other"]
+    assert a.pending is None
+    a.close()
+    assert a.pool is None
