@@ -20,10 +20,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from dlrmkit.bench import BENCH_MODELS
-from dlrmkit.model.dlrm import DLRM
-from dlrmkit.optim.build import build_optimizers
-from dlrmkit.parallel.bench_parallel import parallel_setup
-from dlrmkit.perf.bench_perf import prepare_model
+from parallel_pingpong import sharded_training  # benchmarks/, on sys.path when run as a script
 
 
 def top_level(events: list[dict]) -> list[dict]:
@@ -59,23 +56,14 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=10, help="ops and gaps listed per rank")
     a = p.parse_args()
     torch.set_num_threads(1)
-    cfg = BENCH_MODELS[a.model]
-    model = DLRM(cfg)
-    model.reset_parameters(0)
-    prepare_model(argparse.Namespace(compile=True, embedding_backend="native", optimizer="sgd", precision="fp32",
-                                     lr=0.01), model, parallel=True)
-    par = parallel_setup(model, a.batch_size, a.sharding, overlap=True, seed=0)
-    if par is None:
-        raise SystemExit("run under torchrun")
-    opts = build_optimizers(model, "sgd", 0.01)
-    batches = par.batches(cfg, a.batch_size, 4, 0)
+    par, step, batches = sharded_training(BENCH_MODELS[a.model], a.batch_size, a.sharding, seed=0)
     for i in range(10):
-        par.step(batches[i % 4], opts)
+        step(batches[i % 4])
     dist.barrier()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for i in range(a.steps):
-            par.step(batches[i % 4], opts)
+            step(batches[i % 4])
         wall = (time.perf_counter() - t0) / a.steps * 1e3
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")

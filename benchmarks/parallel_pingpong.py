@@ -57,6 +57,20 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
+def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True):
+    """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
+    shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
+    args = argparse.Namespace(compile=compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
+    model = DLRM(cfg)
+    model.reset_parameters(seed)
+    prepare_model(args, model, parallel=True)
+    par = parallel_setup(model, batch_size, sharding, overlap=True, seed=seed, ids_ahead=ids_ahead)
+    if par is None:
+        raise SystemExit("run under torchrun")
+    opts = build_optimizers(model, "sgd", args.lr)
+    return par, lambda batch: par.step(batch, opts), par.batches(cfg, batch_size, 4, seed)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS))
@@ -77,17 +91,9 @@ def main() -> None:
     cfg = BENCH_MODELS[a.model]
 
     torch.set_num_threads(1)
-    sharded = DLRM(cfg)
-    sharded.reset_parameters(a.seed)
-    prepare_model(args, sharded, parallel=True)
-    par = parallel_setup(sharded, a.batch_size, a.sharding, overlap=True, seed=a.seed, ids_ahead=a.ids_ahead)
-    if par is None or par.ctx.world_size != 2:
+    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead)
+    if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")
-    opts = build_optimizers(sharded, "sgd", args.lr)
-    par_batches = par.batches(cfg, a.batch_size, 4, a.seed)
-
-    def par_step(batch) -> None:
-        par.step(batch, opts)
 
     rank = par.ctx.rank
     if rank == 0:

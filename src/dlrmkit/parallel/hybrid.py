@@ -121,7 +121,6 @@ class HybridParallel:
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
         sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
-        sharded.overlap = self.pcfg.overlap
         if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
             sharded.load_from(model.embeddings)
         model.embeddings = sharded
@@ -135,8 +134,7 @@ class HybridParallel:
             from dlrmkit.parallel.ids_ahead import IdsAhead
 
             self.ahead = IdsAhead.create(sharded)
-        if self.pcfg.overlap and ctx.world_size > 1:
-            self.buckets = GradBuckets(model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+        self.set_overlap(self.pcfg.overlap)
 
     def close(self) -> None:
         """Before leaving the process group: waits for the id exchange started ahead."""
