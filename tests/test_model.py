@@ -6,7 +6,7 @@ from torch import nn
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
-from dlrmkit.model.embedding import EmbeddingCollection, JaggedIds, select_tables
+from dlrmkit.model.embedding import EmbeddingCollection, JaggedIds, bag_of_each, select_tables
 from dlrmkit.model.interaction import CatInteraction, DotInteraction
 
 SIZES = [3, 10, 1, 25]
@@ -163,6 +163,27 @@ def test_mixed_widths_match_separate_embedding_bags(multi_hot):
     (expected * upstream).sum().backward()
     for t, ref in enumerate(refs):
         torch.testing.assert_close(fused_grad(coll, t), ref.weight.grad)
+
+
+@pytest.mark.parametrize("num_bags", [0, 1, 2, 40])
+def test_bag_of_each_equals_repeat_interleave_with_empty_bags(num_bags):
+    gen = torch.Generator().manual_seed(num_bags)
+    lengths = torch.randint(0, 4, (num_bags,), generator=gen)
+    if num_bags > 2:
+        lengths[0] = lengths[-2] = lengths[-1] = 0  # empty bags first and last, and two in a row
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    got = bag_of_each(offsets, int(offsets[-1]))
+    assert torch.equal(got, torch.repeat_interleave(torch.arange(num_bags), lengths))
+
+
+def test_sample_major_order_and_table_offsets():
+    gen = torch.Generator().manual_seed(2)
+    ids, per_table = random_jagged([4, 5, 6], 3, gen)
+    values, offsets = ids.sample_major(torch.tensor([0, 100, 1000]))
+    for s in range(3):
+        for t, add in enumerate([0, 100, 1000]):
+            got = values[offsets[s * 3 + t] : offsets[s * 3 + t + 1]]
+            assert got.tolist() == (per_table[t][s] + add).tolist()
 
 
 def test_select_tables_jagged():

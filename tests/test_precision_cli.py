@@ -55,10 +55,11 @@ def test_bench_bf16_split_sgd_compares_with_fp32(tmp_path, monkeypatch):
 
     monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(13, [1000] * 4, 16, [32, 16], [32, 1]))
     out = tmp_path / "bench.json"
-    r = run_cli("bench", "--no-compile", "--model", "test-tiny", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
+    r = run_cli("bench", "--no-compile", "--model", "test-tiny", "--batch-size", "64", "--steps", "1", "--windows", "2", "--warmup", "1",
                 "--precision", "bf16", "--optimizer", "split-sgd", "--compare-fp32", "--json", out)
     assert r.code == 0, r.err
     res = json.loads(out.read_text())
     assert res["precision"] == "bf16" and res["optimizer"] == "split-sgd"
     assert res["fp32_samples_per_s"] > 0 and res["speedup_vs_fp32"] > 0
-    assert "fp32 sgd in this run" in r.out
+    assert len(res["window_fp32_samples_per_s"]) == 2  # one fp32 window after each of the run's windows
+    assert "fp32 sgd, a window after each of dlrmkit's" in r.out

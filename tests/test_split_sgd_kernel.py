@@ -60,27 +60,34 @@ def test_fused_path_is_taken_and_rejects_bad_rows(kernel):
         split_sgd_kernel.fused_sparse_step(hi, lo, torch.tensor([0, 10, 2]), torch.ones(3, 4), 0.5)
 
 
+@pytest.mark.parametrize("sort", [True, False], ids=["sorted", "lookup-order"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_by_bag_equals_per_lookup_rows_and_checks_bags(kernel, dtype):
+def test_by_bag_equals_per_lookup_rows_and_checks_bags(kernel, dtype, sort):
     """The deferred-gradient path: lookup i reads row bags[i] of the pooled gradient; the bits
-    equal those of the materialized per-lookup gradient, on 2 threads."""
+    equal those of the materialized per-lookup gradient, on 2 threads (unsorted rows: each thread
+    owns blocks of rows and keeps their lookups in order), for split halves and fp32 tables."""
     from dlrmkit.model.embedding import BagGrad
 
     gen = torch.Generator().manual_seed(7)
-    w = torch.randn(200, 16, generator=gen)
-    rows = torch.randint(0, 200, (3000,), generator=gen).sort(stable=True)[0]
-    bag_grad = BagGrad(rows, torch.randint(0, 64, (3000,), generator=gen), torch.randn(64, 16, generator=gen).to(dtype))
+    w = torch.randn(500, 16, generator=gen)
+    rows = torch.randint(0, 500, (9000,), generator=gen)
+    rows = rows.sort(stable=True)[0] if sort else rows
+    bag_grad = BagGrad(rows, torch.randint(0, 64, (9000,), generator=gen), torch.randn(64, 16, generator=gen).to(dtype))
     hi_b, lo_b = split_fp32(w)
     hi_r, lo_r = split_fp32(w)
+    w_b = w.clone()
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         assert split_sgd_kernel.fused_bag_step(hi_b, lo_b, bag_grad, 0.3)
+        assert split_sgd_kernel.fused_sgd_bag_step(w_b, bag_grad, 0.3)
     finally:
         torch.set_num_threads(threads)
     SplitSGD._sparse_step(hi_r, lo_r, bag_grad.to_sparse(w.shape), 0.3)
     assert torch.equal(hi_b.view(torch.int16), hi_r.view(torch.int16)) and torch.equal(lo_b, lo_r)
     assert not torch.equal(join_fp32(hi_b, lo_b), w)
+    expect = w.clone().index_add_(0, rows, bag_grad.grad.float().index_select(0, bag_grad.bags), alpha=-0.3)
+    assert torch.equal(w_b.view(torch.int32), expect.view(torch.int32))
     bad = BagGrad(rows[:2], torch.tensor([0, 64]), bag_grad.grad)
     with pytest.raises(RuntimeError, match="bag 64 out of range"):
         split_sgd_kernel.fused_bag_step(hi_b, lo_b, bad, 0.3)

@@ -116,17 +116,36 @@ def training_step(model: DLRM, optimizers: list, precision: str = "fp32"):
     return step
 
 
-def fp32_sgd_rate(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> float:
-    """Median samples/s of the fp32 model with plain SGD on the same batches (--compare-fp32),
-    compiled or eager as the run itself (--compile), so the ratio compares precision alone."""
+def fp32_sgd_step(cfg: ModelConfig, args: argparse.Namespace):
+    """A step of the fp32 model with plain SGD (--compare-fp32), compiled or eager as the run
+    itself (--compile), so the ratio compares precision alone."""
     from dlrmkit.perf.bench_perf import compile_dense
 
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
     if getattr(args, "compile", False):
         compile_dense(model)
-    step = training_step(model, build_optimizers(model, "sgd", args.lr))
-    return statistics.median(timed_windows(step, batches, args.warmup, args.steps, args.windows))
+    return training_step(model, build_optimizers(model, "sgd", args.lr))
+
+
+BASELINE_NAMES = {"fp32": "fp32 sgd", "reference": "plain-PyTorch reference (fp32, per-table EmbeddingBag, sparse SGD)"}
+
+
+def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> dict:
+    """The steps that --compare-fp32 and --reference time beside dlrmkit's, warmed up. One window
+    of each runs right after every window of dlrmkit's, so each ratio compares windows seconds
+    apart: this VM drifts by 10-20% over minutes, and timing them after all of dlrmkit's windows
+    let that drift into the ratio."""
+    steps = {}
+    if args.compare_fp32:
+        steps["fp32"] = fp32_sgd_step(cfg, args)
+    if getattr(args, "reference", False):
+        from dlrmkit.perf.reference import reference_step_fn
+
+        steps["reference"] = reference_step_fn(cfg, args.lr, args.seed)[0]
+    for step in steps.values():
+        timed_windows(step, batches, args.warmup, 1, 1)
+    return steps
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -143,7 +162,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adagrad", "split-sgd", "lamb"],
                    help="dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)")
     p.add_argument("--compare-fp32", action="store_true",
-                   help="also time the fp32 SGD model in this run and print the speed-up over it")
+                   help="also time the fp32 SGD model, one window after each of this run's, and print the "
+                        "speed-up over it (median of the window ratios)")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
@@ -186,11 +206,17 @@ def run(args: argparse.Namespace) -> int:
     # window, so each window's rate is compared with a bound taken under the same machine state
     local_batch = len(batches[0].labels)
     gemm_times: list[float] = []
+    if par is not None and (args.compare_fp32 or getattr(args, "reference", False)):
+        print("--compare-fp32/--reference: skipped under torchrun (the baselines are single-process)")
+    baselines = baseline_steps(cfg, args, batches) if par is None else {}
+    base_rates: dict[str, list[float]] = {name: [] for name in baselines}
 
-    def bound_gemm() -> None:
+    def after_window() -> None:
         gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3))
+        for name, base_step in baselines.items():
+            base_rates[name].extend(timed_windows(base_step, batches, 0, args.steps, 1))
 
-    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, bound_gemm)
+    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, after_window)
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
@@ -236,11 +262,13 @@ def run(args: argparse.Namespace) -> int:
         f"-> compute bound {bound:,.0f} samples/s; reached {100 * fraction:.1f}% "
         f"(median over windows of the rate / the bound timed right after that window)"
     )
-    if args.compare_fp32 and par is None:
-        base = fp32_sgd_rate(cfg, args, batches)
-        result.update(fp32_samples_per_s=base, speedup_vs_fp32=rate / base)
-        print(f"fp32 sgd in this run: {base:,.0f} samples/s; {args.precision} {args.optimizer} is {rate / base:.2f}x")
-    perf_extras(args, cfg, model, optimizers, step, batches, par, result)
+    for name, base in base_rates.items():  # the ratio: median over windows of (rate / the baseline's next window)
+        speedup = statistics.median(r / b for r, b in zip(rates, base))
+        result.update({f"{name}_samples_per_s": statistics.median(base), f"speedup_vs_{name}": speedup,
+                       f"window_{name}_samples_per_s": base})
+        print(f"{BASELINE_NAMES[name]}, a window after each of dlrmkit's: {statistics.median(base):,.0f} samples/s; "
+              f"dlrmkit {args.precision} {args.optimizer} is {speedup:.2f}x (median of the window ratios)")
+    perf_extras(args, result)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -37,21 +37,25 @@ class JaggedIds:
     def num_tables(self) -> int:
         return (len(self.offsets) - 1) // self.batch_size
 
-    def sample_major(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_major(self, table_offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, offsets) reordered so bag (b, t) comes at position b*T + t: a lookup in this
-        order yields [B, T, dim] contiguously, with no transpose or copy of the pooled rows."""
+        order yields [B, T, dim] contiguously, with no transpose or copy of the pooled rows.
+        `table_offsets` [T], if given, is added to each value of its table on the way."""
         b, t = self.batch_size, self.num_tables
         lengths = self.offsets.diff()
         new_lengths = lengths.view(t, b).t().reshape(-1)
-        new_offsets = torch.zeros(b * t + 1, dtype=torch.int64)
+        dev = self.values.device
+        new_offsets = torch.zeros(b * t + 1, dtype=torch.int64, device=dev)
         torch.cumsum(new_lengths, 0, out=new_offsets[1:])
         # destination bag of each source bag (table-major k = t*B + b -> b*T + t)
-        dest_bag = torch.arange(b * t).view(b, t).t().reshape(-1)
-        shift = torch.repeat_interleave(new_offsets[:-1].index_select(0, dest_bag) - self.offsets[:-1], lengths)
-        positions = torch.arange(len(self.values)) + shift
-        values = torch.empty_like(self.values)
-        values[positions] = self.values
-        return values, new_offsets
+        dest_bag = torch.arange(b * t, device=dev).view(b, t).t().reshape(-1)
+        shift = new_offsets[:-1].index_select(0, dest_bag) - self.offsets[:-1]
+        bag = bag_of_each(self.offsets, len(self.values))
+        positions = torch.arange(len(self.values), device=dev) + shift.index_select(0, bag)
+        src = self.values
+        if table_offsets is not None:
+            src = src + table_offsets.repeat_interleave(b).index_select(0, bag)
+        return torch.empty_like(self.values).scatter_(0, positions, src), new_offsets
 
     def table_lengths(self) -> torch.Tensor:
         """Number of ids per table, [T]."""
@@ -60,6 +64,17 @@ class JaggedIds:
 
 
 Ids = torch.Tensor | JaggedIds  # [B, T] one-hot ids, or multi-hot jagged ids
+
+
+def bag_of_each(offsets: torch.Tensor, n: int) -> torch.Tensor:
+    """The bag of each of the n values in bags `offsets` [bags + 1] (empty bags allowed), i.e.
+    repeat_interleave(arange(bags), lengths) at a third of its time (measured): a 1 at each
+    later bag's start, then a running sum."""
+    if len(offsets) <= 2:  # one bag (or none): every value is in bag 0
+        return torch.zeros(n, dtype=torch.int64, device=offsets.device)
+    starts = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
+    starts.scatter_add_(0, offsets[1:-1], torch.ones(len(offsets) - 2, dtype=torch.int64, device=offsets.device))
+    return starts[:n].cumsum(0)
 
 INIT_CHUNK_ROWS = 1 << 16  # rows per independently seeded init chunk
 
@@ -90,12 +105,19 @@ def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, 
         out[a - row_start : b - row_start] = block[a - lo : b - lo, col_start : col_start + cols].to(out.dtype)
 
 
+# Deferred gradients of tables at least this wide are sorted by row: the update then walks the table
+# in order, which pays for the sort from 32 columns on; narrower rows (one cache line or less per
+# half) update faster in lookup order, without the sort (benchmarks/bench_table_update.py).
+SORT_MIN_DIM = 32
+
+
 @dataclass
 class BagGrad:
-    """A table's gradient kept by bag: lookup i adds grad[bags[i]] to row rows[i] (rows sorted).
-    The same gradient as the sparse COO tensor (rows, grad[bags]) without its [lookups, dim] copy."""
+    """A table's gradient kept by bag: lookup i adds grad[bags[i]] to row rows[i]; duplicates of a
+    row apply in lookup order. The same gradient as the sparse COO tensor (rows, grad[bags]) without
+    its [lookups, dim] copy."""
 
-    rows: torch.Tensor  # int64 [lookups], sorted
+    rows: torch.Tensor  # int64 [lookups], sorted (dim >= SORT_MIN_DIM) or in lookup order
     bags: torch.Tensor  # int64 [lookups], row of `grad` each lookup takes
     grad: torch.Tensor  # [bags, dim], the pooled output's gradient (any strides; read at update time)
 
@@ -108,7 +130,8 @@ class PooledLookup(torch.autograd.Function):
     """Sum-pooled lookup whose weight gradient is sparse and sorted by row: one gradient row per
     lookup, ordered by id, so the optimizer's scatter walks the table in order (2x faster than
     random order on a large table, measured in docs/BENCHMARKS.md). With a `sink` list, the
-    gradient is appended there as a BagGrad and the weight gets none (see FusedTable.defer_grads)."""
+    gradient is appended there as a BagGrad and the weight gets none (see FusedTable.defer_grads);
+    a narrow table's BagGrad stays in lookup order (SORT_MIN_DIM)."""
 
     @staticmethod
     def forward(ctx, weight: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor, sink: list | None = None):
@@ -119,9 +142,11 @@ class PooledLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         values, offsets = ctx.saved_tensors
-        rows, order = values.sort(stable=True)  # duplicates keep lookup order: the fp32 sum order is defined
-        bags = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()).index_select(0, order)
-        bag_grad = BagGrad(rows, bags, grad)  # not read here: it may still be arriving (comm.AllToAll)
+        bags = bag_of_each(offsets, len(values))
+        if ctx.sink is None or ctx.weight_shape[1] >= SORT_MIN_DIM:
+            values, order = values.sort(stable=True)  # duplicates keep lookup order: the fp32 sum order is defined
+            bags = bags.index_select(0, order)
+        bag_grad = BagGrad(values, bags, grad)  # not read here: it may still be arriving (comm.AllToAll)
         if ctx.sink is not None:
             ctx.sink.append(bag_grad)
             return None, None, None, None
@@ -165,11 +190,8 @@ class FusedTable(nn.Module):
             b, t = ids.shape  # one id per bag, sample-major
             offsets = torch.arange(b * t + 1, dtype=torch.int64, device=ids.device)
             return PooledLookup.apply(self.weight, (ids + self.row_offsets).reshape(-1), offsets, sink).view(b, t, self.dim)
-        values, offsets = ids.sample_major()
-        num_tables = len(self.table_sizes)
-        bag_tables = self.row_offsets.repeat(ids.batch_size)  # row offset of bag (b, t)
-        fused = values + torch.repeat_interleave(bag_tables, offsets.diff())
-        return PooledLookup.apply(self.weight, fused, offsets, sink).view(ids.batch_size, num_tables, self.dim)
+        fused, offsets = ids.sample_major(self.row_offsets)
+        return PooledLookup.apply(self.weight, fused, offsets, sink).view(ids.batch_size, len(self.table_sizes), self.dim)
 
 
 def select_tables(ids: Ids, tables: list[int]) -> Ids:

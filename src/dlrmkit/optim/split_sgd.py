@@ -111,7 +111,7 @@ class SplitSGD(Optimizer):
             return
         if fused_sparse_step(p, low, rows, values, lr):  # same bits, one pass (split_sgd_kernel.py)
             return
-        # unique rows (sorted) and each lookup's slot; PooledLookup's gradients arrive sorted
+        # unique rows (sorted) and each lookup's slot; PooledLookup's gradients usually arrive sorted
         if bool((rows[1:] >= rows[:-1]).all()):
             uniq, inverse = torch.unique_consecutive(rows, return_inverse=True)
         else:

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define DLRMKIT_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
@@ -40,51 +41,6 @@ template <typename G>
   }
 }
 
-constexpr int64_t kAhead = 8;
-
-// Lookup i updates row rows[i] with gradient row (bags ? bags[i] : i) of g: with bags, g is the
-// pooled gradient [num_bags, d] and no per-lookup gradient copy is ever made.
-template <typename G>
-DLRMKIT_CLONES static void run_range(uint16_t* hi, uint16_t* lo, const int64_t* rows, const int64_t* bags,
-                                     const G* g, int64_t begin, int64_t end, int64_t d, float alpha) {
-  for (int64_t i = begin; i < end; ++i) {
-    if (i + kAhead < end) {  // rows are random in a multi-GB table: fetch a later row's lines now
-      const int64_t r = rows[i + kAhead] * d;
-      for (int64_t j = 0; j < d; j += 32) {  // 32 halves = one 64-byte line
-        __builtin_prefetch(hi + r + j, 1);
-        __builtin_prefetch(lo + r + j, 1);
-      }
-      if (bags) {
-        const G* gr = g + bags[i + kAhead] * d;
-        for (int64_t j = 0; j < d; j += 64 / int64_t(sizeof(G))) __builtin_prefetch(gr + j, 0);
-      }
-    }
-    const int64_t r = rows[i] * d;
-    row_update<G>(hi + r, lo + r, g + (bags ? bags[i] : i) * d, d, alpha);
-  }
-}
-
-// Calls body(begin, end) over [0, n): on one thread in order when rows are unsorted (duplicates may
-// be anywhere), else split across threads at row boundaries, so each row's lookups stay in order.
-template <typename Body>
-static void for_row_ranges(const int64_t* rows, int64_t n, bool sorted, const Body& body) {
-  if (!sorted) {
-    body(int64_t(0), n);
-    return;
-  }
-  at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
-    while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;  // that row belongs to the previous range
-    while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;  // finish the last row here
-    if (b < e) body(b, e);
-  });
-}
-
-template <typename G>
-static void run(uint16_t* hi, uint16_t* lo, const int64_t* rows, const int64_t* bags, const G* g, int64_t n,
-                int64_t d, float alpha, bool sorted) {
-  for_row_ranges(rows, n, sorted, [&](int64_t b, int64_t e) { run_range<G>(hi, lo, rows, bags, g, b, e, d, alpha); });
-}
-
 // fp32 weights (plain sparse SGD): w = fma(g, alpha, w), as index_add_ computes it.
 template <typename G>
 [[gnu::always_inline]] static inline void row_update_fp32(float* __restrict w, const G* __restrict g, int64_t d,
@@ -94,26 +50,69 @@ template <typename G>
   }
 }
 
+constexpr int64_t kAhead = 8;
+
+// Lookups list[0..m) in that order, or begin, begin + 1, ... without a list: lookup i updates row
+// rows[i] with gradient row (bags ? bags[i] : i) of g. With bags, g is the pooled gradient
+// [num_bags, d] and no per-lookup gradient copy is ever made. `hi` null means an fp32 table `lo`
+// (plain SGD); else `hi`, `lo` are the split halves.
 template <typename G>
-DLRMKIT_CLONES static void run_range_fp32(float* w, const int64_t* rows, const int64_t* bags, const G* g,
-                                          int64_t begin, int64_t end, int64_t d, float alpha) {
-  for (int64_t i = begin; i < end; ++i) {
-    if (i + kAhead < end) {
-      const float* wr = w + rows[i + kAhead] * d;
-      for (int64_t j = 0; j < d; j += 16) __builtin_prefetch(wr + j, 1);
+DLRMKIT_CLONES static void run_lookups(uint16_t* hi, void* lo, const int64_t* rows, const int64_t* bags, const G* g,
+                                       const int64_t* list, int64_t begin, int64_t m, int64_t d, float alpha) {
+  const int64_t row_bytes = hi ? 2 * d : 4 * d;  // in each of the one or two arrays
+  for (int64_t k = 0; k < m; ++k) {
+    if (k + kAhead < m) {  // rows are random in a multi-GB table: fetch a later row's lines now
+      const int64_t i = list ? list[k + kAhead] : begin + k + kAhead, r = rows[i] * row_bytes;
+      for (int64_t j = 0; j < row_bytes; j += 64) {
+        if (hi) __builtin_prefetch(reinterpret_cast<char*>(hi) + r + j, 1);
+        __builtin_prefetch(static_cast<char*>(lo) + r + j, 1);
+      }
       if (bags) {
-        const G* gr = g + bags[i + kAhead] * d;
+        const G* gr = g + bags[i] * d;
         for (int64_t j = 0; j < d; j += 64 / int64_t(sizeof(G))) __builtin_prefetch(gr + j, 0);
       }
     }
-    row_update_fp32<G>(w + rows[i] * d, g + (bags ? bags[i] : i) * d, d, alpha);
+    const int64_t i = list ? list[k] : begin + k;
+    const G* gr = g + (bags ? bags[i] : i) * d;
+    if (hi) {
+      row_update<G>(hi + rows[i] * d, static_cast<uint16_t*>(lo) + rows[i] * d, gr, d, alpha);
+    } else {
+      row_update_fp32<G>(static_cast<float*>(lo) + rows[i] * d, gr, d, alpha);
+    }
   }
 }
 
+constexpr int64_t kOwnerBlock = 64;  // rows per ownership block: two threads never share a cache line
+
+// Runs lookups [0, n) on all threads, each row's lookups in order on one thread. Sorted rows: ranges
+// split at row boundaries. Unsorted rows (lookup order: narrow tables skip the backward's sort,
+// embedding.py): thread t owns the rows with (row / kOwnerBlock) % T == t and walks its own lookups.
 template <typename G>
-static void run_fp32(float* w, const int64_t* rows, const int64_t* bags, const G* g, int64_t n, int64_t d,
-                     float alpha, bool sorted) {
-  for_row_ranges(rows, n, sorted, [&](int64_t b, int64_t e) { run_range_fp32<G>(w, rows, bags, g, b, e, d, alpha); });
+static void run(uint16_t* hi, void* lo, const int64_t* rows, const int64_t* bags, const G* g, int64_t n, int64_t d,
+                float alpha, bool sorted) {
+  if (sorted) {
+    at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
+      while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;  // that row belongs to the previous range
+      while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;  // finish the last row here
+      if (b < e) run_lookups<G>(hi, lo, rows, bags, g, nullptr, b, e - b, d, alpha);
+    });
+    return;
+  }
+  const int64_t threads = at::get_num_threads();
+  if (threads == 1 || n < 4096) {
+    run_lookups<G>(hi, lo, rows, bags, g, nullptr, 0, n, d, alpha);
+    return;
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t tb, int64_t te) {
+    std::vector<int64_t> own;
+    own.reserve(n / threads + n / 8);
+    for (int64_t t = tb; t < te; ++t) {
+      own.clear();
+      for (int64_t i = 0; i < n; ++i)
+        if ((rows[i] / kOwnerBlock) % threads == t) own.push_back(i);
+      run_lookups<G>(hi, lo, rows, bags, g, own.data(), 0, int64_t(own.size()), d, alpha);
+    }
+  });
 }
 
 // Checks rows/bags/values against a [num_rows, d] table; returns (bags or null, rows sorted?).
@@ -170,9 +169,9 @@ static void sgd_rows(const at::Tensor& weight, const at::Tensor& rows, const at:
   const int64_t* r = rows.data_ptr<int64_t>();
   const float a = static_cast<float>(alpha);
   if (values.scalar_type() == at::kBFloat16) {
-    run_fp32<uint16_t>(weight.data_ptr<float>(), r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
+    run<uint16_t>(nullptr, weight.data_ptr<float>(), r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
   } else {
-    run_fp32<float>(weight.data_ptr<float>(), r, bag, values.data_ptr<float>(), n, d, a, sorted);
+    run<float>(nullptr, weight.data_ptr<float>(), r, bag, values.data_ptr<float>(), n, d, a, sorted);
   }
 }
 

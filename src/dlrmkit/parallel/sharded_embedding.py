@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, draw_base_seed,
+from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, bag_of_each, draw_base_seed,
                                      init_table_block, select_tables)
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.plan import ShardingPlan
@@ -76,8 +76,9 @@ def regroup(values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor) ->
     new_lengths = lengths.index_select(0, order)
     new_starts = torch.zeros(len(order) + 1, dtype=torch.int64)
     torch.cumsum(new_lengths, 0, out=new_starts[1:])
-    shift = torch.repeat_interleave(starts.index_select(0, order) - new_starts[:-1], new_lengths)
-    return values.index_select(0, torch.arange(int(new_starts[-1])) + shift), new_lengths
+    n = int(new_starts[-1])
+    shift = (starts.index_select(0, order) - new_starts[:-1]).index_select(0, bag_of_each(new_starts, n))
+    return values.index_select(0, torch.arange(n) + shift), new_lengths
 
 
 def to_offsets(lengths: torch.Tensor) -> torch.Tensor:

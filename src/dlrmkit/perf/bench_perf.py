@@ -16,7 +16,8 @@ from dlrmkit.errors import DlrmkitError
 def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", action="store_true",
                    help="also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
-                        "on the same batches and print dlrmkit's speed-up over it")
+                        "on the same batches, one window after each of dlrmkit's, and print dlrmkit's speed-up "
+                        "over it (median of the window ratios)")
     p.add_argument("--profile", action="store_true",
                    help="profile a few steps with torch.profiler and print each phase's share of a step")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile (default 3)")
@@ -98,25 +99,13 @@ def collect_profile(args: argparse.Namespace, model, optimizers, step, batches, 
     result.update(profile_shares=shares, profile_step_s=step_s)
 
 
-def perf_extras(args: argparse.Namespace, cfg, model, optimizers, step, batches, par, result: dict) -> None:
-    """--reference, the profile's printout and --plot, after bench's own figures are printed
-    (rank 0 only under torchrun); adds their figures to `result`."""
+def perf_extras(args: argparse.Namespace, result: dict) -> None:
+    """The profile's printout and --plot, after bench's own figures are printed (rank 0 only under
+    torchrun); adds the run's options to `result`. (--reference is timed beside bench's windows.)"""
     result["embedding_backend"] = getattr(args, "embedding_backend", "native")
     result["compile"] = bool(getattr(args, "compile", False))
     if getattr(args, "_placement", None):
         result["table_placement"] = args._placement[0]
-    if getattr(args, "reference", False):
-        if par is not None:
-            print("--reference: skipped under torchrun (the reference loop is single-process)")
-        else:
-            from dlrmkit.bench import timed_windows
-            from dlrmkit.perf.reference import reference_step_fn
-
-            ref_step, _ = reference_step_fn(cfg, args.lr, args.seed)
-            ref = statistics.median(timed_windows(ref_step, batches, args.warmup, args.steps, args.windows))
-            result.update(reference_samples_per_s=ref, speedup_vs_reference=result["samples_per_s"] / ref)
-            print(f"plain-PyTorch reference (fp32, per-table EmbeddingBag, sparse SGD) in this run: {ref:,.0f} "
-                  f"samples/s; dlrmkit {args.precision} {args.optimizer} is {result['samples_per_s'] / ref:.2f}x")
     if "profile_shares" in result:
         from dlrmkit.perf.profile import format_breakdown
 
