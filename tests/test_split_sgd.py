@@ -54,10 +54,14 @@ def loss_of(model, dense, ids, labels):
 
 
 @pytest.mark.parametrize("jagged", [False, True], ids=["one-hot", "jagged"])
-@pytest.mark.parametrize("deferred", [False, True], ids=["coo-grad", "bag-grad"])
-def test_split_sgd_matches_fp32_master_sgd_bit_for_bit(jagged, deferred):
+@pytest.mark.parametrize("deferred", [False, "sorted", "lookup-order"], ids=["coo-grad", "bag-grad-sorted", "bag-grad"])
+def test_split_sgd_matches_fp32_master_sgd_bit_for_bit(jagged, deferred, monkeypatch):
     """bag-grad: the tables defer their gradients (build_optimizers' fast path) and the kernel
-    reads each lookup's row from the pooled gradient; the bits must not change."""
+    reads each lookup's row from the pooled gradient, in lookup order (narrow tables) or sorted by
+    row (wide ones, embedding.SORT_MIN_DIM, forced here); the bits must not change."""
+    from dlrmkit.model import embedding
+
+    monkeypatch.setattr(embedding, "SORT_MIN_DIM", 0 if deferred == "sorted" else 1 << 20)
     torch.manual_seed(0)
     lr, steps = 0.5, 100
     fp32_model = DLRM(CFG)

@@ -113,3 +113,23 @@ def test_build_failure_falls_back_to_pure_torch(monkeypatch, caplog):
     assert sum("unavailable" in r.getMessage() for r in caplog.records) == 1  # logged once
     expect = w.clone().index_add_(0, rows, values, alpha=-0.5).index_add_(0, rows, values, alpha=-0.5)
     assert torch.equal(join_fp32(hi, lo).view(torch.int32), expect.view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_dense_step_equals_pure_torch_join_add_split(kernel, monkeypatch, dtype):
+    """The one-pass dense step (MLP weights) gives the bits of join, add_, split, on 2 threads."""
+    gen = torch.Generator().manual_seed(11)
+    w = torch.randn(300, 257, generator=gen)  # 77,100 elements: several thread chunks and a vector tail
+    grad = torch.randn(300, 257, generator=gen).to(dtype)
+    p = torch.nn.Parameter(w.clone())
+    opt = SplitSGD([p], lr=0.21)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert split_sgd_kernel.fused_dense_step(p, opt.state[p]["low"], grad, 0.21)
+    finally:
+        torch.set_num_threads(threads)
+    expect = w.clone().add_(grad.float(), alpha=-0.21)
+    assert torch.equal(opt.master_weight(p).view(torch.int32), expect.view(torch.int32))
+    monkeypatch.setenv("DLRMKIT_SPLIT_SGD_KERNEL", "0")
+    assert not split_sgd_kernel.fused_dense_step(p, opt.state[p]["low"], grad, 0.21)

@@ -20,7 +20,7 @@ import torch
 from torch.optim import Optimizer
 
 from dlrmkit.optim.sparse import clear_bag_grads, take_bag_grads
-from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_sparse_step
+from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_dense_step, fused_sparse_step
 
 if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
     raise ImportError("split-SGD needs a little-endian machine")
@@ -96,7 +96,7 @@ class SplitSGD(Optimizer):
                 low = self.state[p]["low"]
                 if p.grad.is_sparse:
                     self._sparse_step(p, low, p.grad, lr)
-                else:
+                elif not fused_dense_step(p, low, p.grad, lr):  # same bits, one pass (split_sgd_kernel.py)
                     w = join_fp32(p.data, low)
                     w.add_(p.grad.float(), alpha=-lr)
                     pairs = w.view(torch.int16).view(*w.shape, 2)

@@ -175,7 +175,33 @@ static void sgd_rows(const at::Tensor& weight, const at::Tensor& rows, const at:
   }
 }
 
+template <typename G>
+DLRMKIT_CLONES static void dense_range(uint16_t* hi, uint16_t* lo, const G* g, int64_t begin, int64_t end, float alpha) {
+  row_update<G>(hi + begin, lo + begin, g + begin, end - begin, alpha);
+}
+
+// In place, element-wise: (hi, lo) = split(fma(grad, alpha, join(hi, lo))): a dense (MLP) split-SGD
+// step in one pass, where the pure-torch step makes an fp32 copy, adds, and copies both halves back.
+static void split_sgd_dense(const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& grad, double alpha) {
+  TORCH_CHECK(hi.is_contiguous() && hi.scalar_type() == at::kBFloat16, "hi: contiguous bf16");
+  TORCH_CHECK(lo.sizes() == hi.sizes() && lo.is_contiguous() && lo.scalar_type() == at::kShort, "lo: int16 like hi");
+  TORCH_CHECK(grad.sizes() == hi.sizes() && grad.is_contiguous(), "grad: contiguous, shaped like hi");
+  TORCH_CHECK(grad.scalar_type() == at::kBFloat16 || grad.scalar_type() == at::kFloat, "grad: bf16 or fp32");
+  auto* h = reinterpret_cast<uint16_t*>(hi.data_ptr());
+  auto* l = reinterpret_cast<uint16_t*>(lo.data_ptr());
+  const float a = static_cast<float>(alpha);
+  const bool bf16 = grad.scalar_type() == at::kBFloat16;
+  at::parallel_for(0, hi.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+    if (bf16) {
+      dense_range<uint16_t>(h, l, reinterpret_cast<const uint16_t*>(grad.data_ptr()), b, e, a);
+    } else {
+      dense_range<float>(h, l, grad.data_ptr<float>(), b, e, a);
+    }
+  });
+}
+
 TORCH_LIBRARY(dlrmkit_split_sgd, m) {
+  m.def("split_sgd_dense(Tensor(a!) hi, Tensor(b!) lo, Tensor grad, float alpha) -> ()", &split_sgd_dense);
   m.def("split_sgd_rows(Tensor(a!) hi, Tensor(b!) lo, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()",
         &split_sgd_rows);
   m.def("sgd_rows(Tensor(a!) weight, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()", &sgd_rows);

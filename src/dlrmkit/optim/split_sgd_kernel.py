@@ -1,5 +1,5 @@
-"""Fused C++ row updates for split-SGD's sparse step and for plain SGD of fp32 tables read by bag
-(optional fast paths).
+"""Fused C++ row updates for split-SGD's sparse step and for plain SGD of fp32 tables read by bag,
+and split-SGD's dense step in one pass (optional fast paths).
 
 The pure-torch sparse step gathers the touched rows' halves, joins them, index_add_s and scatters
 both halves back: five passes and three fresh buffers over the touched rows. This kernel walks the
@@ -92,6 +92,23 @@ def _self_check(op) -> bool:
     return True
 
 
+def _self_check_dense(op) -> bool:
+    """The dense op bit-exact against SplitSGD's pure-torch dense step (join, add_, split), at sizes
+    with and without a vector tail, bf16 and fp32 gradients."""
+    from dlrmkit.optim.split_sgd import join_fp32, split_fp32
+
+    gen = torch.Generator().manual_seed(2)
+    for n in (1, 15, 16, 17, 100, 40_000):
+        w = torch.randn(n, generator=gen) * 3
+        for g in (torch.randn(n, generator=gen).bfloat16(), torch.randn(n, generator=gen)):
+            ref = w.clone().add_(g.float(), alpha=-0.37)
+            hi, lo = split_fp32(w)
+            op(hi, lo, g, -0.37)
+            if not torch.equal(join_fp32(hi, lo).view(torch.int32), ref.view(torch.int32)):
+                return False
+    return True
+
+
 def fused_kernel():
     """The built, self-checked op ``(hi, lo, rows, values, alpha, bags=None) -> None``, or None (fall back
     to pure torch; the reason is logged once). DLRMKIT_SPLIT_SGD_KERNEL=0 disables it."""
@@ -104,10 +121,26 @@ def fused_kernel():
                 if not _self_check(op) or not _self_check_fp32(torch.ops.dlrmkit_split_sgd.sgd_rows):
                     raise RuntimeError("kernel differs from torch's index_add_ on this machine")
                 _cache["op"] = op
+                _cache["dense"] = _self_check_dense(torch.ops.dlrmkit_split_sgd.split_sgd_dense)
+                if not _cache["dense"]:
+                    log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
             except Exception as exc:  # no compiler/ninja, unsupported platform, mismatch
                 log.warning("split-SGD fused kernel unavailable, using the pure-torch update: %s", exc)
                 _cache["op"] = None
         return _cache["op"]
+
+
+def fused_dense_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> bool:
+    """Apply a dense split-SGD step (MLP weights) in place with the kernel, in one pass; False if
+    it cannot be used (the caller runs the pure-torch join, add_, split)."""
+    if p.device.type != "cpu" or not p.data.is_contiguous() or not low.is_contiguous():
+        return False
+    if fused_kernel() is None or not _cache.get("dense"):
+        return False
+    if grad.dtype not in (torch.bfloat16, torch.float32) or grad.layout != torch.strided:
+        return False
+    torch.ops.dlrmkit_split_sgd.split_sgd_dense(p.data, low, grad.contiguous(), -lr)
+    return True
 
 
 def fused_sparse_step(p: torch.Tensor, low: torch.Tensor, rows: torch.Tensor, values: torch.Tensor, lr: float) -> bool:
