@@ -43,6 +43,15 @@ def index_put(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def sample_major_positions(ids) -> torch.Tensor:
+    """Where each table-major id goes in sample-major order (as JaggedIds.sample_major computes it)."""
+    b, t, offsets = ids.batch_size, ids.num_tables, ids.offsets
+    new_offsets = torch.cat([torch.zeros(1, dtype=torch.int64), offsets.diff().view(t, b).t().reshape(-1).cumsum(0)])
+    dest_bag = torch.arange(b * t).view(b, t).t().reshape(-1)
+    shift = new_offsets[:-1].index_select(0, dest_bag) - offsets[:-1]
+    return torch.arange(len(ids.values)) + shift.index_select(0, bag_of_each(offsets, len(ids.values)))
+
+
 def main() -> None:
     torch.set_num_threads(2)
     for name, cfg in BENCH_MODELS.items():
@@ -52,7 +61,7 @@ def main() -> None:
         assert torch.equal(bag_of_each(offsets, n), torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()))
         side_by_side("bag of each value, bag_of_each vs repeat_interleave", lambda: bag_of_each(offsets, n),
                      lambda: torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()))
-        positions = torch.randperm(n)
+        positions = sample_major_positions(ids)
         side_by_side("reorder, scatter_ vs index_put_", lambda: torch.empty_like(ids.values).scatter_(0, positions, ids.values),
                      lambda: index_put(ids.values, positions))
         side_by_side("stable sort, int32 keys (cast included) vs int64", lambda: ids.values.int().sort(stable=True),
