@@ -54,17 +54,18 @@ constexpr int64_t kAhead = 8;
 
 // Lookups list[0..m) in that order, or begin, begin + 1, ... without a list: lookup i updates row
 // rows[i] with gradient row (bags ? bags[i] : i) of g. With bags, g is the pooled gradient
-// [num_bags, d] and no per-lookup gradient copy is ever made. `hi` null means an fp32 table `lo`
-// (plain SGD); else `hi`, `lo` are the split halves.
-template <typename G>
+// [num_bags, d] and no per-lookup gradient copy is ever made. Split: `hi`, `lo` are the split
+// halves; else `lo` is an fp32 table (plain SGD) and `hi` is unused. (A run-time branch on this
+// made the fp32 update 12% slower, measured.)
+template <bool Split, typename G>
 DLRMKIT_CLONES static void run_lookups(uint16_t* hi, void* lo, const int64_t* rows, const int64_t* bags, const G* g,
                                        const int64_t* list, int64_t begin, int64_t m, int64_t d, float alpha) {
-  const int64_t row_bytes = hi ? 2 * d : 4 * d;  // in each of the one or two arrays
+  constexpr int64_t elem = Split ? 2 : 4;  // bytes per element of each of the one or two arrays
   for (int64_t k = 0; k < m; ++k) {
     if (k + kAhead < m) {  // rows are random in a multi-GB table: fetch a later row's lines now
-      const int64_t i = list ? list[k + kAhead] : begin + k + kAhead, r = rows[i] * row_bytes;
-      for (int64_t j = 0; j < row_bytes; j += 64) {
-        if (hi) __builtin_prefetch(reinterpret_cast<char*>(hi) + r + j, 1);
+      const int64_t i = list ? list[k + kAhead] : begin + k + kAhead, r = rows[i] * d * elem;
+      for (int64_t j = 0; j < d * elem; j += 64) {
+        if constexpr (Split) __builtin_prefetch(reinterpret_cast<char*>(hi) + r + j, 1);
         __builtin_prefetch(static_cast<char*>(lo) + r + j, 1);
       }
       if (bags) {
@@ -74,7 +75,7 @@ DLRMKIT_CLONES static void run_lookups(uint16_t* hi, void* lo, const int64_t* ro
     }
     const int64_t i = list ? list[k] : begin + k;
     const G* gr = g + (bags ? bags[i] : i) * d;
-    if (hi) {
+    if constexpr (Split) {
       row_update<G>(hi + rows[i] * d, static_cast<uint16_t*>(lo) + rows[i] * d, gr, d, alpha);
     } else {
       row_update_fp32<G>(static_cast<float*>(lo) + rows[i] * d, gr, d, alpha);
@@ -87,20 +88,20 @@ constexpr int64_t kOwnerBlock = 64;  // rows per ownership block: two threads ne
 // Runs lookups [0, n) on all threads, each row's lookups in order on one thread. Sorted rows: ranges
 // split at row boundaries. Unsorted rows (lookup order: narrow tables skip the backward's sort,
 // embedding.py): thread t owns the rows with (row / kOwnerBlock) % T == t and walks its own lookups.
-template <typename G>
+template <bool Split, typename G>
 static void run(uint16_t* hi, void* lo, const int64_t* rows, const int64_t* bags, const G* g, int64_t n, int64_t d,
                 float alpha, bool sorted) {
   if (sorted) {
     at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
       while (b > 0 && b < e && rows[b] == rows[b - 1]) ++b;  // that row belongs to the previous range
       while (e < n && e > 0 && rows[e] == rows[e - 1]) ++e;  // finish the last row here
-      if (b < e) run_lookups<G>(hi, lo, rows, bags, g, nullptr, b, e - b, d, alpha);
+      if (b < e) run_lookups<Split, G>(hi, lo, rows, bags, g, nullptr, b, e - b, d, alpha);
     });
     return;
   }
   const int64_t threads = at::get_num_threads();
   if (threads == 1 || n < 4096) {
-    run_lookups<G>(hi, lo, rows, bags, g, nullptr, 0, n, d, alpha);
+    run_lookups<Split, G>(hi, lo, rows, bags, g, nullptr, 0, n, d, alpha);
     return;
   }
   at::parallel_for(0, threads, 1, [&](int64_t tb, int64_t te) {
@@ -110,7 +111,7 @@ static void run(uint16_t* hi, void* lo, const int64_t* rows, const int64_t* bags
       own.clear();
       for (int64_t i = 0; i < n; ++i)
         if ((rows[i] / kOwnerBlock) % threads == t) own.push_back(i);
-      run_lookups<G>(hi, lo, rows, bags, g, own.data(), 0, int64_t(own.size()), d, alpha);
+      run_lookups<Split, G>(hi, lo, rows, bags, g, own.data(), 0, int64_t(own.size()), d, alpha);
     }
   });
 }
@@ -154,9 +155,9 @@ static void split_sgd_rows(const at::Tensor& hi, const at::Tensor& lo, const at:
   auto* l = reinterpret_cast<uint16_t*>(lo.data_ptr());
   const float a = static_cast<float>(alpha);
   if (values.scalar_type() == at::kBFloat16) {
-    run<uint16_t>(h, l, r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
+    run<true, uint16_t>(h, l, r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
   } else {
-    run<float>(h, l, r, bag, values.data_ptr<float>(), n, d, a, sorted);
+    run<true, float>(h, l, r, bag, values.data_ptr<float>(), n, d, a, sorted);
   }
 }
 
@@ -169,9 +170,9 @@ static void sgd_rows(const at::Tensor& weight, const at::Tensor& rows, const at:
   const int64_t* r = rows.data_ptr<int64_t>();
   const float a = static_cast<float>(alpha);
   if (values.scalar_type() == at::kBFloat16) {
-    run<uint16_t>(nullptr, weight.data_ptr<float>(), r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
+    run<false, uint16_t>(nullptr, weight.data_ptr<float>(), r, bag, reinterpret_cast<const uint16_t*>(values.data_ptr()), n, d, a, sorted);
   } else {
-    run<float>(nullptr, weight.data_ptr<float>(), r, bag, values.data_ptr<float>(), n, d, a, sorted);
+    run<false, float>(nullptr, weight.data_ptr<float>(), r, bag, values.data_ptr<float>(), n, d, a, sorted);
   }
 }
 
