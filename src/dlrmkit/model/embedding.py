@@ -68,8 +68,8 @@ Ids = torch.Tensor | JaggedIds  # [B, T] one-hot ids, or multi-hot jagged ids
 
 def bag_of_each(offsets: torch.Tensor, n: int) -> torch.Tensor:
     """The bag of each of the n values in bags `offsets` [bags + 1] (empty bags allowed), i.e.
-    repeat_interleave(arange(bags), lengths) at a third of its time (measured): a 1 at each
-    later bag's start, then a running sum."""
+    repeat_interleave(arange(bags), lengths), 1.4-6x faster (benchmarks/bench_id_prep.py): a 1 at
+    each later bag's start, then a running sum."""
     if len(offsets) <= 2:  # one bag (or none): every value is in bag 0
         return torch.zeros(n, dtype=torch.int64, device=offsets.device)
     starts = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
