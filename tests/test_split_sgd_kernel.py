@@ -35,7 +35,7 @@ def test_fused_equals_pure_torch_and_fp32_index_add(kernel, monkeypatch, sort, d
 
     hi_f, lo_f = split_fp32(w)
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # sorted grads are split across threads at row boundaries
+    torch.set_num_threads(2)  # sorted: split at row boundaries; unsorted (5000 >= 4096): rows owned by thread
     try:
         SplitSGD._sparse_step(hi_f, lo_f, grad, lr)
     finally:

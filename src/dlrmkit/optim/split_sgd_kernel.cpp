@@ -1,5 +1,5 @@
 // Fused sparse row updates: split-SGD (bf16 hi + int16 lo halves) and plain SGD on fp32 tables;
-// see split_sgd_kernel.py for why. Built by torch.utils.cpp_extension.load.
+// and split-SGD's dense step in one pass; see split_sgd_kernel.py for why. Built by torch.utils.cpp_extension.load.
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

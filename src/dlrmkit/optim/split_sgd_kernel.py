@@ -6,8 +6,9 @@ both halves back: five passes and three fresh buffers over the touched rows. Thi
 lookups once and, for each, rejoins the row's halves in registers, applies ``w = fma(g, -lr, w)``
 and splits again, in place. torch's CPU index_add_ computes ``self + alpha * source`` with a
 fused multiply-add (checked below), in lookup order, so the result is bit-identical to the fp32
-update. Rows of a sorted gradient are split across threads at row boundaries, so each row's
-lookups stay in order on one thread.
+update. Every row's lookups stay in order on one thread: a sorted gradient is split across threads
+at row boundaries; an unsorted one (narrow tables skip the sort) is walked by every thread, each
+updating only the blocks of rows it owns.
 
 Built on first use with torch.utils.cpp_extension.load (needs a C++ compiler and ninja),
 cached under TORCH_EXTENSIONS_DIR; before first use the kernel is checked bit for bit against
