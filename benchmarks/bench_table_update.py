@@ -53,7 +53,7 @@ def order_by_width(op, pairs: int = 7) -> None:
     """Split-SGD by bag at 2 threads, multi-hot bags of 1..10 ids: lookup order vs sort + sorted."""
     torch.set_num_threads(2)
     rows_n, bags_n = 5_200_000, 2048 * 26  # mlperf-shape's rows and bags at every width
-    for d in (16, 32, 64, 128):
+    for d in (16, 32, 64, 128, 256):
         lengths = torch.randint(1, 11, (bags_n,))
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         values = torch.randint(0, rows_n, (int(offsets[-1]),))

@@ -105,10 +105,11 @@ def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, 
         out[a - row_start : b - row_start] = block[a - lo : b - lo, col_start : col_start + cols].to(out.dtype)
 
 
-# Deferred gradients of tables at least this wide are sorted by row: the update then walks the table
-# in order, which pays for the sort from 64 columns on (128: 50 vs 75 ms for 293k lookups); narrower
-# rows update faster in lookup order, without the sort (16: 13 vs 22 ms; benchmarks/bench_table_update.py).
-SORT_MIN_DIM = 64
+# Deferred gradients of tables at least this wide are sorted by row, so the update walks the table in
+# order. With the vectorized row kernel the sort no longer pays below 128 columns (293k lookups, 5.2M
+# rows, sort counted: 64 wide 12.5-19.6 ms in lookup order vs 18.1-20.8 sorted; 128 wide a tie, 19.0-23.2
+# vs 23.7-25.0, and whole mlperf-shape steps within 2% either way; benchmarks/bench_table_update.py).
+SORT_MIN_DIM = 128
 
 
 @dataclass
