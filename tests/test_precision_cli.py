@@ -63,3 +63,4 @@ def test_bench_bf16_split_sgd_compares_with_fp32(tmp_path, monkeypatch):
     assert res["fp32_samples_per_s"] > 0 and res["speedup_vs_fp32"] > 0
     assert len(res["window_fp32_samples_per_s"]) == 2  # one fp32 window after each of the run's windows
     assert "fp32 sgd, a window after each of dlrmkit's" in r.out
+    assert res["gemm_speedup_vs_fp32"] > 0 and "GEMMs at the model's shapes run" in r.out  # bf16 vs fp32 GEMMs

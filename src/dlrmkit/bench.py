@@ -163,7 +163,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)")
     p.add_argument("--compare-fp32", action="store_true",
                    help="also time the fp32 SGD model, one window after each of this run's, and print the "
-                        "speed-up over it (median of the window ratios)")
+                        "speed-up over it (median of the window ratios); at bf16 also how much faster the "
+                        "model's GEMMs run than in fp32")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
@@ -210,9 +211,15 @@ def run(args: argparse.Namespace) -> int:
         print("--compare-fp32/--reference: skipped under torchrun (the baselines are single-process)")
     baselines = baseline_steps(cfg, args, batches) if par is None else {}
     base_rates: dict[str, list[float]] = {name: [] for name in baselines}
+    # with --compare-fp32 at a lower precision, the fp32 GEMMs too: how much faster this CPU runs the
+    # model's GEMMs at that precision caps what the whole step can gain over fp32 (issue 5's ratio)
+    fp32_gemm_times: list[float] = []
+    time_fp32_gemms = "fp32" in baselines and compute_dtype(args.precision) != torch.float32
 
     def after_window() -> None:
         gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3))
+        if time_fp32_gemms:
+            fp32_gemm_times.append(measure_compute_bound(cfg, local_batch, torch.float32, 3))
         for name, base_step in baselines.items():
             base_rates[name].extend(timed_windows(base_step, batches, 0, args.steps, 1))
 
@@ -262,6 +269,11 @@ def run(args: argparse.Namespace) -> int:
         f"-> compute bound {bound:,.0f} samples/s; reached {100 * fraction:.1f}% "
         f"(median over windows of the rate / the bound timed right after that window)"
     )
+    if fp32_gemm_times:
+        gemm_ratio = statistics.median(f / g for f, g in zip(fp32_gemm_times, gemm_times))
+        result["gemm_speedup_vs_fp32"] = gemm_ratio
+        print(f"{args.precision} GEMMs at the model's shapes run {gemm_ratio:.2f}x as fast as fp32 GEMMs here "
+              f"(median of the window ratios): what the MLPs can gain over fp32")
     for name, base in base_rates.items():  # the ratio: median over windows of (rate / the baseline's next window)
         speedup = statistics.median(r / b for r, b in zip(rates, base))
         result.update({f"{name}_samples_per_s": statistics.median(base), f"speedup_vs_{name}": speedup,

@@ -131,6 +131,14 @@ def fused_kernel():
         return _cache["op"]
 
 
+def kernel_isa_level() -> int | None:
+    """The x86-64 ISA level (3: AVX2, 4: AVX-512) whose clone the built kernels run on this CPU, 0
+    for the portable clone, -1 when the compiler made no clones; None without the kernel."""
+    if fused_kernel() is None:
+        return None
+    return int(torch.ops.dlrmkit_split_sgd.isa_level())
+
+
 def fused_dense_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> bool:
     """Apply a dense split-SGD step (MLP weights) in place with the kernel, in one pass; False if
     it cannot be used (the caller runs the pure-torch join, add_, split)."""
