@@ -135,27 +135,34 @@ def test_dense_step_equals_pure_torch_join_add_split(kernel, monkeypatch, dtype)
     assert not split_sgd_kernel.fused_dense_step(p, opt.state[p]["low"], grad, 0.21)
 
 
-def cpu_isa_level() -> int | None:
-    """x86-64 ISA level from /proc/cpuinfo's flags (4: the AVX-512 set, 3: AVX2 and its peers)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
-        return None
-    if flags is None:
-        return None
-    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
-    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
-    flags = set(flags)
-    return 4 if v3 | v4 <= flags else 3 if v3 <= flags else 0
-
-
 def test_kernel_runs_the_widest_clone_the_cpu_has(kernel):
     """Clones named after CPU models ("arch=skylake-avx512") dispatch on the model, so an AMD CPU
     with AVX-512 silently ran the portable clone, 12x slower; the clones are per ISA level now."""
-    level, expected = split_sgd_kernel.kernel_isa_level(), cpu_isa_level()
+    level, expected = split_sgd_kernel.kernel_isa_level(), split_sgd_kernel.cpu_isa_level()
     if level == -1:
         pytest.skip("the kernel was built without ISA clones (a compiler other than GCC >= 12 on x86-64)")
     if expected is None:
         pytest.skip("no /proc/cpuinfo flags to compare the kernel's clone with (not Linux on x86-64)")
     assert level == expected
+
+
+def test_cpu_isa_level_reads_the_flags(tmp_path):
+    base = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
+    for extra, level in (("", 3), (" avx512f avx512bw avx512cd avx512dq avx512vl", 4), (" avx512f", 3)):
+        (tmp_path / "cpuinfo").write_text(base + extra + "\n")
+        assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) == level
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse2\n")
+    assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) == 0
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nFeatures\t: fp asimd\n")  # aarch64: no x86 flags
+    assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) is None
+    assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "missing")) is None
+
+
+def test_a_narrower_clone_than_the_cpu_has_is_logged(kernel, monkeypatch, caplog):
+    monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", lambda: 5)  # a CPU wider than any clone
+    split_sgd_kernel._warn_if_slow_clone()
+    assert any("without the vector code this CPU has (x86-64-v5)" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", lambda: None)  # nothing to compare with
+    split_sgd_kernel._warn_if_slow_clone()
+    assert not caplog.records

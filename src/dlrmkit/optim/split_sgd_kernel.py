@@ -122,6 +122,7 @@ def fused_kernel():
                 if not _self_check(op) or not _self_check_fp32(torch.ops.dlrmkit_split_sgd.sgd_rows):
                     raise RuntimeError("kernel differs from torch's index_add_ on this machine")
                 _cache["op"] = op
+                _warn_if_slow_clone()
                 _cache["dense"] = _self_check_dense(torch.ops.dlrmkit_split_sgd.split_sgd_dense)
                 if not _cache["dense"]:
                     log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
@@ -137,6 +138,33 @@ def kernel_isa_level() -> int | None:
     if fused_kernel() is None:
         return None
     return int(torch.ops.dlrmkit_split_sgd.isa_level())
+
+
+_V3_FLAGS = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+_V4_FLAGS = _V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+def cpu_isa_level(cpuinfo: str = "/proc/cpuinfo") -> int | None:
+    """This CPU's x86-64 ISA level from its flags (4: the AVX-512 set, 3: AVX2 and its peers, else
+    0); None where there are no x86 flags to read (not Linux, not x86-64)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    return 4 if _V4_FLAGS <= flags else 3 if _V3_FLAGS <= flags else 0
+
+
+def _warn_if_slow_clone() -> None:
+    """A kernel running a narrower clone than the CPU has is correct but several times slower (the
+    model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, fifth session): say so."""
+    level, cpu = int(torch.ops.dlrmkit_split_sgd.isa_level()), cpu_isa_level()
+    if cpu is not None and level < cpu:
+        why = "the compiler made no ISA clones (GCC >= 12 does)" if level == -1 else f"it dispatched to level {level}"
+        log.warning("split-SGD kernel runs without the vector code this CPU has (x86-64-v%d): %s; "
+                    "table updates are several times slower", cpu, why)
 
 
 def fused_dense_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> bool:
