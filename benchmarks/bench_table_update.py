@@ -1,7 +1,7 @@
 """The table-update kernels alone at mlperf-shape sizes (5.2M x 128 table, 293k sorted lookups
 drawn from 53k bags): split-SGD by lookup and by bag, fp32 SGD by bag, and a read of the touched
-rows (embedding_bag) as the memory floor; at 2 threads and at 1 (OpenMP scaling of the kernel). Then, per
-table width, a deferred gradient's update in lookup order against sorted by row (the sort counted,
+rows' hi halves (embedding_bag), a lower bound on the update's reads; at 2 threads and at 1 (OpenMP
+scaling of the kernel). Then, per table width, a deferred gradient's update in lookup order against sorted by row (the sort counted,
 as PooledLookup's backward pays it): what embedding.SORT_MIN_DIM is set from.
 
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_table_update.py
@@ -40,8 +40,9 @@ def main() -> None:
     pooled = torch.randn(bags_n, d).bfloat16()
     pooled_fp32 = pooled.float()
     per_lookup = pooled.index_select(0, bags)
-    # the memory floor: each touched hi row read once, summed into bags of 8 (index_select instead
-    # wrote a fresh 75 MB output each call, and took longer on 2 threads than on 1: 29-36 vs 19-20 ms)
+    # a lower bound on the reads (the update also reads lo and writes both): each touched hi row read
+    # once, summed into bags of 8 (index_select instead wrote a fresh 75 MB output each call, and
+    # took longer on 2 threads than on 1: 29-36 vs 19-20 ms)
     read_offsets = torch.arange(0, n, 8)
     for threads in (2, 1):
         torch.set_num_threads(threads)

@@ -137,7 +137,7 @@ def test_dense_step_equals_pure_torch_join_add_split(kernel, monkeypatch, dtype)
 
 def test_kernel_runs_the_widest_clone_the_cpu_has(kernel):
     """Clones named after CPU models ("arch=skylake-avx512") dispatch on the model, so an AMD CPU
-    with AVX-512 silently ran the portable clone, 12x slower; the clones are per ISA level now."""
+    with AVX-512 silently ran the portable clone, 9x slower; the clones are per ISA level now."""
     level, expected = split_sgd_kernel.kernel_isa_level(), split_sgd_kernel.cpu_isa_level()
     if level == -1:
         pytest.skip("the kernel was built without ISA clones (a compiler other than GCC >= 12 on x86-64)")
@@ -147,10 +147,14 @@ def test_kernel_runs_the_widest_clone_the_cpu_has(kernel):
 
 
 def test_cpu_isa_level_reads_the_flags(tmp_path):
-    base = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
-    for extra, level in (("", 3), (" avx512f avx512bw avx512cd avx512dq avx512vl", 4), (" avx512f", 3)):
+    v2 = "cx16 lahf_lm popcnt pni ssse3 sse4_1 sse4_2"
+    base = f"processor\t: 0\nflags\t\t: fpu sse2 {v2} avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
+    v4 = " avx512f avx512bw avx512cd avx512dq avx512vl"
+    for extra, level in (("", 3), (v4, 4), (" avx512f", 3)):
         (tmp_path / "cpuinfo").write_text(base + extra + "\n")
         assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) == level
+    (tmp_path / "cpuinfo").write_text(base.replace(" lahf_lm", "") + v4 + "\n")  # no v2: GCC runs the default
+    assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) == 0
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse2\n")
     assert split_sgd_kernel.cpu_isa_level(str(tmp_path / "cpuinfo")) == 0
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nFeatures\t: fp asimd\n")  # aarch64: no x86 flags
@@ -159,10 +163,23 @@ def test_cpu_isa_level_reads_the_flags(tmp_path):
 
 
 def test_a_narrower_clone_than_the_cpu_has_is_logged(kernel, monkeypatch, caplog):
+    """Logged when the kernel is built (fused_kernel runs the check), and only when the CPU has more."""
+    monkeypatch.setattr(split_sgd_kernel, "_cache", {})
     monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", lambda: 5)  # a CPU wider than any clone
-    split_sgd_kernel._warn_if_slow_clone()
+    assert split_sgd_kernel.fused_kernel() is not None
     assert any("without the vector code this CPU has (x86-64-v5)" in r.getMessage() for r in caplog.records)
-    caplog.clear()
-    monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", lambda: None)  # nothing to compare with
-    split_sgd_kernel._warn_if_slow_clone()
-    assert not caplog.records
+    level = split_sgd_kernel.kernel_isa_level()
+    for cpu in (level, None, 0):  # as wide as the clone; nothing to compare with; no vector ISA at all
+        caplog.clear()
+        monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", lambda cpu=cpu: cpu)
+        split_sgd_kernel._warn_if_slow_clone()
+        assert not caplog.records, cpu
+
+
+def test_a_failing_clone_check_keeps_the_kernel(kernel, monkeypatch):
+    def broken():
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad cpuinfo")
+
+    monkeypatch.setattr(split_sgd_kernel, "_cache", {})
+    monkeypatch.setattr(split_sgd_kernel, "cpu_isa_level", broken)
+    assert split_sgd_kernel.fused_kernel() is not None

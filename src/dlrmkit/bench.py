@@ -133,8 +133,8 @@ BASELINE_NAMES = {"fp32": "fp32 sgd", "reference": "plain-PyTorch reference (fp3
 
 def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[RandomBatch]) -> dict:
     """The steps that --compare-fp32 and --reference time beside dlrmkit's, warmed up. One window
-    of each runs right after every window of dlrmkit's, so each ratio compares windows seconds
-    apart: this VM drifts by 10-20% over minutes, and timing them after all of dlrmkit's windows
+    of each runs after every window of dlrmkit's (once the GEMM bounds are timed), so each ratio
+    compares windows seconds apart: this VM drifts by 10-20% over minutes, and timing them after all of dlrmkit's windows
     let that drift into the ratio."""
     steps = {}
     if args.compare_fp32:
@@ -211,8 +211,9 @@ def run(args: argparse.Namespace) -> int:
         print("--compare-fp32/--reference: skipped under torchrun (the baselines are single-process)")
     baselines = baseline_steps(cfg, args, batches) if par is None else {}
     base_rates: dict[str, list[float]] = {name: [] for name in baselines}
-    # with --compare-fp32 at a lower precision, the fp32 GEMMs too: how much faster this CPU runs the
-    # model's GEMMs at that precision caps what the whole step can gain over fp32 (issue 5's ratio)
+    # with --compare-fp32 at a lower precision, the fp32 GEMMs too (after the run's own, before the
+    # baselines' windows): how much faster this CPU runs the model's GEMMs (MLPs and interaction) at
+    # that precision, what the GEMM part of a step can gain over fp32 (issue 5's ratio)
     fp32_gemm_times: list[float] = []
     time_fp32_gemms = "fp32" in baselines and compute_dtype(args.precision) != torch.float32
 
@@ -273,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
         gemm_ratio = statistics.median(f / g for f, g in zip(fp32_gemm_times, gemm_times))
         result["gemm_speedup_vs_fp32"] = gemm_ratio
         print(f"{args.precision} GEMMs at the model's shapes run {gemm_ratio:.2f}x as fast as fp32 GEMMs here "
-              f"(median of the window ratios): what the MLPs can gain over fp32")
+              f"(median of the window ratios): what the GEMM part of a step can gain over fp32")
     for name, base in base_rates.items():  # the ratio: median over windows of (rate / the baseline's next window)
         speedup = statistics.median(r / b for r, b in zip(rates, base))
         result.update({f"{name}_samples_per_s": statistics.median(base), f"speedup_vs_{name}": speedup,

@@ -106,9 +106,10 @@ def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, 
 
 
 # Deferred gradients of tables at least this wide are sorted by row, so the update walks the table in
-# order. With the vectorized row kernel the sort no longer pays below 128 columns (293k lookups, 5.2M
-# rows, sort counted: 64 wide 12.5-19.6 ms in lookup order vs 18.1-20.8 sorted; 128 wide a tie, 19.0-23.2
-# vs 23.7-25.0, and whole mlperf-shape steps within 2% either way; benchmarks/bench_table_update.py).
+# order. With the vectorized row kernel, lookup order won alone at every width measured (293k lookups,
+# 5.2M rows, sort counted, three runs: 64 wide 12.3-19.6 ms vs 15.2-20.8 sorted, 128 wide 17.1-23.2 vs
+# 19.8-25.0; benchmarks/bench_table_update.py), but whole mlperf-shape steps (128 wide) came within 2%
+# either way; so narrower tables skip the sort and 128 keeps it, unchanged where it was measured a tie.
 SORT_MIN_DIM = 128
 
 

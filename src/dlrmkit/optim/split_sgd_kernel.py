@@ -122,7 +122,10 @@ def fused_kernel():
                 if not _self_check(op) or not _self_check_fp32(torch.ops.dlrmkit_split_sgd.sgd_rows):
                     raise RuntimeError("kernel differs from torch's index_add_ on this machine")
                 _cache["op"] = op
-                _warn_if_slow_clone()
+                try:
+                    _warn_if_slow_clone()
+                except Exception as exc:  # a diagnostic only: never lose a working kernel to it
+                    log.debug("could not compare the kernel's clone with the CPU: %s", exc)
                 _cache["dense"] = _self_check_dense(torch.ops.dlrmkit_split_sgd.split_sgd_dense)
                 if not _cache["dense"]:
                     log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
@@ -140,7 +143,10 @@ def kernel_isa_level() -> int | None:
     return int(torch.ops.dlrmkit_split_sgd.isa_level())
 
 
-_V3_FLAGS = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+# what GCC's resolver requires per level, as Linux names the flags: v2 (cx16, lahf_lm, popcnt, SSE3
+# = pni, SSSE3, SSE4.1/4.2), then v3 (AVX2, BMI1/2, F16C, FMA, LZCNT = abm, MOVBE, XSAVE), then v4
+_V2_FLAGS = {"cx16", "lahf_lm", "popcnt", "pni", "ssse3", "sse4_1", "sse4_2"}
+_V3_FLAGS = _V2_FLAGS | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
 _V4_FLAGS = _V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 
 
@@ -161,8 +167,9 @@ def _warn_if_slow_clone() -> None:
     """A kernel running a narrower clone than the CPU has is correct but several times slower (the
     model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, fifth session): say so."""
     level, cpu = int(torch.ops.dlrmkit_split_sgd.isa_level()), cpu_isa_level()
-    if cpu is not None and level < cpu:
-        why = "the compiler made no ISA clones (GCC >= 12 does)" if level == -1 else f"it dispatched to level {level}"
+    if cpu is not None and cpu > max(level, 0):
+        why = ("the compiler made no ISA clones (GCC >= 12 with glibc on x86-64 does)" if level == -1
+               else f"it dispatched to level {level}")
         log.warning("split-SGD kernel runs without the vector code this CPU has (x86-64-v%d): %s; "
                     "table updates are several times slower", cpu, why)
 
