@@ -68,33 +68,41 @@ def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, 
     return shapes
 
 
-def measure_compute_bound(cfg: ModelConfig, batch_size: int, dtype: torch.dtype, repeats: int = 5) -> float:
-    """Seconds the model's GEMMs take for one step (median of `repeats`)."""
-    mats = [(torch.randn(b, m, k, dtype=dtype).squeeze(0), torch.randn(b, k, n, dtype=dtype).squeeze(0))
-            for b, m, k, n in gemm_shapes(cfg, batch_size)]
+def measure_compute_bound(cfg: ModelConfig, batch_size: int, dtype: torch.dtype, repeats: int = 5,
+                          device: torch.device | str = "cpu") -> float:
+    """Seconds the model's GEMMs take for one step on `device` (median of `repeats`)."""
+    mats = [(torch.randn(b, m, k, dtype=dtype, device=device).squeeze(0),
+             torch.randn(b, k, n, dtype=dtype, device=device).squeeze(0)) for b, m, k, n in gemm_shapes(cfg, batch_size)]
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     times = []
     for _ in range(repeats + 1):
+        sync()
         t0 = time.perf_counter()
         for a, b in mats:
             torch.matmul(a, b)
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
 
 
 def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, windows: int,
-                  after_window=None) -> list[float]:
+                  after_window=None, sync=None) -> list[float]:
     """Samples/s of each window of `steps` steps, after `warmup` steps; `after_window()` runs
-    after each window, untimed (bench measures the compute bound there, side by side)."""
+    after each window, untimed (bench measures the compute bound there, side by side). `sync()`,
+    if given, runs before each clock read (a GPU's queued work must finish inside the window)."""
+    sync = sync or (lambda: None)
     i = 0
     for _ in range(warmup):
         step(batches[i % len(batches)])
         i += 1
     rates = []
     for _ in range(windows):
+        sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             step(batches[i % len(batches)])
             i += 1
+        sync()
         rates.append(steps * len(batches[0].labels) / (time.perf_counter() - t0))
         if after_window is not None:
             after_window()
@@ -165,6 +173,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time the fp32 SGD model, one window after each of this run's, and print the "
                         "speed-up over it (median of the window ratios); at bf16 also how much faster the "
                         "model's GEMMs run than in fp32")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where a single-process run trains: cuda (MLPs on the GPU, tables there or in host memory "
+                        "per --table-placement, CUDA graphs), cpu, or auto (default): the GPU if there is one and "
+                        "no CPU-only option is given (torchrun, --compare-fp32, --reference, --embedding-backend fbgemm)")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
@@ -186,22 +200,35 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
 
+    from dlrmkit.perf import device as gpu
+
     torch.set_num_threads(default_threads(args.threads))
+    parallel = launched_by_torchrun()
+    baselines = args.compare_fp32 or getattr(args, "reference", False)
+    cpu_only = parallel or baselines or getattr(args, "embedding_backend", "native") == "fbgemm"
+    device = torch.device("cpu") if cpu_only and args.device == "auto" else gpu.resolve_device(args.device)
+    gpu.check_device_options(device, args.precision, parallel, baselines)
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
-    prepare_model(args, model, parallel=launched_by_torchrun())
+    prepare_model(args, model, parallel=parallel, device=device)
     from dlrmkit.parallel.bench_parallel import parallel_setup  # torchrun: shard the model
 
     par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
-    local_step = training_step(model, optimizers, args.precision)
+    ids_device = device if args._placement[0] == "device" else torch.device("cpu")
+    local_step = (gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device) if device.type == "cuda"
+                  else training_step(model, optimizers, args.precision))
 
     def step(batch: RandomBatch) -> None:
         return par.step(batch, optimizers) if par is not None else local_step(batch)
 
     batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
+    batches = gpu.pin_batches(batches, device)
+    if device.type == "cuda" and args.cuda_graphs:  # capture after warm-up, as NVIDIA's DLRM does
+        timed_windows(step, batches, args.warmup, 1, 0)
+        gpu.graph_mlps(model, batches[0], args.precision, device, ids_device)
     # each rank times its own GEMMs at its local batch (all ranks at once, as they train), so the
     # bound is the global samples/s of N ranks computing only their MLPs; measured after every
     # window, so each window's rate is compared with a bound taken under the same machine state
@@ -218,13 +245,13 @@ def run(args: argparse.Namespace) -> int:
     time_fp32_gemms = "fp32" in baselines and compute_dtype(args.precision) != torch.float32
 
     def after_window() -> None:
-        gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3))
+        gemm_times.append(measure_compute_bound(cfg, local_batch, compute_dtype(args.precision), 3, device))
         if time_fp32_gemms:
             fp32_gemm_times.append(measure_compute_bound(cfg, local_batch, torch.float32, 3))
         for name, base_step in baselines.items():
             base_rates[name].extend(timed_windows(base_step, batches, 0, args.steps, 1))
 
-    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, after_window)
+    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, after_window, gpu.synchronizer(device))
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
@@ -248,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         "compute_bound_fraction": fraction,
         "window_compute_bounds": [world * local_batch / g for g in gemm_times],
         "world_size": par.ctx.world_size if par else 1,
+        "device": gpu.device_name(device),
         "sharding": args.sharding if par else "none",
     }
     collect_profile(args, model, optimizers, step, batches, par, result)  # all ranks, before shutdown
@@ -262,7 +290,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(f"{par.ctx.world_size} ranks, sharding {args.sharding}, same data as one process: global samples/s below")
     print(
-        f"{args.model} batch {args.batch_size} {args.precision} {args.optimizer}, {result['threads']} threads: "
+        f"{args.model} batch {args.batch_size} {args.precision} {args.optimizer}, "
+        f"{result['device'] if device.type == 'cuda' else str(result['threads']) + ' threads'}: "
         f"{rate:,.0f} samples/s "
         f"(median of {args.windows} windows x {args.steps} steps)\n"
         f"model {flops / 1e6:.2f} MFLOP/sample; GEMMs at its shapes run at {result['gemm_gflops']:.1f} GFLOP/s"

@@ -46,13 +46,13 @@ def default_threads(requested: int) -> int:
     return max(1, cores // max(local, 1))
 
 
-def table_placement(requested: str, table_bytes: int) -> tuple[str, str]:
-    """(placement, reason). Without CUDA every table lives in host memory; with it, `auto` puts
+def table_placement(requested: str, table_bytes: int, device: torch.device | str = "cuda") -> tuple[str, str]:
+    """(placement, reason). On the CPU every table lives in host memory; on a GPU, `auto` puts
     the tables on the device when they fit in 80% of its free memory, else in host memory."""
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or torch.device(device).type == "cpu":
         if requested == "device":
-            raise DlrmkitError("--table-placement device needs a CUDA GPU; none is available")
-        return "host", "no CUDA GPU: tables and MLPs run on the CPU"
+            raise DlrmkitError("--table-placement device needs --device cuda and a CUDA GPU")
+        return "host", "no CUDA GPU in use: tables and MLPs run on the CPU"
     if requested != "auto":
         return requested, "as requested"
     free, _ = torch.cuda.mem_get_info()
@@ -61,11 +61,22 @@ def table_placement(requested: str, table_bytes: int) -> tuple[str, str]:
     return "host", f"tables {table_bytes / 2**30:.1f} GiB exceed 80% of the GPU's {free / 2**30:.1f} GiB free"
 
 
-def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool) -> None:
-    """Applies --embedding-backend and --compile to the model before its optimizers are built."""
+def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool,
+                  device: torch.device = torch.device("cpu")) -> None:
+    """Applies --table-placement (on a GPU), --embedding-backend and --compile to the model before
+    its optimizers are built."""
     table_bytes = sum(p.numel() * p.element_size() for p in model.embeddings.parameters())
-    args._placement = table_placement(getattr(args, "table_placement", "auto"), table_bytes)
+    args._placement = table_placement(getattr(args, "table_placement", "auto"), table_bytes, device)
+    if device.type == "cuda":
+        from dlrmkit.perf.device import place_model
+
+        place_model(model, device, args._placement[0])
+        from dlrmkit.precision import enable_tf32
+
+        enable_tf32(device)
     if getattr(args, "embedding_backend", "native") == "fbgemm":
+        if device.type != "cpu":
+            raise DlrmkitError("--embedding-backend fbgemm: CPU only (the fbgemm-gpu-cpu wheel); use --device cpu")
         if parallel:
             raise DlrmkitError("--embedding-backend fbgemm: single process only (the sharded tables are dlrmkit's)")
         if getattr(args, "optimizer", "sgd") != "sgd" or getattr(args, "precision", "fp32") != "fp32":

@@ -1,0 +1,137 @@
+"""`dlrmkit bench --device cuda`: the single-process step on a CUDA GPU (issue 7's GPU path).
+
+The model stays the single-device DLRM; this module places it from outside. The MLPs and the
+interaction go to the GPU. The tables go there too, or stay in host memory when they do not fit
+(`--table-placement`, bench_perf.table_placement). Host tables are looked up on the CPU, and a
+forward hook copies the pooled embeddings to the GPU. Autograd's copy brings their gradient back
+to host memory, where the fused CPU kernel updates the rows. Batches wait in pinned host memory
+and are copied without blocking at the start of each step, as a loader feeding the GPU would.
+After warm-up, the bottom and top MLPs (static shapes) are captured in CUDA graphs with
+torch.cuda.make_graphed_callables, as NVIDIA's DLRM captures its step. The jagged lookups vary in
+size from batch to batch, so they stay outside the graphs.
+
+Written without a GPU at hand: on CPU the CUDA parts are skipped with that reason, and
+docs/BENCHMARKS.md says they are not yet measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.model.embedding import JaggedIds
+from dlrmkit.precision import compute_dtype
+
+
+def resolve_device(requested: str) -> torch.device:
+    """`auto` is the GPU when there is one, else the CPU; `cuda` without a GPU is an error."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise DlrmkitError(f"--device must be auto, cpu or cuda, got '{requested}'")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise DlrmkitError("--device cuda needs a CUDA GPU; torch sees none here")
+    return torch.device(requested)
+
+
+def check_device_options(device: torch.device, precision: str, parallel: bool, baselines: bool) -> None:
+    """The GPU step's limits, as one-line errors before anything is built."""
+    if device.type != "cuda":
+        return
+    if parallel:
+        raise DlrmkitError("--device cuda: single process only for now (the sharded step runs on the CPU)")
+    if precision == "fp16":
+        raise DlrmkitError("--device cuda: use --precision bf16 for AMP (fp16's loss scaling does not reach "
+                           "the tables' deferred gradients yet)")
+    if baselines:
+        raise DlrmkitError("--device cuda: --compare-fp32/--reference time CPU loops; run them without --device cuda")
+
+
+def place_model(model: torch.nn.Module, device: torch.device, placement: str) -> None:
+    """Moves all but the tables to `device`, and the tables too when `placement` is 'device';
+    host tables hand their pooled output to the device through a forward hook. Call it before the
+    optimizers are built, so their state is made where the parameters live."""
+    if device.type == "cpu":
+        return
+    tables = model.embeddings
+    for child in model.children():
+        if child is not tables:
+            child.to(device)
+    if placement == "device":
+        tables.to(device)
+    else:
+        tables.register_forward_hook(lambda module, inputs, out: out.to(device, non_blocking=True))
+
+
+def pin_batches(batches: list, device: torch.device) -> list:
+    """The batches in pinned host memory (page-locked), so each step's copy to the GPU can run
+    without blocking; unchanged on the CPU."""
+    if device.type == "cpu":
+        return batches
+    out = []
+    for b in batches:
+        ids = b.ids
+        ids = (JaggedIds(ids.values.pin_memory(), ids.offsets.pin_memory(), ids.batch_size)
+               if isinstance(ids, JaggedIds) else ids.pin_memory())
+        out.append(dataclasses.replace(b, dense=b.dense.pin_memory(), ids=ids, labels=b.labels.pin_memory()))
+    return out
+
+
+def batch_to(batch, device: torch.device, ids_device: torch.device):
+    """Non-blocking copies of a pinned batch: dense features and labels to `device`, ids to where
+    the tables are."""
+    ids = batch.ids
+    if ids_device.type != "cpu":
+        ids = (JaggedIds(ids.values.to(ids_device, non_blocking=True), ids.offsets.to(ids_device, non_blocking=True),
+                         ids.batch_size) if isinstance(ids, JaggedIds) else ids.to(ids_device, non_blocking=True))
+    return dataclasses.replace(batch, dense=batch.dense.to(device, non_blocking=True), ids=ids,
+                               labels=batch.labels.to(device, non_blocking=True))
+
+
+def gpu_autocast(precision: str):
+    """CUDA autocast without its weight-cast cache: graphed callables require cache_enabled=False."""
+    return torch.autocast("cuda", dtype=compute_dtype(precision), enabled=precision != "fp32", cache_enabled=False)
+
+
+def gpu_training_step(model, optimizers: list, precision: str, device: torch.device, ids_device: torch.device) -> Callable:
+    """bench.training_step on the GPU: the pinned batch is copied in, then the same BCE step."""
+
+    def step(batch) -> None:
+        b = batch_to(batch, device, ids_device)
+        with gpu_autocast(precision):
+            loss = F.binary_cross_entropy_with_logits(model(b.dense, b.ids), b.labels)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in optimizers:
+            opt.step()
+
+    return step
+
+
+def graph_mlps(model, batch, precision: str, device: torch.device, ids_device: torch.device) -> None:
+    """Captures the bottom and top MLPs in CUDA graphs (forward and backward) after warm-up. Their
+    inputs have static shapes at a fixed batch size; the sample inputs are made by one forward of
+    the real model, under the same autocast, so the graphs see the dtypes training will feed them."""
+    b = batch_to(batch, device, ids_device)
+    with gpu_autocast(precision):
+        with torch.no_grad():
+            x = model.bottom_mlp(b.dense) if model.has_dense else None
+            z = model.interaction(x, model.embeddings(b.ids))
+        modules = ((model.bottom_mlp,) if model.has_dense else ()) + (model.top_mlp,)
+        samples = (((b.dense,),) if model.has_dense else ()) + ((z.detach().requires_grad_(),),)
+        torch.cuda.make_graphed_callables(modules, samples)
+    torch.cuda.synchronize(device)
+
+
+def synchronizer(device: torch.device) -> Callable[[], None] | None:
+    """What the timers call before reading the clock: the GPU's queue must be drained first."""
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -1,0 +1,138 @@
+"""`dlrmkit bench --device`: option checks on any machine; the GPU step itself (tables on the GPU
+or in host memory, pinned batches, CUDA graphs) against the CPU step where a CUDA GPU is present."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from conftest import run_cli
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.perf import device as gpu
+
+TINY_CFG = dict(num_numerical=13, table_sizes=[1000] * 4, embedding_dim=16, bottom_mlp=[32, 16], top_mlp=[32, 1])
+
+
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU step needs a CUDA GPU; none here")
+
+
+def test_resolve_device():
+    assert gpu.resolve_device("cpu") == torch.device("cpu")
+    assert gpu.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(DlrmkitError, match="--device must be"):
+        gpu.resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DlrmkitError, match="--device cuda needs a CUDA GPU"):
+            gpu.resolve_device("cuda")
+
+
+def test_gpu_step_limits_are_one_line_errors():
+    cuda = torch.device("cuda")  # a device object needs no GPU
+    gpu.check_device_options(cuda, "bf16", parallel=False, baselines=False)  # the supported case
+    gpu.check_device_options(torch.device("cpu"), "fp16", parallel=True, baselines=True)  # CPU: not this check's
+    for kwargs, message in ((dict(precision="fp32", parallel=True, baselines=False), "single process only"),
+                            (dict(precision="fp16", parallel=False, baselines=False), "use --precision bf16"),
+                            (dict(precision="fp32", parallel=False, baselines=True), "time CPU loops")):
+        with pytest.raises(DlrmkitError, match=message):
+            gpu.check_device_options(cuda, **kwargs)
+
+
+def test_cpu_placement_changes_nothing():
+    from dlrmkit.bench import random_batches
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+
+    cfg = ModelConfig(**TINY_CFG)
+    model = DLRM(cfg)
+    before = {n: p.data_ptr() for n, p in model.named_parameters()}
+    gpu.place_model(model, torch.device("cpu"), "host")
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
+    assert not model.embeddings._forward_hooks
+    batches = random_batches(cfg, 8, 1, 0)
+    assert gpu.pin_batches(batches, torch.device("cpu")) is batches
+    assert gpu.synchronizer(torch.device("cpu")) is None
+
+
+def test_gpu_step_function_on_the_cpu_is_the_cpu_step():
+    """The GPU step's own code (batch copy, CUDA autocast context, BCE, optimizers) run on the CPU,
+    where every copy is a no-op and CUDA autocast does not apply: the same bits as bench's step."""
+    from dlrmkit.bench import random_batches, training_step
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.optim.build import build_optimizers
+
+    cfg = ModelConfig(**TINY_CFG)
+    a = DLRM(cfg)
+    a.reset_parameters(0)
+    b = copy.deepcopy(a)
+    init = copy.deepcopy(a.state_dict())
+    cpu = torch.device("cpu")
+    step_a = training_step(a, build_optimizers(a, "sgd", 0.1))
+    step_b = gpu.gpu_training_step(b, build_optimizers(b, "sgd", 0.1), "fp32", cpu, cpu)
+    for batch in random_batches(cfg, 64, 3, 0):
+        step_a(batch)
+        step_b(batch)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+    assert not torch.equal(a.state_dict()["top_mlp.0.weight"], init["top_mlp.0.weight"])  # it trained
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without a GPU gives")
+def test_bench_device_cuda_without_gpu_says_so():
+    r = run_cli("bench", "--device", "cuda", "--steps", "1", "--windows", "1")
+    assert r.code != 0 and "--device cuda needs a CUDA GPU" in r.err
+    r = run_cli("bench", "--device", "cpu", "--table-placement", "device", "--steps", "1", "--windows", "1")
+    assert r.code != 0 and "--table-placement device needs --device cuda" in r.err
+
+
+def _steps(placement: str, graphs: bool, steps: int = 3):
+    """Losses and weights after `steps` SGD steps: the CPU step, and the GPU step with tables on
+    the device or in host memory (TF32 off, so the GPU computes in fp32 as the CPU does)."""
+    from dlrmkit.bench import random_batches, training_step
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.optim.build import build_optimizers
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cfg = ModelConfig(**TINY_CFG)
+    cpu_model = DLRM(cfg)
+    cpu_model.reset_parameters(0)
+    gpu_model = copy.deepcopy(cpu_model)
+    cuda = torch.device("cuda")
+    gpu.place_model(gpu_model, cuda, placement)
+    ids_device = cuda if placement == "device" else torch.device("cpu")
+    batches = random_batches(cfg, 64, steps, 0)
+    cpu_step = training_step(cpu_model, build_optimizers(cpu_model, "sgd", 0.1))
+    gpu_step = gpu.gpu_training_step(gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device)
+    pinned = gpu.pin_batches(batches, cuda)
+    if graphs:
+        gpu.graph_mlps(gpu_model, pinned[0], "fp32", cuda, ids_device)
+    for b, p in zip(batches, pinned):
+        cpu_step(b)
+        gpu_step(p)
+    torch.cuda.synchronize()
+    return cpu_model.state_dict(), {k: v.cpu() for k, v in gpu_model.state_dict().items()}
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("placement", ["device", "host"])
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "cuda-graphs"])
+def test_gpu_step_matches_cpu_step(placement, graphs):
+    cpu_state, gpu_state = _steps(placement, graphs)
+    assert cpu_state.keys() == gpu_state.keys()
+    for k in cpu_state:
+        torch.testing.assert_close(gpu_state[k], cpu_state[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision):
+    from dlrmkit import bench
+    from dlrmkit.model.dlrm import ModelConfig
+
+    monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(**TINY_CFG))
+    out = tmp_path / "bench.json"
+    r = run_cli("bench", "--device", "cuda", "--model", "test-tiny", "--batch-size", "256", "--steps", "2",
+                "--windows", "2", "--warmup", "2", "--precision", precision, "--json", out)
+    assert r.code == 0, r.err
+    res = json.loads(out.read_text())
+    assert res["device"] == torch.cuda.get_device_name() and res["samples_per_s"] > 0
+    assert res["table_placement"] == "device"
