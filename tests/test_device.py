@@ -29,13 +29,23 @@ def test_resolve_device():
 
 def test_gpu_step_limits_are_one_line_errors():
     cuda = torch.device("cuda")  # a device object needs no GPU
-    gpu.check_device_options(cuda, "bf16", parallel=False, baselines=False)  # the supported case
-    gpu.check_device_options(torch.device("cpu"), "fp16", parallel=True, baselines=True)  # CPU: not this check's
-    for kwargs, message in ((dict(precision="fp32", parallel=True, baselines=False), "single process only"),
-                            (dict(precision="fp16", parallel=False, baselines=False), "use --precision bf16"),
-                            (dict(precision="fp32", parallel=False, baselines=True), "time CPU loops")):
+    gpu.check_device_options(cuda, parallel=False, baselines=False, profile=False)  # the supported case
+    gpu.check_device_options(torch.device("cpu"), parallel=True, baselines=True, profile=True)  # CPU: not this check's
+    for kwargs, message in ((dict(parallel=True, baselines=False, profile=False), "single process only"),
+                            (dict(parallel=False, baselines=True, profile=False), "time CPU loops"),
+                            (dict(parallel=False, baselines=False, profile=True), "--profile/--plot not yet")):
         with pytest.raises(DlrmkitError, match=message):
             gpu.check_device_options(cuda, **kwargs)
+
+
+def test_device_tables_of_mixed_widths_are_refused_before_any_copy():
+    from dlrmkit.model.embedding import EmbeddingCollection
+
+    model = torch.nn.Module()  # DLRM has one width; an EmbeddingCollection may hold several
+    model.embeddings = EmbeddingCollection([100, 100, 50], [16, 16, 8])
+    with pytest.raises(DlrmkitError, match="mixed widths"):
+        gpu.place_model(model, torch.device("cuda"), "device")
+    assert model.embeddings.tables[0].weight.device.type == "cpu"
 
 
 def test_cpu_placement_changes_nothing():
@@ -85,13 +95,12 @@ def test_bench_device_cuda_without_gpu_says_so():
 
 
 def _steps(placement: str, graphs: bool, steps: int = 3):
-    """Losses and weights after `steps` SGD steps: the CPU step, and the GPU step with tables on
-    the device or in host memory (TF32 off, so the GPU computes in fp32 as the CPU does)."""
+    """Weights after `steps` SGD steps: the CPU step, and the GPU step with tables on the device or
+    in host memory (the caller turns TF32 off, so the GPU computes in fp32 as the CPU does)."""
     from dlrmkit.bench import random_batches, training_step
     from dlrmkit.model.dlrm import DLRM, ModelConfig
     from dlrmkit.optim.build import build_optimizers
 
-    torch.backends.cuda.matmul.allow_tf32 = False
     cfg = ModelConfig(**TINY_CFG)
     cpu_model = DLRM(cfg)
     cpu_model.reset_parameters(0)
@@ -105,6 +114,7 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     pinned = gpu.pin_batches(batches, cuda)
     if graphs:
         gpu.graph_mlps(gpu_model, pinned[0], "fp32", cuda, ids_device)
+        assert "forward" in vars(gpu_model.top_mlp) and "forward" in vars(gpu_model.bottom_mlp)  # graphed
     for b, p in zip(batches, pinned):
         cpu_step(b)
         gpu_step(p)
@@ -115,7 +125,9 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
 @NEEDS_GPU
 @pytest.mark.parametrize("placement", ["device", "host"])
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "cuda-graphs"])
-def test_gpu_step_matches_cpu_step(placement, graphs):
+def test_gpu_step_matches_cpu_step(placement, graphs, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     cpu_state, gpu_state = _steps(placement, graphs)
     assert cpu_state.keys() == gpu_state.keys()
     for k in cpu_state:
@@ -123,16 +135,20 @@ def test_gpu_step_matches_cpu_step(placement, graphs):
 
 
 @NEEDS_GPU
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision):
+@pytest.mark.parametrize("precision,optimizer,placement", [("fp32", "sgd", "auto"), ("bf16", "split-sgd", "auto"),
+                                                           ("bf16", "split-sgd", "host"), ("fp32", "adagrad", "host")])
+def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision, optimizer, placement):
     from dlrmkit import bench
     from dlrmkit.model.dlrm import ModelConfig
 
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(**TINY_CFG))
     out = tmp_path / "bench.json"
     r = run_cli("bench", "--device", "cuda", "--model", "test-tiny", "--batch-size", "256", "--steps", "2",
-                "--windows", "2", "--warmup", "2", "--precision", precision, "--json", out)
+                "--windows", "2", "--warmup", "2", "--precision", precision, "--optimizer", optimizer,
+                "--table-placement", placement, "--json", out)
     assert r.code == 0, r.err
     res = json.loads(out.read_text())
     assert res["device"] == torch.cuda.get_device_name() and res["samples_per_s"] > 0
-    assert res["table_placement"] == "device"
+    assert res["table_placement"] == ("device" if placement == "auto" else placement)

@@ -173,10 +173,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time the fp32 SGD model, one window after each of this run's, and print the "
                         "speed-up over it (median of the window ratios); at bf16 also how much faster the "
                         "model's GEMMs run than in fp32")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="where a single-process run trains: cuda (MLPs on the GPU, tables there or in host memory "
-                        "per --table-placement, CUDA graphs), cpu, or auto (default): the GPU if there is one and "
-                        "no CPU-only option is given (torchrun, --compare-fp32, --reference, --embedding-backend fbgemm)")
+    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
+                   help="where a single-process run trains: cpu (default, so the documented figures mean the same "
+                        "everywhere), cuda (MLPs on the GPU, tables there or in host memory per --table-placement, "
+                        "CUDA graphs), or auto: the GPU if there is one and no CPU-only option is given "
+                        "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
@@ -205,9 +206,10 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(default_threads(args.threads))
     parallel = launched_by_torchrun()
     baselines = args.compare_fp32 or getattr(args, "reference", False)
-    cpu_only = parallel or baselines or getattr(args, "embedding_backend", "native") == "fbgemm"
+    cpu_only = (parallel or baselines or getattr(args, "embedding_backend", "native") == "fbgemm"
+                or getattr(args, "profile", False) or getattr(args, "plot", None))
     device = torch.device("cpu") if cpu_only and args.device == "auto" else gpu.resolve_device(args.device)
-    gpu.check_device_options(device, args.precision, parallel, baselines)
+    gpu.check_device_options(device, parallel, baselines, bool(getattr(args, "profile", False) or getattr(args, "plot", None)))
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)

@@ -48,14 +48,15 @@ def default_threads(requested: int) -> int:
 
 def table_placement(requested: str, table_bytes: int, device: torch.device | str = "cuda") -> tuple[str, str]:
     """(placement, reason). On the CPU every table lives in host memory; on a GPU, `auto` puts
-    the tables on the device when they fit in 80% of its free memory, else in host memory."""
+    the tables on the device when they (with their optimizer state, counted in `table_bytes`) fit
+    in 80% of its free memory, else in host memory; the rest is for activations and graphs."""
     if not torch.cuda.is_available() or torch.device(device).type == "cpu":
         if requested == "device":
             raise DlrmkitError("--table-placement device needs --device cuda and a CUDA GPU")
         return "host", "no CUDA GPU in use: tables and MLPs run on the CPU"
     if requested != "auto":
         return requested, "as requested"
-    free, _ = torch.cuda.mem_get_info()
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
     if table_bytes <= 0.8 * free:
         return "device", f"tables {table_bytes / 2**30:.1f} GiB fit in the GPU's {free / 2**30:.1f} GiB free"
     return "host", f"tables {table_bytes / 2**30:.1f} GiB exceed 80% of the GPU's {free / 2**30:.1f} GiB free"
@@ -66,6 +67,8 @@ def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bo
     """Applies --table-placement (on a GPU), --embedding-backend and --compile to the model before
     its optimizers are built."""
     table_bytes = sum(p.numel() * p.element_size() for p in model.embeddings.parameters())
+    if getattr(args, "optimizer", "sgd") == "adagrad":  # an element-wise fp32 accumulator per table
+        table_bytes += sum(p.numel() * 4 for p in model.embeddings.parameters())
     args._placement = table_placement(getattr(args, "table_placement", "auto"), table_bytes, device)
     if device.type == "cuda":
         from dlrmkit.perf.device import place_model

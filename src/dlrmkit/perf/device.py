@@ -5,7 +5,9 @@ interaction go to the GPU. The tables go there too, or stay in host memory when 
 (`--table-placement`, bench_perf.table_placement). Host tables are looked up on the CPU, and a
 forward hook copies the pooled embeddings to the GPU. Autograd's copy brings their gradient back
 to host memory, where the fused CPU kernel updates the rows. Batches wait in pinned host memory
-and are copied without blocking at the start of each step, as a loader feeding the GPU would.
+and are copied without blocking at the start of each step, on the compute stream: the copy is
+on each step's critical path (no side-stream prefetch of the next batch yet), so figures are, if
+anything, pessimistic.
 After warm-up, the bottom and top MLPs (static shapes) are captured in CUDA graphs with
 torch.cuda.make_graphed_callables, as NVIDIA's DLRM captures its step. The jagged lookups vary in
 size from batch to batch, so they stay outside the graphs.
@@ -38,17 +40,17 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def check_device_options(device: torch.device, precision: str, parallel: bool, baselines: bool) -> None:
+def check_device_options(device: torch.device, parallel: bool, baselines: bool, profile: bool) -> None:
     """The GPU step's limits, as one-line errors before anything is built."""
     if device.type != "cuda":
         return
     if parallel:
         raise DlrmkitError("--device cuda: single process only for now (the sharded step runs on the CPU)")
-    if precision == "fp16":
-        raise DlrmkitError("--device cuda: use --precision bf16 for AMP (fp16's loss scaling does not reach "
-                           "the tables' deferred gradients yet)")
     if baselines:
-        raise DlrmkitError("--device cuda: --compare-fp32/--reference time CPU loops; run them without --device cuda")
+        raise DlrmkitError("--device cuda: --compare-fp32/--reference time CPU loops; run them with --device cpu")
+    if profile:
+        raise DlrmkitError("--device cuda: --profile/--plot not yet (its phase shares are CPU time ranges, "
+                           "which do not wait for the GPU)")
 
 
 def place_model(model: torch.nn.Module, device: torch.device, placement: str) -> None:
@@ -58,6 +60,8 @@ def place_model(model: torch.nn.Module, device: torch.device, placement: str) ->
     if device.type == "cpu":
         return
     tables = model.embeddings
+    if placement == "device" and not tables.uniform:
+        raise DlrmkitError("--table-placement device: tables of mixed widths not yet (their ids are split on the CPU)")
     for child in model.children():
         if child is not tables:
             child.to(device)
