@@ -109,11 +109,16 @@ def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, win
     return rates
 
 
-def training_step(model: DLRM, optimizers: list, precision: str = "fp32"):
-    """One BCE training step of `model` on a RandomBatch, as the trainer takes it."""
+def training_step(model: DLRM, optimizers: list, precision: str = "fp32", amp=None, move=None):
+    """One BCE training step of `model` on a RandomBatch, as the trainer takes it. `amp()` is the
+    autocast context (default: CPU autocast at `precision`); `move(batch)`, if given, copies the
+    batch where the model is first (perf/device.py)."""
+    amp = amp or (lambda: autocast(precision))
 
     def step(batch: RandomBatch) -> None:
-        with autocast(precision):
+        if move is not None:
+            batch = move(batch)
+        with amp():
             loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)

@@ -22,7 +22,6 @@ import dataclasses
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.embedding import JaggedIds
@@ -103,18 +102,10 @@ def gpu_autocast(precision: str):
 
 def gpu_training_step(model, optimizers: list, precision: str, device: torch.device, ids_device: torch.device) -> Callable:
     """bench.training_step on the GPU: the pinned batch is copied in, then the same BCE step."""
+    from dlrmkit.bench import training_step
 
-    def step(batch) -> None:
-        b = batch_to(batch, device, ids_device)
-        with gpu_autocast(precision):
-            loss = F.binary_cross_entropy_with_logits(model(b.dense, b.ids), b.labels)
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for opt in optimizers:
-            opt.step()
-
-    return step
+    return training_step(model, optimizers, precision, amp=lambda: gpu_autocast(precision),
+                         move=lambda batch: batch_to(batch, device, ids_device))
 
 
 def graph_mlps(model, batch, precision: str, device: torch.device, ids_device: torch.device) -> None:
