@@ -110,8 +110,9 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     ids_device = cuda if placement == "device" else torch.device("cpu")
     batches = random_batches(cfg, 64, steps, 0)
     cpu_step = training_step(cpu_model, build_optimizers(cpu_model, "sgd", 0.1))
-    gpu_step = gpu.gpu_training_step(gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device)
-    pinned = gpu.pin_batches(batches, cuda)
+    pinned = gpu.pin_batches(batches, cuda)  # the next batch is prefetched on a side stream
+    gpu_step = gpu.gpu_training_step(gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device,
+                                     pinned)
     if graphs:
         gpu.graph_mlps(gpu_model, pinned[0], "fp32", cuda, ids_device)
         assert "forward" in vars(gpu_model.top_mlp) and "forward" in vars(gpu_model.bottom_mlp)  # graphed

@@ -224,15 +224,15 @@ def run(args: argparse.Namespace) -> int:
     par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
+    batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
+    batches = gpu.pin_batches(batches, device)
     ids_device = device if args._placement[0] == "device" else torch.device("cpu")
-    local_step = (gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device) if device.type == "cuda"
-                  else training_step(model, optimizers, args.precision))
+    local_step = (gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device, batches)
+                  if device.type == "cuda" else training_step(model, optimizers, args.precision))
 
     def step(batch: RandomBatch) -> None:
         return par.step(batch, optimizers) if par is not None else local_step(batch)
 
-    batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
-    batches = gpu.pin_batches(batches, device)
     if device.type == "cuda" and args.cuda_graphs:  # capture after warm-up, as NVIDIA's DLRM does
         timed_windows(step, batches, args.warmup, 1, 0)
         gpu.graph_mlps(model, batches[0], args.precision, device, ids_device)
