@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     # Large tensors on transparent huge pages: first-touch page faults of fresh per-step buffers
     # cost ~3x less (docs/BENCHMARKS.md). Must be set before torch allocates; users may override.
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    from dlrmkit.allocator import keep_freed_memory
+
+    keep_freed_memory()  # each step's buffers reuse freed pages instead of faulting in fresh ones
     args_in = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_in)
     args = parser.parse_args(args_in)
