@@ -13,6 +13,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from dlrmkit.allocator import keep_freed_memory
 from dlrmkit.bench import BENCH_MODELS, random_batches, training_step
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.build import build_optimizers
@@ -28,6 +29,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rows", type=int, default=25, help="ops to list (default 25)")
     a = p.parse_args()
+    keep_freed_memory()  # as the CLI does
     torch.set_num_threads(a.threads)
     cfg = BENCH_MODELS[a.model]
     model = DLRM(cfg)
