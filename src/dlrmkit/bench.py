@@ -204,17 +204,16 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size <= 0 or args.steps <= 0 or args.windows <= 0:
         raise DlrmkitError("--batch-size, --steps and --windows must be positive")
     from dlrmkit.parallel.dist import launched_by_torchrun
-    from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
-
     from dlrmkit.perf import device as gpu
+    from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
 
     torch.set_num_threads(default_threads(args.threads))
     parallel = launched_by_torchrun()
-    baselines = args.compare_fp32 or getattr(args, "reference", False)
-    cpu_only = (parallel or baselines or getattr(args, "embedding_backend", "native") == "fbgemm"
-                or getattr(args, "profile", False) or getattr(args, "plot", None))
+    wants_baselines = bool(args.compare_fp32 or getattr(args, "reference", False))
+    profiling = bool(getattr(args, "profile", False) or getattr(args, "plot", None))
+    cpu_only = parallel or wants_baselines or profiling or getattr(args, "embedding_backend", "native") == "fbgemm"
     device = torch.device("cpu") if cpu_only and args.device == "auto" else gpu.resolve_device(args.device)
-    gpu.check_device_options(device, parallel, baselines, bool(getattr(args, "profile", False) or getattr(args, "plot", None)))
+    gpu.check_device_options(device, parallel, wants_baselines, profiling)
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
@@ -241,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     # window, so each window's rate is compared with a bound taken under the same machine state
     local_batch = len(batches[0].labels)
     gemm_times: list[float] = []
-    if par is not None and (args.compare_fp32 or getattr(args, "reference", False)):
+    if par is not None and wants_baselines:
         print("--compare-fp32/--reference: skipped under torchrun (the baselines are single-process)")
     baselines = baseline_steps(cfg, args, batches) if par is None else {}
     base_rates: dict[str, list[float]] = {name: [] for name in baselines}
