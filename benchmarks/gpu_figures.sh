@@ -2,7 +2,8 @@
 # Issue 7's GPU check, for a session that is lent a CUDA GPU (the device tool's `run`, whose calls
 # last at most 10 minutes: run the two parts as two calls, `bash benchmarks/gpu_figures.sh $OUT tests`
 # and `bash benchmarks/gpu_figures.sh $OUT figures`, each a few minutes on one H100).
-#   tests:   the GPU tests (the GPU step against the CPU step, bench on the GPU, fp16 and TF32);
+#   tests:   the GPU tests (the GPU step against the CPU step, bench and train on the GPU, train
+#            under torchrun with NCCL, fp16 and TF32);
 #   figures: `dlrmkit bench --device cuda` on mlperf-shape, whose MLP and embedding shapes are
 #            NVIDIA's small Criteo model's (its tables are smaller: 26 x 200k rows), at batch 64K
 #            and 2048, fp32 (TF32) and bf16 (AMP), with and without CUDA graphs, and once with the
@@ -21,7 +22,7 @@ $PY -c "import torch; print('torch', torch.__version__, 'on', torch.cuda.get_dev
 
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
   echo "### GPU tests"
-  $PY -m pytest -q -rs -p no:cacheprovider tests/test_device.py tests/test_precision.py 2>&1 | tee "$OUT/tests.log"
+  $PY -m pytest -q -rs -p no:cacheprovider tests/test_device.py tests/test_train_device.py tests/test_precision.py 2>&1 | tee "$OUT/tests.log"
 fi
 [ "$PART" = figures ] || [ "$PART" = all ] || exit 0
 

@@ -1,6 +1,10 @@
 """Run under torchrun by test_parallel_equivalence.py (and once without torchrun for the
 single-process reference): a few training steps of a tiny DLRM on fixed random data for each
-sharding plan, writing losses and final weights (tables gathered) to OUT/<plan>.pt on rank 0."""
+sharding plan, writing losses and final weights (tables gathered) to OUT/<plan>.pt on rank 0.
+
+With a second argument `cpu-group`, the ranks give HybridParallel a separate gloo group for
+CPU-tensor collectives, as NCCL runs do (DistContext.cpu_group), and every collective call is
+recorded (function, group, dtype) into OUT/<plan>.pt: the CPU stand-in for the GPU path's split."""
 
 from __future__ import annotations
 
@@ -55,6 +59,26 @@ def slice_ids(ids, a: int, b: int):
     return JaggedIds(vals, torch.cat([torch.zeros(1, dtype=torch.int64), sub.cumsum(0)]), b - a)
 
 
+CALLS: list[tuple[str, str, str]] = []  # (collective, "cpu" | "default" | "other", dtype) in cpu-group mode
+CPU_GROUP = None
+
+
+def record_collectives() -> None:
+    """Wraps the torch.distributed collectives dlrmkit calls, so each call is noted in CALLS."""
+    import torch.distributed as dist
+
+    def wrap(name: str, fn):
+        def recorded(tensor, *args, group=None, **kw):
+            t = tensor[0] if isinstance(tensor, list) else tensor
+            where = "cpu" if group is CPU_GROUP else ("default" if group in (None, dist.group.WORLD) else "other")
+            CALLS.append((name, where, str(t.dtype)))
+            return fn(tensor, *args, group=group, **kw)
+        return recorded
+
+    for name in ("all_to_all_single", "all_gather", "all_reduce", "broadcast"):
+        setattr(dist, name, wrap(name, getattr(dist, name)))
+
+
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     strategy, opt_name, multi_hot, overlap = PLANS[name]
     losses = []
@@ -87,9 +111,15 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
             losses.append(par.loss_backward(logits, labels[a:b], GLOBAL_BATCH))
             for o in opts:
                 o.step()
+        step_calls = list(CALLS)
         tables = par.sharded.gather_tables()
+        gather_calls = CALLS[len(step_calls):]
+        CALLS.clear()
     dense_params = [p.detach().clone() for p in model.dense_parameters()]
-    return {"losses": losses, "tables": tables, "dense": dense_params}
+    out = {"losses": losses, "tables": tables, "dense": dense_params}
+    if distributed and CPU_GROUP is not None:
+        out.update(step_calls=step_calls, gather_calls=gather_calls)
+    return out
 
 
 def _tables(emb):
@@ -101,7 +131,7 @@ def _tables(emb):
 def ctx_of(rank: int, world: int):
     from dlrmkit.parallel.dist import DistContext
 
-    return DistContext(rank=rank, world_size=world)
+    return DistContext(rank=rank, world_size=world, cpu_group=CPU_GROUP)
 
 
 def main() -> None:
@@ -109,6 +139,12 @@ def main() -> None:
     torch.set_num_threads(1)
     ctx = init_distributed()
     distributed = ctx.backend != "none"
+    if len(sys.argv) > 2 and sys.argv[2] == "cpu-group":
+        import torch.distributed as dist
+
+        global CPU_GROUP
+        CPU_GROUP = dist.new_group(backend="gloo")
+        record_collectives()
     for name in PLANS:
         result = run(name, ctx.rank, ctx.world_size, distributed)
         if ctx.rank == 0:

@@ -26,6 +26,10 @@ def reference() -> dict:
 def test_ranks_match_single_process(world, reference, tmp_path):
     proc = torchrun(world, ROOT / "tests" / "parallel_equiv_worker.py", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    check_matches(reference, tmp_path)
+
+
+def check_matches(reference: dict, tmp_path: Path) -> None:
     for name, ref in reference.items():
         got = torch.load(tmp_path / f"{name}.pt")
         assert got["losses"] == pytest.approx(ref["losses"], rel=1e-5, abs=1e-6), name
@@ -34,6 +38,26 @@ def test_ranks_match_single_process(world, reference, tmp_path):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: table {t}")
         for a, b in zip(ref["dense"], got["dense"]):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: dense parameter")
+
+
+def test_cpu_group_carries_the_ids_and_the_default_group_the_model(reference, tmp_path):
+    """The GPU path's split, run on CPU: with a separate group for CPU tensors (NCCL runs get a
+    gloo one), ids, bag lengths and batch sizes (int64) travel only there, the step's float
+    traffic (pooled embeddings, gradients, loss) only on the default group, gathering tables for a
+    checkpoint on the CPU group; results still match one process."""
+    proc = torchrun(2, ROOT / "tests" / "parallel_equiv_worker.py", tmp_path, "cpu-group")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_matches(reference, tmp_path)
+    for name in reference:
+        got = torch.load(tmp_path / f"{name}.pt")
+        steps, gather = got["step_calls"], got["gather_calls"]
+        ints = {(f, g) for f, g, dtype in steps if dtype == "torch.int64"}
+        floats = {(f, g) for f, g, dtype in steps if dtype != "torch.int64"}
+        sharded = name != "data_parallel"  # replicated tables only: no id exchange, no pooled all-to-all
+        assert all(g == "cpu" for _, g in ints) and (bool(ints) or not sharded), (name, ints)
+        assert (("all_to_all_single", "default") in floats) == sharded, (name, floats)
+        assert all(g == "default" for _, g in floats), (name, floats)
+        assert all(g == "cpu" for _, g, _ in gather) and (bool(gather) or not sharded), (name, gather)
 
 
 def test_row_wise_shards_receive_only_their_ids():

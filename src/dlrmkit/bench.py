@@ -187,7 +187,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
     p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
                    help="under torchrun: table sharding (global samples/s reported)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    p.add_argument("--backend", help="under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="under torchrun: overlap communication with compute as training does (the default: ids a "
                         "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "

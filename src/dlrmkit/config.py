@@ -98,7 +98,9 @@ class TrainConfig:
     sharding: str = "auto"  # torchrun: auto | table_wise | column_wise | row_wise | data_parallel
     plan: str | None = None  # torchrun: a saved ShardingPlan JSON to obey
     loader: str = "exchange"  # torchrun: exchange | own-features | broadcast
-    backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl on CUDA, else gloo)
+    backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl with --device cuda, else gloo)
+    device: str = "cpu"  # cpu | cuda | auto (the GPU if there is one); under torchrun GPU LOCAL_RANK
+    table_placement: str = "auto"  # one process on a GPU: auto | device | host (tables in host memory)
     extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "TrainConfig":
@@ -114,6 +116,11 @@ class TrainConfig:
         from dlrmkit.optim.build import check_choice
         from dlrmkit.precision import check_precision
 
+        if out.precision == "fp16" and out.device != "cpu":
+            raise DlrmkitError("--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
+                               "deferred gradients); use --precision bf16 on the GPU")
+        if out.table_placement not in ("auto", "device", "host"):
+            raise DlrmkitError(f"--table-placement must be auto, device or host, got '{out.table_placement}'")
         check_precision(out.precision, "cpu")
         check_choice(out.optimizer, out.embedding_optimizer, out.precision)
         return out

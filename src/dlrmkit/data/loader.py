@@ -123,9 +123,11 @@ class BatchLoader:
         seed: int = 0,
         drop_last: bool = False,
         prefetch: int = 2,
+        pin_memory: bool = False,
     ):
         self.dataset, self.batch_size = dataset, batch_size
         self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
+        self.pin_memory = pin_memory  # page-locked batches (made in the prefetch thread) copy to a GPU without blocking
         self.bounds = batch_bounds(len(dataset), batch_size, drop_last)
 
     def __len__(self) -> int:
@@ -138,4 +140,7 @@ class BatchLoader:
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """Batches of `epoch` from batch index `start` on, prefetched in a thread."""
-        return prefetched((to_batch(raw) for raw in self.raw_batches(epoch, start)), self.prefetch)
+        batches = (to_batch(raw) for raw in self.raw_batches(epoch, start))
+        if self.pin_memory:
+            batches = (Batch(b.dense.pin_memory(), b.ids.pin_memory(), b.labels.pin_memory()) for b in batches)
+        return prefetched(batches, self.prefetch)

@@ -37,6 +37,11 @@ class JaggedIds:
     def num_tables(self) -> int:
         return (len(self.offsets) - 1) // self.batch_size
 
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "JaggedIds":
+        """The same ids on `device` (itself when already there), as Tensor.to."""
+        return JaggedIds(self.values.to(device, non_blocking=non_blocking),
+                         self.offsets.to(device, non_blocking=non_blocking), self.batch_size)
+
     def sample_major(self, table_offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, offsets) reordered so bag (b, t) comes at position b*T + t: a lookup in this
         order yields [B, T, dim] contiguously, with no transpose or copy of the pooled rows.

@@ -132,9 +132,10 @@ class LaunchBackward(torch.autograd.Function):
 
 
 def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,
-                   stats: CommStats | None = None) -> None:
-    """Sums each tensor over ranks in place, flattening them into buckets of about
-    `bucket_bytes` so a model with many small layers makes few collective calls."""
+                   stats: CommStats | None = None, group=None) -> None:
+    """Sums each tensor over ranks in place (on process group `group`, default the default
+    group), flattening them into buckets of about `bucket_bytes` so a model with many small
+    layers makes few collective calls."""
     if not dist.is_initialized() or dist.get_world_size() == 1 or not tensors:
         return
     bucket: list[torch.Tensor] = []
@@ -143,10 +144,10 @@ def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dt
         bucket.append(t)
         size += t.numel() * t.element_size()
         if size >= bucket_bytes:
-            _reduce_bucket(bucket, dtype, stats)
+            _reduce_bucket(bucket, dtype, stats, group)
             bucket, size = [], 0
     if bucket:
-        _reduce_bucket(bucket, dtype, stats)
+        _reduce_bucket(bucket, dtype, stats, group)
 
 
 def ring_bytes(payload: int, world_size: int) -> int:
@@ -155,11 +156,12 @@ def ring_bytes(payload: int, world_size: int) -> int:
     return 2 * (world_size - 1) * payload // world_size
 
 
-def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None, stats: CommStats | None = None) -> None:
+def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None, stats: CommStats | None = None,
+                   group=None) -> None:
     flat = torch.cat([t.reshape(-1) for t in bucket])
     wire = flat if dtype is None else flat.to(dtype)
     t0 = time.perf_counter()
-    dist.all_reduce(wire)
+    dist.all_reduce(wire, group=group)
     if stats is not None:
         stats.add("allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()), time.perf_counter() - t0)
     if wire is not flat:
@@ -171,10 +173,11 @@ def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None, stats:
         offset += n
 
 
-def all_gather_objects(obj) -> list:
-    """Every rank's `obj` (pickled), in rank order; [obj] without a process group."""
+def all_gather_objects(obj, group=None) -> list:
+    """Every rank's `obj` (pickled), in rank order, over `group` (give a gloo group under NCCL, or
+    the pickles travel through GPU memory); [obj] without a process group."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return [obj]
     out: list = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, obj, group=group)
     return out

@@ -1,6 +1,8 @@
 """Process-group setup from the standard torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR/PORT). gloo on CPU, NCCL on CUDA, `--backend` overrides; collectives time out so a
-dead rank fails the job instead of hanging it."""
+MASTER_ADDR/PORT). The device picks the backend: gloo on CPU, NCCL on CUDA (`--backend`
+overrides where the pair works); collectives time out so a dead rank fails the job instead of
+hanging it. Under NCCL a second, gloo group carries the collectives of CPU tensors (the ids the
+loader reads, batch sizes, flags), as torchrec keeps its id exchange off the GPU."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class DistContext:
     local_rank: int = 0
     backend: str = "none"
     device: torch.device = torch.device("cpu")
+    cpu_group: object | None = None  # group for CPU-tensor collectives; None: the default group
 
     @property
     def is_main(self) -> bool:
@@ -39,26 +42,45 @@ class DistContext:
             dist.barrier()
 
 
-def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> DistContext:
-    """The DistContext of this process: a process group when started by torchrun, else single."""
+def check_backend(backend: str | None, device_type: str) -> str:
+    """The backend for tensors on `device_type` ('cpu' or 'cuda'): the default, or the one asked
+    for when it can carry them; a one-line error otherwise."""
+    if backend is None:
+        return "nccl" if device_type == "cuda" else "gloo"
+    if backend == "nccl" and device_type != "cuda":
+        raise DlrmkitError("--backend nccl carries CUDA tensors only: add --device cuda, or use --backend gloo on CPU")
+    if device_type == "cuda" and backend != "nccl":
+        raise DlrmkitError(f"--device cuda needs --backend nccl (the default there); {backend} has no CUDA all-to-all")
+    return backend
+
+
+def init_distributed(backend: str | None = None, timeout_s: float = 1800.0, device: str = "cpu") -> DistContext:
+    """The DistContext of this process: a process group when started by torchrun, else single.
+    `device` 'cuda' puts this rank on GPU LOCAL_RANK, with NCCL."""
     if not launched_by_torchrun():
         return DistContext()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    use_cuda = torch.cuda.is_available()
-    if backend is None:
-        backend = "nccl" if use_cuda else "gloo"
-    if backend == "nccl" and not use_cuda:
-        raise DlrmkitError("--backend nccl needs CUDA devices; use --backend gloo on CPU")
-    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    backend = check_backend(backend, device)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise DlrmkitError("--device cuda needs a CUDA GPU; torch sees none here")
+        if local_rank >= torch.cuda.device_count():
+            raise DlrmkitError(f"local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} visible): "
+                               f"start at most that many processes per node")
+        ctx_device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(ctx_device)
+    else:
+        ctx_device = torch.device("cpu")
+    timeout = timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         try:
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **_attempt_store(rank, world))
+            bound = {"device_id": ctx_device} if ctx_device.type == "cuda" else {}  # NCCL: this rank's GPU from the start
+            dist.init_process_group(backend=backend, timeout=timeout, **bound, **_attempt_store(rank, world))
         except (RuntimeError, ValueError) as exc:
             raise DlrmkitError(f"could not start process group (backend {backend}): {exc}".splitlines()[0]) from exc
-    return DistContext(rank, world, local_rank, backend, device)
+    cpu_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+    return DistContext(rank, world, local_rank, backend, ctx_device, cpu_group)
 
 
 def _attempt_store(rank: int, world: int) -> dict:

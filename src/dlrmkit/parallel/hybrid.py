@@ -1,12 +1,14 @@
 """Hybrid parallelism applied from outside a single-device DLRM: swap `model.embeddings` for a
 ShardedEmbedding, then each step sums dense gradients (MLPs and replicated tables) over ranks
 in buckets. The loss is the global batch's mean: each rank back-propagates sum(local BCE) / G,
-so summed gradients equal the single-process ones even when G is not divisible by N."""
+so summed gradients equal the single-process ones even when G is not divisible by N.
+On GPUs (DistContext.device 'cuda', NCCL) the model moves there after the swap; dense features
+and labels follow each batch, ids stay on the CPU for the id exchange (ShardedEmbedding)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -42,8 +44,11 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
         plan = ShardingPlan.load(pcfg.plan_path)
         plan.check_matches(cfg.table_sizes, cfg.embedding_dim, ctx.world_size, pcfg.plan_path)
         return plan
+    memory = None
+    if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
+        memory = int(0.8 * torch.cuda.get_device_properties(ctx.device).total_memory)
     return make_plan(cfg.table_sizes, cfg.embedding_dim, ctx.world_size, pcfg.sharding, batch_size=batch_size,
-                     min_rows_sharded=pcfg.min_rows_sharded)
+                     min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory)
 
 
 class GradBuckets:
@@ -121,11 +126,13 @@ class HybridParallel:
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
         sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
+        sharded.cpu_group = ctx.cpu_group
         if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
             sharded.load_from(model.embeddings)
         model.embeddings = sharded
         if seed is not None:
             model.reset_parameters(seed)
+        model.to(ctx.device)  # before GradBuckets' hooks and the optimizers: parameters keep identity
         self.sharded = sharded
         self.stats = sharded.stats
         self.buckets = None
@@ -153,6 +160,13 @@ class HybridParallel:
         if self.buckets is not None:
             self.buckets.enabled = on
         self.sharded.overlap = on
+
+    def to_device(self, batch):
+        """`batch` with dense features and labels on this rank's device (ids stay for the exchange)."""
+        if self.ctx.device.type == "cpu":
+            return batch
+        return replace(batch, dense=batch.dense.to(self.ctx.device, non_blocking=True),
+                       labels=batch.labels.to(self.ctx.device, non_blocking=True))
 
     def start_lookups(self, batch) -> None:
         """Starts `batch`'s lookups and pooled all-to-all when overlapping (forward then waits)."""
@@ -215,9 +229,9 @@ class HybridParallel:
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)
 
 
-def gather_predictions(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tuple[np.ndarray, np.ndarray]:
     """All ranks' predictions and labels (for AUC over the whole test set), on every rank."""
-    parts = comm.all_gather_objects((probs, labels))
+    parts = comm.all_gather_objects((probs, labels), group)
     return np.concatenate([p for p, _ in parts]), np.concatenate([l for _, l in parts])
 
 
@@ -228,7 +242,10 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
 
     if not launched_by_torchrun():
         return DistContext(), None, None
-    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0))
+    from dlrmkit.perf.device import resolve_device
+
+    device = resolve_device(getattr(cfg, "device", None) or "cpu").type
+    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0), device)
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange",
                           comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)
@@ -243,7 +260,8 @@ class TrainerParallel(HybridParallel):
         from dlrmkit.parallel.loader import DistBatchLoader
 
         self.train_loader = DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size,
-                                            self.sharded.id_tables, self.pcfg.loader, shuffle=cfg.shuffle, seed=cfg.seed)
+                                            self.sharded.id_tables, self.pcfg.loader, self.ctx.cpu_group,
+                                            shuffle=cfg.shuffle, seed=cfg.seed, pin_memory=self.ctx.device.type == "cuda")
         if self.overlapping:
             self.train_loader.ahead = self.ahead  # training batches: ids exchanged one batch ahead
         return self.train_loader
@@ -271,7 +289,8 @@ class TrainerParallel(HybridParallel):
         trainer.schedule.apply(trainer.optimizers, trainer.step)
         for opt in trainer.optimizers:
             opt.zero_grad(set_to_none=True)
-        with autocast(trainer.cfg.precision):
+        batch = self.to_device(batch)
+        with autocast(trainer.cfg.precision, self.ctx.device.type):
             self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
             logits = self.model(batch.dense, batch.ids)
         loss = torch.tensor(self.backward_step(logits.float(), batch.labels, self.global_size(batch), trainer.optimizers,
@@ -291,11 +310,12 @@ class TrainerParallel(HybridParallel):
         self.model.eval()
         probs, labels = [], []
         for batch in DistBatchLoader(dataset, batch_size, self.ctx.rank, self.ctx.world_size, self.sharded.id_tables,
-                                     self.pcfg.loader).epoch(0):
-            probs.append(torch.sigmoid(self.model(batch.dense, batch.ids).float()).numpy())
+                                     self.pcfg.loader, self.ctx.cpu_group).epoch(0):
+            dense = batch.dense.to(self.ctx.device, non_blocking=True)
+            probs.append(torch.sigmoid(self.model(dense, batch.ids).float()).cpu().numpy())
             labels.append(batch.labels.numpy())
         self.model.train(was)
         p = np.concatenate(probs) if probs else np.empty(0)
         l = np.concatenate(labels) if labels else np.empty(0)
-        p, l = gather_predictions(p, l)
+        p, l = gather_predictions(p, l, self.ctx.cpu_group)
         return {"auc": roc_auc(l, p), "logloss": log_loss(l, p)}

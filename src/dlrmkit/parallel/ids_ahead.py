@@ -62,8 +62,9 @@ class IdsAhead:
 
     @classmethod
     def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
-        """None without a multi-rank gloo default group (NCCL keeps the exchange in forward)."""
-        if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_backend() != "gloo":
+        """None without a multi-rank gloo or NCCL default group. Under NCCL the exchange is the
+        same: ids are CPU tensors and this group is gloo's."""
+        if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_backend() not in ("gloo", "nccl"):
             return None
         return cls(sharded)
 

@@ -30,11 +30,12 @@ LOADERS = ("exchange", "own-features", "broadcast")
 
 class DistBatchLoader(BatchLoader):
     def __init__(self, dataset: SplitBinaryDataset, batch_size: int, rank: int, world_size: int,
-                 id_tables: list[int] | None = None, strategy: str = "exchange", **kw):
+                 id_tables: list[int] | None = None, strategy: str = "exchange", group=None, **kw):
         if strategy not in LOADERS:
             raise DlrmkitError(f"unknown --loader '{strategy}' (choose {', '.join(LOADERS)})")
         super().__init__(dataset, batch_size, **kw)
         self.rank, self.world_size, self.strategy = rank, world_size, strategy
+        self.group = group  # of the broadcast strategy's CPU tensors (DistContext.cpu_group)
         self.id_tables = list(id_tables or [])
         self.bytes_read = 0
         self.ahead = None  # an IdsAhead: epochs' batches come with ids exchanged during the previous step
@@ -45,7 +46,10 @@ class DistBatchLoader(BatchLoader):
     def local_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         for b in self.order(epoch)[start:]:
             lo, hi = self.bounds[b]
-            yield self.read_global(lo, hi)
+            batch = self.read_global(lo, hi)
+            if self.pin_memory:  # dense features and labels go to the GPU; ids stay for the exchange
+                batch = Batch(batch.dense.pin_memory(), batch.ids, batch.labels.pin_memory())
+            yield batch
 
     def order(self, epoch: int) -> np.ndarray:
         from dlrmkit.data.loader import epoch_order
@@ -79,7 +83,7 @@ class DistBatchLoader(BatchLoader):
             labels = torch.empty(g)
         if dist.is_initialized() and self.world_size > 1:
             for t in (dense, ids, labels):
-                dist.broadcast(t, 0)
+                dist.broadcast(t, 0, group=self.group)
         return Batch(dense[a:b], DistIds(ids[a:b], sizes, ids[:, self.id_tables].contiguous()), labels[a:b])
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:

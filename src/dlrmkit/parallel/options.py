@@ -17,4 +17,4 @@ def add_parallel_arguments(p, sharding_help: str) -> None:
     p.add_argument("--plan", help="under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
     p.add_argument("--loader", default="exchange", choices=["exchange", "own-features", "broadcast"],
                    help="under torchrun: how ranks read batches (default exchange)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl on CUDA, else gloo)")
+    p.add_argument("--backend", help="under torchrun: process-group backend (default nccl with --device cuda, else gloo)")

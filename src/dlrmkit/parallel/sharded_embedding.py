@@ -11,6 +11,10 @@ add up (a reduce-scatter built from all-to-all, as gloo has none). Replicated (d
 tables are looked up on the local batch. Backward is autograd's: the reverse all-to-all
 (comm.AllToAll), then the lookups' sparse gradients, so sparse optimizers update owned rows only.
 One-hot ids with no row-split table take a fast path: one id per (sample, table), no lengths.
+
+On a GPU (the module moved there with .to), ids stay CPU tensors through step (1), on
+`cpu_group` (gloo, under NCCL), and go to the device for the lookups; the pooled all-to-alls
+and the output are device tensors on the default group.
 """
 
 from __future__ import annotations
@@ -129,6 +133,12 @@ class ShardedEmbedding(nn.Module):
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
+        self.cpu_group = None  # process group of the id collectives (CPU tensors); None: the default
+
+    @property
+    def device(self) -> torch.device:
+        """Where the shards, the lookups and the pooled output live."""
+        return self.mp_target.device
 
     @property
     def bytes_sent(self) -> int:
@@ -169,18 +179,18 @@ class ShardedEmbedding(nn.Module):
     def gather_tables(self) -> list[torch.Tensor]:
         """Every table as one logical [rows, dim] tensor, on every rank (small models only:
         tests, and checkpoints written in the single-process format)."""
-        full = [torch.zeros(r, self.dim) for r in self.table_sizes]
+        full = [torch.zeros(r, self.dim) for r in self.table_sizes]  # in host memory, summed on cpu_group
         for (w, idx), table in zip(self.group_keys, self.local_tables):
             for j, i in enumerate(idx):
                 t, s = self.shards[i]
                 off = int(table.row_offsets[j])
-                full[t][s.row_start : s.row_end, s.col_start : s.col_end] = table.weight[off : off + s.rows]
+                full[t][s.row_start : s.row_end, s.col_start : s.col_end] = table.weight[off : off + s.rows].cpu()
         mp = [full[t] for t, tp in enumerate(self.plan.tables) if tp.model_parallel]
-        comm.all_reduce_sum(mp)
+        comm.all_reduce_sum(mp, group=self.cpu_group)
         if self.dp_table is not None:
             for j, t in enumerate(self.dp_tables_idx):
                 off = int(self.dp_table.row_offsets[j])
-                full[t] = self.dp_table.weight[off : off + self.table_sizes[t]].detach().clone()
+                full[t] = self.dp_table.weight[off : off + self.table_sizes[t]].detach().cpu().clone()
         return full
 
     def single_device_state(self) -> EmbeddingCollection:
@@ -197,8 +207,8 @@ class ShardedEmbedding(nn.Module):
 
     # ---- forward ---------------------------------------------------------------------------
     def exchange(self, ids: DistIds, group=None, kind: str = "ids") -> DistIds:
-        """`ids` with the id all-to-all done now, on process group `group` (default: the default
-        group), so forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
+        """`ids` with the id all-to-all done now, on process group `group` (default: cpu_group),
+        so forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
         if not any(self.widths) or ids.global_ids is not None or ids.bags is not None:
             return ids
         if isinstance(ids.local, torch.Tensor) and not self.bucketed:
@@ -211,7 +221,8 @@ class ShardedEmbedding(nn.Module):
         sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
         send_counts = [len(x) for x in sends]
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind, group=group)
+        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind,
+                              group=group if group is not None else self.cpu_group)
         return out.view(sum(sizes), len(self.id_tables))
 
     def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -251,6 +262,7 @@ class ShardedEmbedding(nn.Module):
             len_counts.append(sizes[me] * len(self.all_keys[r]))
         k = len(self.keys)
         empty = torch.zeros(0, dtype=torch.int64)
+        group = group if group is not None else self.cpu_group
         recv_len_counts = [k * sizes[s] for s in range(n)]
         got_len = comm.all_to_all(torch.cat(lens) if lens else empty, len_counts, recv_len_counts,
                                   stats=self.stats, kind=kind, group=group)
@@ -272,7 +284,7 @@ class ShardedEmbedding(nn.Module):
     def lookup(self, global_ids: torch.Tensor) -> torch.Tensor:
         """Fast path: [G, local columns] pooled outputs of this rank's shards, one id per bag."""
         g = global_ids.shape[0]
-        ids = global_ids.index_select(1, self.id_cols)  # [G, shards]
+        ids = global_ids.to(self.device).index_select(1, self.id_cols)  # [G, shards]
         outs = [table(ids[:, idx[0] : idx[-1] + 1]).reshape(g, -1) for (w, idx), table in zip(self.group_keys, self.local_tables)]
         return torch.cat(outs, dim=1)
 
@@ -283,8 +295,8 @@ class ShardedEmbedding(nn.Module):
             bags = torch.cat([self.shard_key[i] * g + torch.arange(g) for i in idx])
             if order is not None:
                 bags = order.index_select(0, bags)
-            v, l = regroup(values, lengths, bags)
-            outs.append(table(JaggedIds(v, to_offsets(l), g)).reshape(g, -1))
+            v, l = regroup(values, lengths, bags)  # on the CPU, where the exchange left them
+            outs.append(table(JaggedIds(v, to_offsets(l), g).to(self.device)).reshape(g, -1))
         return torch.cat(outs, dim=1)
 
     def start(self, ids: DistIds | Ids) -> None:
@@ -324,7 +336,7 @@ class ShardedEmbedding(nn.Module):
             bags = self.exchange_bags(local, sizes)
         t0 = time.perf_counter()
         if not self.shards:
-            pooled = torch.zeros(g, 0)
+            pooled = torch.zeros(g, 0, device=self.device)
         else:
             pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
         self.stats.add("lookup", 0, time.perf_counter() - t0)
@@ -344,7 +356,7 @@ class ShardedEmbedding(nn.Module):
     def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
         """Waits for the pooled all-to-all, places every shard's columns, adds replicated tables."""
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
-        out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype)
+        out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype, device=self.device)
         if flat is not None:
             with torch.no_grad():  # fills `flat` in place (gloo writes it; a wire-dtype copy)
                 for wait in waits:
@@ -357,9 +369,9 @@ class ShardedEmbedding(nn.Module):
             out = out.index_add(1, self.mp_target, received)
         if self.dp_table is not None:
             if isinstance(local, JaggedIds):
-                dp = self.dp_table(select_tables(local, self.dp_tables_idx))
+                dp = self.dp_table(select_tables(local, self.dp_tables_idx).to(self.device))
             else:
-                dp = self.dp_table(local.index_select(1, self.dp_cols))
+                dp = self.dp_table(local.to(self.device).index_select(1, self.dp_cols))
             out = out.index_add(1, self.dp_target, dp.reshape(l, -1))
         return out.view(l, self.num_tables, self.dim)
 
@@ -368,5 +380,5 @@ class ShardedEmbedding(nn.Module):
             return [local]
         t = torch.tensor([local], dtype=torch.int64)
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        dist.all_gather(out, t)
+        dist.all_gather(out, t, group=self.cpu_group)
         return [int(x) for x in out]

@@ -284,10 +284,9 @@ def _sharded_table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> d
         for j, i in enumerate(idx):
             t, sh = emb.shards[i]
             local.setdefault(t, []).append((sh, table.weight, int(table.row_offsets[j])))
-    device = "cpu" if emb.local_tables and emb.local_tables[0].weight.device.type == "cpu" else "cuda"
+    dev = str(emb.device)  # of this rank's shards (the only ones ShardedTensor checks); cpu or cuda:LOCAL_RANK
 
     def meta(sh: Any) -> ShardMetadata:
-        dev = device if device == "cpu" else f"cuda:{torch.cuda.current_device()}"
         return ShardMetadata([sh.row_start, sh.col_start], [sh.rows, sh.cols], f"rank:{sh.rank}/{dev}")
 
     out: dict[str, Any] = {}
@@ -378,7 +377,10 @@ def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Mod
             fqn, k = key[len("dense_opt."):].rsplit(".", 1)
             p = params.get(fqn)
             if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
-                dense_opt[id(p)].state[p][k] = torch.zeros(info["shape"], dtype=getattr(torch, info["dtype"]))
+                # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
+                # fused or capturable, which keep it on the GPU), anything larger beside the parameter
+                where = "cpu" if not info["shape"] else p.device
+                dense_opt[id(p)].state[p][k] = torch.zeros(info["shape"], dtype=getattr(torch, info["dtype"]), device=where)
     tensors, _ = model_state(model, optimizers)
     rng_key = f"rng.{_rank()}"
     if rng_key not in manifest["tensors"]:
@@ -394,7 +396,8 @@ def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Mod
             opt = dense_opt.get(id(p)) if p is not None else None
             if opt is not None:
                 current = opt.state[p].get(k)
-                opt.state[p][k] = torch.tensor(value, dtype=current.dtype) if torch.is_tensor(current) else value
+                opt.state[p][k] = (torch.tensor(value, dtype=current.dtype, device=current.device)
+                                   if torch.is_tensor(current) else value)
 
 
 def checkpoint_meta(model_cfg: Any, train_cfg: Any, **train_state: Any) -> dict[str, Any]:

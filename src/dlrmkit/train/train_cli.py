@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)")
     p.add_argument("--lamb-lr", type=float, help="LAMB's peak LR (default --lr); the LR schedule scales both")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
-                   help="autocast precision: bf16 on CPU/GPU, fp16 on CUDA only (default fp32)")
+                   help="autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not reach "
+                        "the tables) (default fp32)")
     p.add_argument("--comm-dtype", choices=["fp32", "bf16"], default="fp32",
                    help="under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32)")
     p.add_argument("--warmup-steps", type=int, help="linear LR warm-up steps (0: none)")
@@ -59,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-dim", type=int, help="embedding width (default: the preset's)")
     p.add_argument("--bottom-mlp", type=int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
     p.add_argument("--top-mlp", type=int_list, help="top MLP sizes, e.g. 64,32,1; must end in 1")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
+                   help="where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
+                        "(the GPU if torch sees one) (default cpu)")
+    p.add_argument("--table-placement", choices=["auto", "device", "host"], default="auto",
+                   help="one process on a GPU: tables on the GPU, in host memory (looked up there), or auto "
+                        "(the GPU when they fit in 80%% of its free memory) (default auto)")
     add_parallel_arguments(p, "under torchrun: how tables are sharded (default auto: the planner decides)")
     p.set_defaults(_parser=p)
 
@@ -89,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         precision=getattr(args, "precision", "fp32"), comm_dtype=getattr(args, "comm_dtype", "fp32"),
         sharding=getattr(args, "sharding", "auto"), plan=getattr(args, "plan", None),
         loader=getattr(args, "loader", "exchange"), backend=getattr(args, "backend", None),
+        device=getattr(args, "device", "cpu"), table_placement=getattr(args, "table_placement", "auto"),
     )
 
 

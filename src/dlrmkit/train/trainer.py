@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections import deque
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -30,13 +31,16 @@ from dlrmkit.train.metrics import log_loss, roc_auc
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Click probabilities and labels for every row of `dataset`, in order."""
+def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
+            move: Callable[[Batch], Batch] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Click probabilities and labels for every row of `dataset`, in order; `move` takes each
+    batch to where the model is (a GPU)."""
     was_training = model.training
     model.eval()
     probs, labels = [], []
     for batch in BatchLoader(dataset, batch_size).epoch(0):
-        probs.append(torch.sigmoid(model(batch.dense, batch.ids).float()).numpy())
+        moved = move(batch) if move is not None else batch
+        probs.append(torch.sigmoid(model(moved.dense, moved.ids).float()).cpu().numpy())
         labels.append(batch.labels.numpy())
     model.train(was_training)
     if not probs:
@@ -44,8 +48,9 @@ def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int
     return np.concatenate(probs), np.concatenate(labels)
 
 
-def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int) -> dict[str, float]:
-    probs, labels = predict(model, dataset, batch_size)
+def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
+                   move: Callable[[Batch], Batch] | None = None) -> dict[str, float]:
+    probs, labels = predict(model, dataset, batch_size, move)
     return {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
 
 
@@ -75,29 +80,66 @@ class Trainer:
             raise DlrmkitError(f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
                                f"needs at least one sample per step; use --batch-size {world} or more")
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg)
+        self.device, self.placement, self.move = self.place(cfg)
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
         self.loader = (self.par.loader(self.train_set, cfg) if self.par else
-                       BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed))
+                       BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
+                                   pin_memory=self.device.type == "cuda"))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses: deque[float] = deque(maxlen=100)
         self.log_path = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir, "log.jsonl") if cfg.checkpoint_dir else None)
+        if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
+            where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
+            if self.placement is not None:
+                where.update(table_placement=self.placement[0], why=self.placement[1])
+            self.log({"event": "device", **where})
+            if self.dist.rank == 0:
+                print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
         if cfg.resume:
             if not cfg.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir")
             if ckpt.latest_checkpoint(cfg.checkpoint_dir):
                 self.load(cfg.checkpoint_dir)
 
+    def place(self, cfg: TrainConfig) -> tuple[torch.device, tuple[str, str] | None, Callable[[Batch], Batch] | None]:
+        """(device, (table placement, why) or None, how a batch gets there or None) for --device:
+        under torchrun HybridParallel already moved the model; one process here puts the MLPs on
+        the GPU and the tables there or in host memory (--table-placement, as bench does)."""
+        from dlrmkit.perf.device import batch_to, place_model, resolve_device
+        from dlrmkit.perf.bench_perf import table_placement
+        from dlrmkit.precision import enable_tf32
+
+        device = self.dist.device if self.par is not None else resolve_device(cfg.device)
+        if device.type == "cpu":
+            if cfg.table_placement == "device":
+                raise DlrmkitError("--table-placement device needs --device cuda")
+            return device, None, None
+        enable_tf32(device)
+        if self.par is not None:
+            if cfg.table_placement == "host":
+                raise DlrmkitError("--table-placement host: single process only (under torchrun shards live on the GPUs)")
+            return device, None, None
+        table_bytes = sum(p.numel() * p.element_size() for p in self.model.embeddings.parameters())
+        if cfg.optimizer == "adagrad" or cfg.embedding_optimizer in ("adagrad", "rowwise-adagrad"):
+            table_bytes *= 2  # at most one fp32 accumulator per weight
+        placement = table_placement(cfg.table_placement, table_bytes, device)
+        place_model(self.model, device, placement[0])
+        ids_device = device if placement[0] == "device" else torch.device("cpu")
+        return device, placement, lambda batch: batch_to(batch, device, ids_device)
+
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
         if self.par is not None:
             return self.par.train_step(self, batch)
         self.schedule.apply(self.optimizers, self.step)
-        with autocast(self.cfg.precision):
+        if self.move is not None:
+            batch = self.move(batch)
+        with autocast(self.cfg.precision, self.device.type):
             logits = self.model(batch.dense, batch.ids)
             loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
         if not self.loss_is_finite(loss):  # skipped: no update, the batch still counts as a step
@@ -118,7 +160,7 @@ class Trainer:
         last = self.last_save_time or self.start_time
         due = torch.tensor([int(time.monotonic() - last >= self.cfg.checkpoint_every_seconds)])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.broadcast(due, src=0)
+            torch.distributed.broadcast(due, src=0, group=self.dist.cpu_group)
         return bool(due.item())
 
     def loss_is_finite(self, loss: torch.Tensor, agreed: bool = False) -> bool:
@@ -171,9 +213,9 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
 
     def evaluate(self) -> dict[str, float]:
-        with autocast(self.cfg.precision):
+        with autocast(self.cfg.precision, self.device.type):
             result = (self.par.evaluate(self.test_set, self.cfg.eval_batch_size) if self.par else
-                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size))
+                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move))
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)

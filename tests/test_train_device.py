@@ -1,0 +1,102 @@
+"""`dlrmkit train --device`: the backend/device pairs and the option errors on any machine; on a
+CUDA GPU, training there (one process, tables on the GPU or in host memory; torchrun with NCCL)
+against training on the CPU. The routing of CPU-tensor collectives to their own group, which the
+NCCL path relies on, is checked on CPU in test_parallel_equivalence.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_cli
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.dist import check_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parallel_util import torchrun  # noqa: E402
+
+ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="training on a GPU needs a CUDA GPU; none here")
+
+
+def test_the_device_picks_the_backend():
+    assert check_backend(None, "cpu") == "gloo"
+    assert check_backend(None, "cuda") == "nccl"
+    assert check_backend("mpi", "cpu") == "mpi"
+    assert check_backend("nccl", "cuda") == "nccl"
+    with pytest.raises(DlrmkitError, match="carries CUDA tensors only"):
+        check_backend("nccl", "cpu")
+    with pytest.raises(DlrmkitError, match="needs --backend nccl"):
+        check_backend("gloo", "cuda")
+
+
+def test_option_errors_name_the_option(tiny_data):
+    r = run_cli("train", "--data", tiny_data, *ARGS, "--table-placement", "device")
+    assert r.code != 0 and "--table-placement device needs --device cuda" in r.err
+    r = run_cli("train", "--data", tiny_data, *ARGS, "--device", "cuda", "--precision", "fp16")
+    assert r.code != 0 and "--precision fp16 is not in `train` yet" in r.err
+    if not torch.cuda.is_available():
+        r = run_cli("train", "--data", tiny_data, *ARGS, "--device", "cuda")
+        assert r.code != 0 and "--device cuda needs a CUDA GPU" in r.err
+
+
+def test_nccl_on_cpu_is_refused_under_torchrun(tiny_data):
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--backend", "nccl")
+    assert proc.returncode != 0
+    assert "--backend nccl carries CUDA tensors only" in proc.stderr
+
+
+def _train(tmp_path: Path, tiny_data: Path, name: str, *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    r = run_cli("train", "--data", tiny_data, *ARGS, "--metrics-json", out, *extra)
+    assert r.code == 0, r.err[-3000:]
+    return json.loads(out.read_text())
+
+
+def _close(got: dict, ref: dict, rel: float = 5e-3) -> None:
+    """TF32 is on for the GPU's fp32 matmuls (10-bit mantissa), so agreement is to about 1e-3
+    (bf16 autocast: about 1e-2)."""
+    assert got["samples"] == ref["samples"]
+    assert got["train_loss"] == pytest.approx(ref["train_loss"], rel=rel)
+    assert got["auc"] == pytest.approx(ref["auc"], abs=rel)
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_train_on_the_gpu_matches_the_cpu(tiny_data, tmp_path, placement, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    ref = _train(tmp_path, tiny_data, "cpu")
+    got = _train(tmp_path, tiny_data, placement, "--device", "cuda", "--table-placement", placement,
+                 "--checkpoint-dir", tmp_path / f"ck-{placement}")
+    _close(got, ref)
+    again = _train(tmp_path, tiny_data, placement + "-resumed", "--device", "cuda", "--table-placement", placement,
+                   "--checkpoint-dir", tmp_path / f"ck-{placement}", "--resume", "--max-steps", "8")
+    assert again["steps"] == 8  # a GPU checkpoint loads back onto the GPU and training goes on
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("world,sharding,extra", [
+    (1, "row_wise", []),
+    (2, "row_wise", []),
+    (2, "auto", ["--optimizer", "adagrad", "--loader", "broadcast"]),  # replicated + sharded tables, one-hot fast path
+    (2, "table_wise", ["--optimizer", "split-sgd", "--precision", "bf16"]),
+], ids=["1-row_wise", "2-row_wise", "2-auto-adagrad-broadcast", "2-table_wise-split_sgd-bf16"])
+def test_torchrun_nccl_matches_the_cpu(tiny_data, tmp_path, world, sharding, extra):
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"{world} ranks need {world} GPUs; {torch.cuda.device_count()} here")
+    model_args = [a for a in extra if a != "--loader" and a != "broadcast"]
+    ref = _train(tmp_path, tiny_data, "cpu", *model_args)
+    out, ck = tmp_path / "nccl.json", tmp_path / "ck"
+    run = ["-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--device", "cuda", "--sharding", sharding, *extra,
+           "--checkpoint-dir", ck]
+    proc = torchrun(world, *run, "--metrics-json", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _close(json.loads(out.read_text()), ref, rel=2e-2 if "bf16" in extra else 5e-3)
+    proc = torchrun(world, *run, "--resume", "--max-steps", "8", "--metrics-json", out)  # sharded GPU checkpoint
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(out.read_text())["steps"] == 8
