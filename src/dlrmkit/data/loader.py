@@ -7,6 +7,7 @@ the GIL while copying, so the prefetch thread overlaps reading with the training
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from dataclasses import dataclass
@@ -35,6 +36,13 @@ def to_batch(raw: RawBatch) -> Batch:
         ids=torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),
         labels=torch.from_numpy(np.asarray(raw.labels, dtype=np.float32)),
     )
+
+
+def pin_batch(batch):
+    """`batch` (a dataclass with dense, ids and labels) in page-locked memory, so its copy to a GPU
+    need not block; ids without pin_memory (DistIds, which the id exchange reads first) stay."""
+    ids = batch.ids.pin_memory() if hasattr(batch.ids, "pin_memory") else batch.ids
+    return dataclasses.replace(batch, dense=batch.dense.pin_memory(), ids=ids, labels=batch.labels.pin_memory())
 
 
 def batch_bounds(rows: int, batch_size: int, drop_last: bool) -> list[tuple[int, int]]:
@@ -142,5 +150,5 @@ class BatchLoader:
         """Batches of `epoch` from batch index `start` on, prefetched in a thread."""
         batches = (to_batch(raw) for raw in self.raw_batches(epoch, start))
         if self.pin_memory:
-            batches = (Batch(b.dense.pin_memory(), b.ids.pin_memory(), b.labels.pin_memory()) for b in batches)
+            batches = (pin_batch(b) for b in batches)
         return prefetched(batches, self.prefetch)

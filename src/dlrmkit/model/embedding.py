@@ -42,6 +42,10 @@ class JaggedIds:
         return JaggedIds(self.values.to(device, non_blocking=non_blocking),
                          self.offsets.to(device, non_blocking=non_blocking), self.batch_size)
 
+    def pin_memory(self) -> "JaggedIds":
+        """The same ids in page-locked host memory, as Tensor.pin_memory."""
+        return JaggedIds(self.values.pin_memory(), self.offsets.pin_memory(), self.batch_size)
+
     def sample_major(self, table_offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, offsets) reordered so bag (b, t) comes at position b*T + t: a lookup in this
         order yields [B, T, dim] contiguously, with no transpose or copy of the pooled rows.

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlrmkit.data.loader import Batch, BatchLoader, prefetched, to_batch
+from dlrmkit.data.loader import Batch, BatchLoader, pin_batch, prefetched, to_batch
 from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.dist import batch_slice, batch_split
@@ -48,7 +48,7 @@ class DistBatchLoader(BatchLoader):
             lo, hi = self.bounds[b]
             batch = self.read_global(lo, hi)
             if self.pin_memory:  # dense features and labels go to the GPU; ids stay for the exchange
-                batch = Batch(batch.dense.pin_memory(), batch.ids, batch.labels.pin_memory())
+                batch = pin_batch(batch)
             yield batch
 
     def order(self, epoch: int) -> np.ndarray:

@@ -61,21 +61,27 @@ def table_placement(requested: str, table_bytes: int, device: torch.device | str
     return "host", f"tables {table_bytes / 2**30:.1f} GiB exceed 80% of the GPU's {free / 2**30:.1f} GiB free"
 
 
+def place_tables(model: torch.nn.Module, device: torch.device, requested: str, accumulator: bool) -> tuple[str, str]:
+    """--table-placement chosen (table_placement) and applied: on a GPU the model moves there
+    (perf.device.place_model) and TF32 is enabled. With `accumulator`, the tables' optimizer keeps
+    an fp32 value per weight (Adagrad), counted with them. Call it before the optimizers are built."""
+    table_bytes = sum(p.numel() * (p.element_size() + (4 if accumulator else 0)) for p in model.embeddings.parameters())
+    placement = table_placement(requested, table_bytes, device)
+    if device.type == "cuda":
+        from dlrmkit.perf.device import place_model
+        from dlrmkit.precision import enable_tf32
+
+        place_model(model, device, placement[0])
+        enable_tf32(device)
+    return placement
+
+
 def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool,
                   device: torch.device = torch.device("cpu")) -> None:
     """Applies --table-placement (on a GPU), --embedding-backend and --compile to the model before
     its optimizers are built."""
-    table_bytes = sum(p.numel() * p.element_size() for p in model.embeddings.parameters())
-    if getattr(args, "optimizer", "sgd") == "adagrad":  # an element-wise fp32 accumulator per table
-        table_bytes += sum(p.numel() * 4 for p in model.embeddings.parameters())
-    args._placement = table_placement(getattr(args, "table_placement", "auto"), table_bytes, device)
-    if device.type == "cuda":
-        from dlrmkit.perf.device import place_model
-
-        place_model(model, device, args._placement[0])
-        from dlrmkit.precision import enable_tf32
-
-        enable_tf32(device)
+    args._placement = place_tables(model, device, getattr(args, "table_placement", "auto"),
+                                   getattr(args, "optimizer", "sgd") == "adagrad")
     if getattr(args, "embedding_backend", "native") == "fbgemm":
         if device.type != "cpu":
             raise DlrmkitError("--embedding-backend fbgemm: CPU only (the fbgemm-gpu-cpu wheel); use --device cpu")

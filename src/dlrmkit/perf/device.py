@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from dlrmkit.data.loader import pin_batch
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.embedding import JaggedIds
 from dlrmkit.precision import compute_dtype
@@ -69,18 +70,12 @@ def place_model(model: torch.nn.Module, device: torch.device, placement: str) ->
         tables.register_forward_hook(lambda module, inputs, out: out.to(device, non_blocking=True))
 
 
-def _map_ids(ids, fn: Callable[[torch.Tensor], torch.Tensor]):
-    """`fn` applied to one-hot ids, or to both tensors of jagged ids."""
-    return JaggedIds(fn(ids.values), fn(ids.offsets), ids.batch_size) if isinstance(ids, JaggedIds) else fn(ids)
-
-
 def pin_batches(batches: list, device: torch.device) -> list:
     """The batches in pinned host memory (page-locked), so each step's copy to the GPU can run
     without blocking; unchanged on the CPU."""
     if device.type == "cpu":
         return batches
-    pin = torch.Tensor.pin_memory
-    return [dataclasses.replace(b, dense=pin(b.dense), ids=_map_ids(b.ids, pin), labels=pin(b.labels)) for b in batches]
+    return [pin_batch(b) for b in batches]
 
 
 def batch_to(batch, device: torch.device, ids_device: torch.device):
@@ -88,7 +83,7 @@ def batch_to(batch, device: torch.device, ids_device: torch.device):
     the tables are."""
     ids = batch.ids
     if ids_device.type != "cpu":
-        ids = _map_ids(ids, lambda t: t.to(ids_device, non_blocking=True))
+        ids = ids.to(ids_device, non_blocking=True)  # one-hot tensor or JaggedIds
     return dataclasses.replace(batch, dense=batch.dense.to(device, non_blocking=True), ids=ids,
                                labels=batch.labels.to(device, non_blocking=True))
 

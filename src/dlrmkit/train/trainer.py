@@ -110,8 +110,8 @@ class Trainer:
         """(device, (table placement, why) or None, how a batch gets there or None) for --device:
         under torchrun HybridParallel already moved the model; one process here puts the MLPs on
         the GPU and the tables there or in host memory (--table-placement, as bench does)."""
-        from dlrmkit.perf.device import batch_to, place_model, resolve_device
-        from dlrmkit.perf.bench_perf import table_placement
+        from dlrmkit.perf.bench_perf import place_tables
+        from dlrmkit.perf.device import batch_to, resolve_device
         from dlrmkit.precision import enable_tf32
 
         device = self.dist.device if self.par is not None else resolve_device(cfg.device)
@@ -119,16 +119,14 @@ class Trainer:
             if cfg.table_placement == "device":
                 raise DlrmkitError("--table-placement device needs --device cuda")
             return device, None, None
-        enable_tf32(device)
         if self.par is not None:
             if cfg.table_placement == "host":
                 raise DlrmkitError("--table-placement host: single process only (under torchrun shards live on the GPUs)")
+            enable_tf32(device)
             return device, None, None
-        table_bytes = sum(p.numel() * p.element_size() for p in self.model.embeddings.parameters())
-        if cfg.optimizer == "adagrad" or cfg.embedding_optimizer in ("adagrad", "rowwise-adagrad"):
-            table_bytes *= 2  # at most one fp32 accumulator per weight
-        placement = table_placement(cfg.table_placement, table_bytes, device)
-        place_model(self.model, device, placement[0])
+        # counted as an fp32 accumulator per weight: at most what Adagrad (row-wise: far less) adds
+        accumulator = cfg.optimizer == "adagrad" or cfg.embedding_optimizer in ("adagrad", "rowwise-adagrad")
+        placement = place_tables(self.model, device, cfg.table_placement, accumulator)
         ids_device = device if placement[0] == "device" else torch.device("cpu")
         return device, placement, lambda batch: batch_to(batch, device, ids_device)
 
