@@ -3,6 +3,9 @@ import os
 import numpy as np
 import pytest
 
+from dlrmkit.data.output_dir import MARKER
+from dlrmkit.errors import DlrmkitError
+
 from dlrmkit.data.feature_spec import SPEC_FILE, FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset, SplitBinaryWriter, open_dataset
 from dlrmkit.data.synthetic import generate
@@ -278,14 +281,26 @@ def test_interrupted_generate_leaves_no_dataset(tmp_path, monkeypatch, exc):
 
 
 def test_stale_tmp_folder_is_replaced(tmp_path):
+    """A `.tmp` left by an interrupted write (it carries the marker) is replaced."""
     out = tmp_path / "ds"
     stale = tmp_path / "ds.tmp"
     (stale / "train").mkdir(parents=True)
     (stale / "train" / "junk.bin").write_bytes(b"xx")
+    (stale / MARKER).write_bytes(b"")
     write_dataset(out, np.random.default_rng(3))
     assert not stale.exists()
     assert not (out / "train" / "junk.bin").exists()
     open_dataset(str(out))
+
+
+def test_foreign_tmp_folder_is_never_deleted(tmp_path):
+    """A `<out>.tmp` that dlrmkit did not make may be the user's: refused, left as it was."""
+    stale = tmp_path / "ds.tmp"
+    stale.mkdir()
+    (stale / "notes.txt").write_text("mine")
+    with pytest.raises(DlrmkitError, match="not made by dlrmkit"):
+        write_dataset(tmp_path / "ds", np.random.default_rng(3))
+    assert (stale / "notes.txt").read_text() == "mine"
 
 
 def test_id_out_of_range_in_later_chunk_names_that_chunk(small_dataset):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.model.embedding import JaggedIds
@@ -163,13 +164,13 @@ def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[Ran
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
-    p.add_argument("--batch-size", type=int, default=2048, help="batch size (default 2048)")
-    p.add_argument("--steps", type=int, default=10, help="steps per timed window (default 10)")
-    p.add_argument("--windows", type=int, default=5, help="timed windows; the median is reported (default 5)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: cores / LOCAL_WORLD_SIZE)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=ct.batch_size, default=2048, help="batch size (default 2048)")
+    p.add_argument("--steps", type=ct.positive_int, default=10, help="steps per timed window (default 10)")
+    p.add_argument("--windows", type=ct.positive_int, default=5, help="timed windows; the median is reported (default 5)")
+    p.add_argument("--warmup", type=ct.nonneg_int, default=5, help="untimed warm-up steps (default 5)")
+    p.add_argument("--lr", type=ct.learning_rate, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--threads", type=ct.threads, default=0, help="intra-op threads (default: cores / LOCAL_WORLD_SIZE)")
+    p.add_argument("--seed", type=ct.seed, default=0, help="seed of the random data and weights (default 0)")
     p.add_argument("--json", help="write the figures as one JSON object to this file")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="autocast precision (default fp32)")
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adagrad", "split-sgd", "lamb"],

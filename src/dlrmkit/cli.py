@@ -8,7 +8,7 @@ import importlib
 import os
 import sys
 
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import describe_error
 
 # name -> (module, one-line help). Adding a command means adding its module and one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,11 +27,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the option (exit 2), like every other error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; given the command line, only the chosen command's module is imported
     (the others would pull torch into `dlrmkit preprocess`: a second of start-up)."""
     chosen = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="dlrmkit",
         description="Train DLRM recommendation models, from one process to hybrid-parallel torchrun jobs.",
     )
@@ -61,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     args._argv = args_in  # `train --config` re-parses with YAML defaults
     try:
         return int(args._run(args) or 0)
-    except DlrmkitError as exc:
-        print(f"dlrmkit {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"dlrmkit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - every error leaves as one line
+        message, code = describe_error(exc)
+        if code == 1 and os.environ.get("DLRMKIT_DEBUG"):
+            raise
+        print(f"dlrmkit {args.command}: error: {message}", file=sys.stderr)
+        return code
 
 
 def entry() -> None:

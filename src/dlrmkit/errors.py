@@ -1,5 +1,9 @@
 """User-facing errors: the CLI prints them as one line and exits with code 2, no traceback."""
 
+from __future__ import annotations
+
+import json
+
 
 class DlrmkitError(Exception):
     """A problem with the user's input (data, option, file) that they can fix.
@@ -10,3 +14,34 @@ class DlrmkitError(Exception):
 
 class DatasetError(DlrmkitError):
     """A dataset whose files do not match its FeatureSpec, or hold invalid values."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_error(exc: BaseException) -> tuple[str, int]:
+    """(one-line message, exit code) for an exception that reached the command line: 2 for bad
+    input and for the environment's faults (a full disk, a read-only or missing file, a file that
+    does not parse), 1 for a bug, with how to see its traceback."""
+    if isinstance(exc, DlrmkitError):
+        return _one_line(str(exc)), 2
+    if isinstance(exc, OSError) and (exc.errno is not None or exc.filename):
+        where = exc.filename if exc.filename is not None else ""
+        other = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
+        text = exc.strerror or type(exc).__name__
+        return _one_line(f"{where}{other}: {text}" if where else text), 2
+    if isinstance(exc, MemoryError):
+        return "out of memory; use a smaller --batch-size or dataset, or a machine with more memory", 2
+    if isinstance(exc, json.JSONDecodeError):
+        return _one_line(f"invalid JSON at line {exc.lineno} ({exc.msg})"), 2
+    try:
+        import yaml
+
+        if isinstance(exc, yaml.YAMLError):
+            return _one_line(f"invalid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"), 2
+    except ImportError:
+        pass
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return _one_line(f"internal error {type(exc).__name__}: {first} "
+                     "(run with DLRMKIT_DEBUG=1 for the traceback, and report it)"), 1

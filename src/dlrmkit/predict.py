@@ -15,6 +15,7 @@ from typing import Any, Iterator, TextIO
 
 import numpy as np
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 
 
@@ -23,9 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", required=True, help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from")
     p.add_argument("--output", help="CSV to write (columns row[,label],probability); default: standard output")
     p.add_argument("--data", help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)")
-    p.add_argument("--batch-size", type=int, default=16384, help="rows per forward pass (default 16384)")
+    p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="rows per forward pass (default 16384)")
     p.add_argument("--no-label", action="store_true", help="Criteo rows without the label column (39 fields)")
-    p.add_argument("--delimiter", help="CSV inputs: field delimiter (default: tab for .tsv, else comma)")
+    p.add_argument("--delimiter", type=ct.single_char, help="CSV inputs: field delimiter (default: tab for .tsv, else comma)")
     p.add_argument("--columns", help="CSV inputs without a header line: the column names, a,b,c")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
 
@@ -103,18 +104,20 @@ def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.N
         categorical=list(meta.get("categorical_columns") or []), delimiter=args.delimiter, header=columns is None,
         columns=columns, log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
     )
-    tr, row0 = Report(), 0
+    tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
-    for t in iter_batches(opts, path, tr):
-        seen, rows_out = sum(tr.skipped.values()), []
-        labels, dense, cats = clean(opts, t, tr, path, row0, rows_out)
+    seen = 0
+    for t, rows in iter_batches(opts, path, tr):
+        rows_out: list[np.ndarray] = []
+        labels, dense, cats = clean(opts, t, tr, path, rows, rows_out)
         if args.strict and sum(tr.skipped.values()) > seen:
             raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
-        row0 += t.num_rows
         if len(labels):
             ids = (np.stack([vocab.encode_column(k, c, tables[k]) for k, c in enumerate(cats)], axis=1) if cats
                    else np.zeros((len(labels), 0), np.int64))
             yield rows_out[0], labels, dense, ids
+    if args.strict and sum(tr.skipped.values()) > seen:
+        raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
 
 

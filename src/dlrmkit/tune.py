@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -22,18 +23,18 @@ FINISHED = ("COMPLETE", "PRUNED")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
-    p.add_argument("--trials", type=int, required=True, help="finished trials the study should hold in total")
+    p.add_argument("--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total")
     p.add_argument("--space", help="search space YAML (default: dlrmkit/tune_space.yaml)")
     p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
     p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
-    p.add_argument("--parallel", type=int, default=1, help="trials run at once in this process (default 1)")
+    p.add_argument("--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)")
     p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
     p.add_argument("--preset", default="tiny", help="base preset of every trial (default tiny)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, help="epochs per trial (default: the preset's)")
-    g.add_argument("--max-steps", type=int, help="steps per trial")
-    p.add_argument("--eval-every", type=int, default=0, help="evaluate (and report for pruning) every N steps")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
+    g.add_argument("--epochs", type=ct.positive_int, help="epochs per trial (default: the preset's)")
+    g.add_argument("--max-steps", type=ct.positive_int, help="steps per trial")
+    p.add_argument("--eval-every", type=ct.nonneg_int, default=0, help="evaluate (and report for pruning) every N steps")
+    p.add_argument("--seed", type=ct.seed, default=0, help="seed of the sampler and of every trial's training")
     p.add_argument("--no-prune", action="store_true", help="never prune a trial")
 
 

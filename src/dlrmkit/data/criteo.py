@@ -34,6 +34,7 @@ import pyarrow.csv as pacsv
 
 from dlrmkit.data.encoder import CountAccumulator, Vocabulary, dictionary_counts, to_string_array
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, FeatureSpec, categorical_dtype
+from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir, output_lock, remove_temp_dir
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
 
@@ -457,7 +458,7 @@ def fingerprint(opts: CriteoOptions) -> dict[str, Any]:
 
 def check_output(opts: CriteoOptions, fp: dict[str, Any]) -> bool:
     """True when `out` already holds this very dataset; error when it holds another one."""
-    if not os.path.exists(opts.out) or opts.force:
+    if not os.path.exists(opts.out) or opts.force or (os.path.isdir(opts.out) and not os.listdir(opts.out)):
         return False
     spec_path = os.path.join(opts.out, SPEC_FILE)
     if os.path.exists(spec_path):
@@ -643,17 +644,18 @@ def preprocess(opts: CriteoOptions) -> tuple[FeatureSpec | None, dict[str, Any]]
     validate_options(opts)
     tasks = plan_tasks(opts.inputs, opts.test_files, opts.task_bytes)
     fp = fingerprint(opts)
-    if check_output(opts, fp):
-        return None, FeatureSpec.from_yaml(opts.out).metadata["preprocess"]["report"]
-    total = sum(t.nbytes for t in tasks)
-    # pass 1's parsed blocks, beside the output (removed at the end, also on errors)
-    spill_dir = opts.out.rstrip("/") + ".spill"
-    shutil.rmtree(spill_dir, ignore_errors=True)
-    os.makedirs(spill_dir)
-    try:
-        return _preprocess(opts, tasks, fp, total, spill_dir)
-    finally:
-        shutil.rmtree(spill_dir, ignore_errors=True)
+    with output_lock(opts.out):  # one writer per --out
+        if check_output(opts, fp):
+            return None, FeatureSpec.from_yaml(opts.out).metadata["preprocess"]["report"]
+        check_replaceable(opts.out, opts.force, [*opts.inputs, *opts.test_files])
+        total = sum(t.nbytes for t in tasks)
+        # pass 1's parsed blocks, beside the output (removed at the end, also on errors)
+        spill_dir = os.path.abspath(opts.out) + ".spill"
+        fresh_temp_dir(spill_dir)
+        try:
+            return _preprocess(opts, tasks, fp, total, spill_dir)
+        finally:
+            remove_temp_dir(spill_dir)
 
 
 def _preprocess(opts: CriteoOptions, tasks: list[Task], fp: dict[str, Any], total: int, spill_dir: str

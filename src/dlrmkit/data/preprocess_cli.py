@@ -7,6 +7,8 @@ rows can be encoded the same way later (dlrmkit.data.encoder.Vocabulary.load).""
 from __future__ import annotations
 
 import argparse
+
+from dlrmkit import cli_types as ct
 import os
 
 from dlrmkit.errors import DlrmkitError
@@ -16,14 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", choices=["criteo"], help="input format (criteo: TSV label, I1..I13, C1..C26)")
     p.add_argument("--input", nargs="+", required=True, help="input files (plain or .gz), in time order")
     p.add_argument("--out", required=True, help="output dataset folder")
-    p.add_argument("--frequency-threshold", type=int, default=1,
+    p.add_argument("--frequency-threshold", type=ct.frequency_threshold, default=1,
                    help="categories seen fewer than K times in the training part share id 0 (default 1)")
-    p.add_argument("--max-table-size", type=int, help="cap on a table's rows; ids beyond are folded into it")
+    p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-rows", type=int, help="the last N valid rows are the test mapping")
-    g.add_argument("--test-fraction", type=float, help="the last fraction F of the input lines are the test mapping")
+    g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
+    g.add_argument("--test-fraction", type=ct.fraction, help="the last fraction F of the input lines are the test mapping")
     g.add_argument("--test-files", nargs="+", default=[], help="these files are the test mapping")
-    p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 8), help="worker processes (default: CPUs, at most 8)")
+    p.add_argument("--workers", type=ct.workers, default=min(os.cpu_count() or 1, 8), help="worker processes (default: CPUs, at most 8)")
     p.add_argument("--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)")
     p.add_argument("--spark-master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")

@@ -45,10 +45,20 @@ def preprocess_spark(opts: criteo.CriteoOptions, master: str = "local[*]") -> tu
     criteo.validate_options(opts)
     tasks = criteo.plan_tasks(opts.inputs, opts.test_files, opts.task_bytes)
     fp = criteo.fingerprint(opts)
+    from dlrmkit.data.output_dir import output_lock
+
+    with output_lock(opts.out):  # one writer per --out
+        return _preprocess_spark(opts, master, tasks, fp)
+
+
+def _preprocess_spark(opts: criteo.CriteoOptions, master: str, tasks: list, fp: dict) -> tuple[Any, dict[str, Any]]:
+    from dlrmkit.data.output_dir import check_replaceable
+
     if criteo.check_output(opts, fp):
         from dlrmkit.data.feature_spec import FeatureSpec
 
         return None, FeatureSpec.from_yaml(opts.out).metadata["preprocess"]["report"]
+    check_replaceable(opts.out, opts.force, [*opts.inputs, *opts.test_files])
     spark = spark_session(master)
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")

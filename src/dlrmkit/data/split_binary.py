@@ -134,17 +134,18 @@ class SplitBinaryWriter:
     renames the folder, so an interrupted write never leaves a dataset that looks complete."""
 
     def __init__(self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False):
+        from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir
+
         self.out_dir = os.path.abspath(out_dir)
-        if os.path.exists(self.out_dir) and not overwrite:
-            raise DatasetError(f"{out_dir}: output folder already exists (pass --force to replace it)")
+        check_replaceable(out_dir, overwrite)  # only a dataset or an empty folder is ever replaced
         self.tmp_dir = self.out_dir + ".tmp"
-        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        fresh_temp_dir(self.tmp_dir)
         self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir)
         self.cat_dtypes = [categorical_dtype(c) for c in cardinalities]
         self.rows = {TRAIN: 0, TEST: 0}
         self.handles: dict[str, dict[str, object]] = {}
         for mapping in (TRAIN, TEST):
-            os.makedirs(os.path.join(self.tmp_dir, mapping))
+            os.makedirs(os.path.join(self.tmp_dir, mapping), exist_ok=True)
             files = self.spec.mapping_files(mapping)
             self.handles[mapping] = {
                 "label": open(files.label[0], "wb"),
@@ -167,13 +168,19 @@ class SplitBinaryWriter:
             for f in [h["label"], h["numerical"], *h["categorical"]]:
                 if f is not None:
                     f.close()
+        from dlrmkit.data.output_dir import MARKER, publish
+
         self.spec.metadata = {**(metadata or {}), "rows": dict(self.rows)}
         self.spec.write(self.tmp_dir)
-        if os.path.exists(self.out_dir):
-            shutil.rmtree(self.out_dir)
-        os.rename(self.tmp_dir, self.out_dir)
+        os.remove(os.path.join(self.tmp_dir, MARKER))
+        publish(self.tmp_dir, self.out_dir)
         self.spec.base_directory = self.out_dir
         return self.spec
 
     def abort(self) -> None:
+        """Close and remove the temporary folder (this writer created it)."""
+        for h in self.handles.values():
+            for f in [h["label"], h["numerical"], *h["categorical"]]:
+                if f is not None:
+                    f.close()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)

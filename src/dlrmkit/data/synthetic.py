@@ -101,6 +101,13 @@ class Teacher:
 def generate(out_dir: str, cfg: SynthConfig, seed: int = 0, preset: str = "custom", overwrite: bool = False) -> FeatureSpec:
     if cfg.rows <= 0 or cfg.test_rows <= 0:
         raise DlrmkitError(f"--rows and --test-rows must be positive (got {cfg.rows}, {cfg.test_rows})")
+    from dlrmkit.data.output_dir import output_lock
+
+    with output_lock(out_dir):  # one writer per --out
+        return _generate(out_dir, cfg, seed, preset, overwrite)
+
+
+def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite: bool) -> FeatureSpec:
     teacher = Teacher(cfg, seed)
     teacher.calibrate(np.random.default_rng([seed, 2]))
     writer = SplitBinaryWriter(out_dir, cfg.num_numerical, cfg.table_sizes, overwrite=overwrite)

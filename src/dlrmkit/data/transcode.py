@@ -14,13 +14,15 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
-from dlrmkit.data.encoder import CountAccumulator, Vocabulary, log_transform, to_string_array, value_counts
+from dlrmkit.data.encoder import CountAccumulator, Vocabulary, to_string_array, value_counts
+from dlrmkit.data.output_dir import check_replaceable, output_lock
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
 
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
-REASONS = ("wrong_field_count", "bad_label", "bad_number")
+REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable")
 BATCH_BYTES = 8 << 20
 
 
@@ -48,8 +50,9 @@ class Report:
     skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     first: list[str] = field(default_factory=list)
 
-    def bad(self, reason: str, where: list[str]) -> None:
-        self.skipped[reason] += len(where)
+    def bad(self, reason: str, count: int, where: list[str]) -> None:
+        """`count` rows skipped for `reason` (exact); `where` locates the first few."""
+        self.skipped[reason] += count
         self.first = (self.first + where)[:5]
 
 
@@ -57,57 +60,133 @@ def _is_parquet(path: str) -> bool:
     return path.endswith((".parquet", ".pq"))
 
 
-def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> Iterator[pa.Table]:
-    """Record batches of one file with every needed column as strings."""
-    needed = [opts.label, *opts.numerical, *opts.categorical]
+def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """(record batch with every needed column, 1-based data-row number of each of its rows)."""
+    needed = list(dict.fromkeys([opts.label, *opts.numerical, *opts.categorical]))
     if _is_parquet(path):
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(path)
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
         missing = [c for c in needed if c not in pf.schema_arrow.names]
         if missing:
             raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {', '.join(pf.schema_arrow.names)})")
-        for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
-            yield pa.table({c: pc.cast(b.column(c), pa.string()) for c in needed})
+        row0 = 0
+        try:
+            for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
+                t = pa.table({c: pc.cast(b.column(c), pa.string()) for c in needed})
+                yield t, np.arange(row0 + 1, row0 + t.num_rows + 1)
+                row0 += t.num_rows
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise DlrmkitError(f"{path}: cannot read Parquet data ({str(exc).splitlines()[0]})") from None
         return
-    import pyarrow.csv as pacsv
+    yield from _text_batches(opts, path, needed, report)
 
-    delim = opts.delimiter or ("\t" if path.endswith((".tsv", ".tsv.gz")) else ",")
-    line_of = {"n": 0}
 
-    def on_invalid(row) -> str:
-        if report is not None:
-            where = f"{path}:{row.number}" if row.number is not None else path
-            report.bad("wrong_field_count", [f"{where}: wrong_field_count ({row.actual_columns} fields, expected {row.expected_columns})"])
-            report.read += 1
-        return "skip"
-
+def _header(path: str, first: bytes, delim: bytes) -> list[str]:
     try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(column_names=opts.columns if not opts.header else None,
-                                           use_threads=False, block_size=BATCH_BYTES),
-            parse_options=pacsv.ParseOptions(delimiter=delim, invalid_row_handler=on_invalid),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(needed, pa.string()),
-                                                 include_columns=needed, strings_can_be_null=False),
+        text = first.rstrip(b"\r\n").decode("utf-8")
+    except UnicodeDecodeError:
+        raise DlrmkitError(f"{path}:1: the header line is not UTF-8 text") from None
+    return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
+
+
+def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: Report | None
+                  ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """Delimited text, split into lines and fields without quote handling: a field's surrounding
+    quotes are removed later, and a stray quote is an ordinary character, so it can never join
+    lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
+    from dlrmkit.data.criteo import Task, iter_blocks
+
+    delim = (opts.delimiter or ("\t" if path.endswith((".tsv", ".tsv.gz")) else ",")).encode()
+    task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
+    names = list(opts.columns) if not opts.header else None
+    data_row = 0  # data lines before this block
+    for block in iter_blocks(task, BATCH_BYTES):
+        if b"\r" in block:
+            block = block.replace(b"\r\n", b"\n")
+        if names is None:
+            cut = block.index(b"\n") + 1
+            names = _header(path, block[:cut], delim)
+            block = block[cut:]
+            twice = sorted({c for c in names if names.count(c) > 1 and c in needed})
+            if twice:
+                raise DlrmkitError(f"{path}:1: column '{twice[0]}' appears twice in the header")
+        if not data_row and names is not None:
+            missing = [c for c in needed if c not in names]
+            if missing:
+                raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {', '.join(names)})")
+        if not block:
+            continue
+        b = np.frombuffer(block, dtype=np.uint8)
+        ends = np.flatnonzero(b == 10)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        nfields = np.diff(np.searchsorted(np.flatnonzero(b == delim[0]), ends), prepend=0) + 1
+        line_no = data_row + np.arange(1, len(ends) + 1)
+        data_row += len(ends)
+        blank = ends == starts  # empty lines are not rows (as CSV readers skip them)
+        wrong = ~blank & (nfields != len(names))
+        if report is not None and wrong.any():
+            rows = np.flatnonzero(wrong)
+            report.read += len(rows)
+            report.bad("wrong_field_count", len(rows), [
+                f"{path}: data row {int(line_no[r])}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
+                for r in rows[:5]])
+        keep = ~blank & ~wrong
+        if not keep.any():
+            continue
+        if not keep.all():
+            block = b[np.repeat(keep, ends - starts + 1)].tobytes()
+        table = pacsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=len(block) + 1),
+            parse_options=pacsv.ParseOptions(delimiter=delim.decode(), quote_char=False, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(needed, pa.binary()), include_columns=needed,
+                                                 strings_can_be_null=False),
         )
-    except pa.ArrowInvalid as exc:
-        raise DlrmkitError(f"{path}: cannot read as delimited text ({str(exc).splitlines()[0]})") from None
-    except (KeyError, pa.ArrowKeyError) as exc:
-        raise DlrmkitError(f"{path}: missing column {exc}") from None
+        yield table, line_no[keep]
+
+
+def _as_text(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(string array, rows that are valid UTF-8); invalid values become "" (their rows are bad)."""
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return col, np.ones(len(col), dtype=bool)
+    if not (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)):
+        return pc.cast(col, pa.string()), np.ones(len(col), dtype=bool)
     try:
-        for b in reader:
-            line_of["n"] += b.num_rows
-            yield pa.Table.from_batches([b])
-    except pa.ArrowInvalid as exc:
-        raise DlrmkitError(f"{path}: {str(exc).splitlines()[0]}") from None
+        return pc.cast(col, pa.string()), np.ones(len(col), dtype=bool)
+    except pa.ArrowInvalid:  # rare: find the undecodable values (a loop over this column only)
+        values = col.to_pylist()
+        ok = np.ones(len(values), dtype=bool)
+        for i, v in enumerate(values):
+            try:
+                (v or b"").decode("utf-8")
+            except UnicodeDecodeError:
+                ok[i], values[i] = False, b""
+        return pc.cast(pa.array(values, pa.binary()), pa.string()), ok
 
 
-def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str, row0: int,
+def _field(arr: pa.Array) -> pa.Array:
+    """A field as CSV readers give it: surrounding whitespace trimmed, one pair of enclosing quotes removed."""
+    arr = pc.utf8_trim_whitespace(arr)
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r'^"(.*)"$', replacement=r"\1"))
+
+
+def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str, rows: np.ndarray,
           rows_out: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
     """Valid rows only: labels (bool), numerical (float16) and categorical string columns.
-    `rows_out` (for `predict`) receives the 1-based data-row numbers of the valid rows."""
-    label = t.column(opts.label).combine_chunks()
+    `rows` holds each row's 1-based data-row number. Every skipped row is counted by its first
+    failing check: undecodable bytes, a bad label, a bad number, or a number that float16
+    cannot hold (|x| > 65504 after the transform; never stored as infinity).
+    `rows_out` (for `predict`) receives the data-row numbers of the valid rows."""
+    text, utf8_ok = {}, np.ones(t.num_rows, dtype=bool)
+    for c in dict.fromkeys([opts.label, *opts.numerical, *opts.categorical]):
+        arr, ok = _as_text(t.column(c).combine_chunks())
+        text[c] = _field(arr)
+        utf8_ok &= ok
+    label = text[opts.label]
     lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
     lab_val = np.full(len(label), -1.0)
     if lab_ok.any():
@@ -116,7 +195,7 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
     num_ok = np.ones(len(label), dtype=bool)
     nums = []
     for c in opts.numerical:
-        s = t.column(c).combine_chunks()
+        s = text[c]
         empty = pc.fill_null(pc.equal(s, ""), True).to_numpy(zero_copy_only=False)
         ok = empty | pc.fill_null(pc.match_substring_regex(s, NUMBER_RE), False).to_numpy(zero_copy_only=False)
         num_ok &= ok
@@ -125,31 +204,36 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
         if fill.any():
             vals[fill] = pc.cast(s.filter(pa.array(fill)), pa.float64()).to_numpy()
         nums.append(vals)
+    dense = np.stack(nums, axis=1) if nums else np.zeros((len(label), 0))
+    dense = np.where(np.isnan(dense), 0.0, dense)  # empty -> 0; text that overflowed float64 stays inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = (np.log1p(np.maximum(dense, 0.0)) if opts.log else dense).astype(np.float32).astype(np.float16)
+    range_ok = np.isfinite(stored).all(axis=1)  # beyond float16's +-65504: a bad row, never +-inf
+    reasons = (  # the first failing check names the reason; each row is counted once
+        ("undecodable", ~utf8_ok),
+        ("bad_label", utf8_ok & ~lab_ok),
+        ("bad_number", utf8_ok & lab_ok & ~num_ok),
+        ("out_of_range", utf8_ok & lab_ok & num_ok & ~range_ok),
+    )
     if report is not None:
         report.read += len(label)
-        for reason, rows in (("bad_label", np.flatnonzero(~lab_ok)), ("bad_number", np.flatnonzero(lab_ok & ~num_ok))):
-            if len(rows):
-                report.bad(reason, [f"{path}: data row {row0 + int(r) + 1}: {reason}" for r in rows[:5]])
-                report.skipped[reason] += 0
-    good = lab_ok & num_ok
+        for reason, mask_bad in reasons:
+            bad_rows = np.flatnonzero(mask_bad)
+            if len(bad_rows):
+                report.bad(reason, len(bad_rows), [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]])
+    good = utf8_ok & lab_ok & num_ok & range_ok
     if rows_out is not None:
-        rows_out.append(row0 + np.flatnonzero(good) + 1)
-    dense = np.stack(nums, axis=1)[good] if nums else np.zeros((int(good.sum()), 0))
-    if opts.log:
-        dense = log_transform(dense)
-    else:
-        dense = np.nan_to_num(dense, nan=0.0).astype(np.float16)
+        rows_out.append(rows[good])
+    dense = stored[good]
     mask = pa.array(good)
-    cats = [to_string_array(t.column(c).combine_chunks().filter(mask)) for c in opts.categorical]
+    cats = [to_string_array(text[c].filter(mask)) for c in opts.categorical]
     return lab_val[good] == 1, dense, cats
 
 
 def iter_clean(opts: TranscodeOptions, report: Report | None) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.Array]]]:
     for path in opts.inputs:
-        row0 = 0
-        for t in iter_batches(opts, path, report):
-            yield clean(opts, t, report, path, row0)
-            row0 += t.num_rows
+        for t, rows in iter_batches(opts, path, report):
+            yield clean(opts, t, report, path, rows)
 
 
 def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
@@ -158,10 +242,18 @@ def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             raise DlrmkitError(f"{p}: no such input file")
         if os.path.getsize(p) == 0:
             raise DlrmkitError(f"{p}: empty input file")
-    if os.path.exists(opts.out) and not opts.force:
-        raise DlrmkitError(f"{opts.out}: output folder already exists (pass --force to replace it)")
     if not opts.categorical and not opts.numerical:
         raise DlrmkitError("name at least one --numerical or --categorical column")
+    named = [opts.label, *opts.numerical, *opts.categorical]
+    twice = sorted({c for c in named if named.count(c) > 1})
+    if twice:
+        raise DlrmkitError(f"column '{twice[0]}' is named more than once in --label/--numerical/--categorical")
+    with output_lock(opts.out):  # one writer per --out
+        check_replaceable(opts.out, opts.force, opts.inputs)
+        return _transcode(opts)
+
+
+def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     report = Report()
     total = sum(len(lab) for lab, _, _ in iter_clean(opts, report))
     if total == 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from dlrmkit import cli_types as ct
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, help="input files (.csv, .tsv, .parquet; .gz for text)")
@@ -12,14 +14,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", required=True, help="label column (values 0/1; others are counted bad rows)")
     p.add_argument("--numerical", default="", help="comma-separated numerical (float) columns")
     p.add_argument("--categorical", default="", help="comma-separated categorical columns (any strings or integers)")
-    p.add_argument("--delimiter", help="field delimiter (default: tab for .tsv, else comma)")
+    p.add_argument("--delimiter", type=ct.single_char, help="field delimiter (default: tab for .tsv, else comma)")
     p.add_argument("--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)")
     p.add_argument("--columns", help="comma-separated column names, with --no-header")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-rows", type=int, help="the last N valid rows are the test mapping")
-    g.add_argument("--test-fraction", type=float, help="the last fraction F of the valid rows are the test mapping")
-    p.add_argument("--frequency-threshold", type=int, default=1, help="categories seen fewer than K times share id 0")
-    p.add_argument("--max-table-size", type=int, help="cap on a table's rows; ids beyond are folded into it")
+    g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
+    g.add_argument("--test-fraction", type=ct.fraction, help="the last fraction F of the valid rows are the test mapping")
+    p.add_argument("--frequency-threshold", type=ct.frequency_threshold, default=1, help="categories seen fewer than K times share id 0")
+    p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
     p.add_argument("--log-transform", action="store_true", help="numerical: negative -> 0, then log(1+x)")
     p.add_argument("--force", action="store_true", help="replace an existing output folder")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 
 
@@ -15,13 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
     src.add_argument("--data", help="dataset folder: table sizes from its feature_spec.yaml")
     src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
-    p.add_argument("--dim", type=int, help="embedding dim with --data (default 128)")
-    p.add_argument("--world-size", type=int, help="number of ranks (required unless --simulate)")
-    p.add_argument("--device-memory", default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
-    p.add_argument("--batch-size", type=int, default=65536, help="global batch size (default 65536)")
-    p.add_argument("--sharding", default="auto", help="auto (default), table_wise, column_wise, row_wise, data_parallel")
+    p.add_argument("--dim", type=ct.dim, help="embedding dim with --data (default 128)")
+    p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
+    p.add_argument("--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
+    p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="global batch size (default 65536)")
+    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"], help="auto (default), table_wise, column_wise, row_wise, data_parallel")
     p.add_argument("--optimizer", choices=["sgd", "adagrad"], default="sgd", help="sgd: no state; adagrad: one value per weight")
-    p.add_argument("--min-rows-sharded", type=int, default=2048, help="replicate tables with fewer rows (default 2048)")
+    p.add_argument("--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)")
     p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return run_simulate(args, rows, dim)
     if args.world_size is None:
         raise DlrmkitError("--world-size is required (or give --simulate)")
-    memory = parse_bytes(args.device_memory) if args.device_memory else None
+    memory = args.device_memory
     plan = make_plan(rows, dim, args.world_size, args.sharding, memory, args.batch_size,
                      optimizer_state=1 if args.optimizer == "adagrad" else 0, min_rows_sharded=args.min_rows_sharded)
     print(plan.report())

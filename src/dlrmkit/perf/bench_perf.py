@@ -9,6 +9,7 @@ import os
 
 import torch
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 
 
@@ -19,7 +20,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
                         "over it (median of the window ratios)")
     p.add_argument("--profile", action="store_true",
                    help="profile a few steps with torch.profiler and print each phase's share of a step")
-    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile (default 3)")
+    p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
     p.add_argument("--trace", help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
     p.add_argument("--plot", help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
     p.add_argument("--embedding-backend", default="native", choices=["native", "fbgemm"],

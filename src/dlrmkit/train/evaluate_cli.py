@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import add_parallel_arguments
 
@@ -13,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
-    p.add_argument("--batch-size", type=int, default=16384, help="evaluation batch size (default 16384)")
+    p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
     add_parallel_arguments(p, "under torchrun: how tables are sharded (any plan loads any checkpoint)")
 

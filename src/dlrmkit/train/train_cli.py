@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 
+from dlrmkit import cli_types as ct
 from dlrmkit.config import PRESETS, TrainConfig
 from dlrmkit.parallel.options import add_parallel_arguments
 
@@ -15,51 +16,51 @@ from dlrmkit.parallel.options import add_parallel_arguments
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="dataset folder holding feature_spec.yaml (required, here or in --config)")
     p.add_argument("--preset", default="tiny", help=f"model shape and recipe: {', '.join(PRESETS)} (default tiny)")
-    p.add_argument("--batch-size", type=int, help="global batch size (default: the preset's)")
+    p.add_argument("--batch-size", type=ct.batch_size, help="global batch size (default: the preset's)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, help="passes over the train mapping (default: the preset's)")
-    g.add_argument("--max-steps", type=int, help="stop after this many steps instead")
-    p.add_argument("--lr", type=float, help="learning rate (default: the preset's)")
+    g.add_argument("--epochs", type=ct.positive_int, help="passes over the train mapping (default: the preset's)")
+    g.add_argument("--max-steps", type=ct.positive_int, help="stop after this many steps instead")
+    p.add_argument("--lr", type=ct.learning_rate, help="learning rate (default: the preset's)")
     p.add_argument("--optimizer", choices=["sgd", "adagrad", "split-sgd", "lamb"],
                    help="dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 "
                         "(default: the preset's)")
     p.add_argument("--embedding-optimizer", choices=["sgd", "adagrad", "rowwise-adagrad"],
                    help="sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)")
-    p.add_argument("--lamb-lr", type=float, help="LAMB's peak LR (default --lr); the LR schedule scales both")
+    p.add_argument("--lamb-lr", type=ct.learning_rate, help="LAMB's peak LR (default --lr); the LR schedule scales both")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                    help="autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not reach "
                         "the tables) (default fp32)")
     p.add_argument("--comm-dtype", choices=["fp32", "bf16"], default="fp32",
                    help="under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32)")
-    p.add_argument("--warmup-steps", type=int, help="linear LR warm-up steps (0: none)")
-    p.add_argument("--decay-start", type=int, help="step where polynomial LR decay starts (0: no decay)")
-    p.add_argument("--decay-steps", type=int, help="steps of polynomial (power 2) decay to 0")
-    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: each epoch end)")
-    p.add_argument("--eval-batch-size", type=int, default=16384, help="batch size for evaluation (default 16384)")
-    p.add_argument("--target-auc", type=float, help="stop as soon as an evaluation reaches this AUC")
+    p.add_argument("--warmup-steps", type=ct.nonneg_int, help="linear LR warm-up steps (0: none)")
+    p.add_argument("--decay-start", type=ct.nonneg_int, help="step where polynomial LR decay starts (0: no decay)")
+    p.add_argument("--decay-steps", type=ct.nonneg_int, help="steps of polynomial (power 2) decay to 0")
+    p.add_argument("--eval-every", type=ct.nonneg_int, default=0, help="evaluate every N steps (default: each epoch end)")
+    p.add_argument("--eval-batch-size", type=ct.batch_size, default=16384, help="batch size for evaluation (default 16384)")
+    p.add_argument("--target-auc", type=ct.auc, help="stop as soon as an evaluation reaches this AUC")
     p.add_argument("--checkpoint-dir", help="write checkpoints (and log.jsonl) here")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (default: at the end)")
-    p.add_argument("--checkpoint-every-seconds", type=float, default=0.0,
+    p.add_argument("--checkpoint-every", type=ct.nonneg_int, default=0, help="checkpoint every N steps (default: at the end)")
+    p.add_argument("--checkpoint-every-seconds", type=ct.nonneg_float, default=0.0,
                    help="also checkpoint when this many seconds passed since the last one (default: off)")
-    p.add_argument("--collective-timeout", type=float, default=1800.0,
+    p.add_argument("--collective-timeout", type=ct.positive_float, default=1800.0,
                    help="under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)")
-    p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
-    p.add_argument("--skip-nonfinite", type=int, default=0,
+    p.add_argument("--keep", type=ct.positive_int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
+    p.add_argument("--skip-nonfinite", type=ct.nonneg_int, default=0,
                    help="skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir, if any")
     p.add_argument("--metrics-json", help="write the final metrics as one JSON object to this file")
     p.add_argument("--log-jsonl", help="JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)")
-    p.add_argument("--seed", type=int, default=0, help="seed of initialization and batch order (default 0)")
+    p.add_argument("--seed", type=ct.seed, default=0, help="seed of initialization and batch order (default 0)")
     p.add_argument("--no-shuffle", action="store_true", help="read batches in file order")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's choice)")
+    p.add_argument("--threads", type=ct.threads, default=0, help="intra-op threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win")
     p.add_argument("--run-dir", help="run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)")
     p.add_argument("--tensorboard", metavar="DIR", help="at the end, also write the run's scalars as TensorBoard events into DIR")
-    p.add_argument("--log-every", type=int, default=50, help="steps between train-loss records in the log (default 50)")
-    p.add_argument("--embedding-dim", type=int, help="embedding width (default: the preset's)")
-    p.add_argument("--bottom-mlp", type=int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
-    p.add_argument("--top-mlp", type=int_list, help="top MLP sizes, e.g. 64,32,1; must end in 1")
+    p.add_argument("--log-every", type=ct.positive_int, default=50, help="steps between train-loss records in the log (default 50)")
+    p.add_argument("--embedding-dim", type=ct.dim, help="embedding width (default: the preset's)")
+    p.add_argument("--bottom-mlp", type=ct.int_list, help="bottom MLP sizes, e.g. 64,16; must end at the embedding dim")
+    p.add_argument("--top-mlp", type=ct.int_list, help="top MLP sizes, e.g. 64,32,1; must end in 1")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
                    help="where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
                         "(the GPU if torch sees one) (default cpu)")
@@ -68,14 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the GPU when they fit in 80%% of its free memory) (default auto)")
     add_parallel_arguments(p, "under torchrun: how tables are sharded (default auto: the planner decides)")
     p.set_defaults(_parser=p)
-
-
-def int_list(text: str) -> list[int]:
-    """'64,16' -> [64, 16] (for --bottom-mlp / --top-mlp)."""
-    try:
-        return [int(x) for x in str(text).replace("[", "").replace("]", "").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

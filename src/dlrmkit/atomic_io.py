@@ -1,0 +1,166 @@
+"""Files written for the user appear whole or not at all: each is written to a temporary name in
+the same folder and renamed over the target (a rename within one file system is atomic), so a
+kill, a full disk or a read-only folder never leaves a half-written file or destroys the old one.
+OS errors become one line naming the file; the temporary file is removed.
+
+Output paths are also checked up front (`check_output_file`, `check_output_dir`): a folder where
+a file is needed, a file where a folder is needed, or a folder that cannot be written is an
+error before any expensive work, not after it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import tempfile
+from typing import IO, Any, Iterator
+
+from dlrmkit.errors import DlrmkitError
+
+
+def os_error_text(exc: OSError) -> str:
+    """'No space left on device' etc.; the errno name when there is no text."""
+    if exc.strerror:
+        return exc.strerror
+    return errno.errorcode.get(exc.errno or 0, str(exc)) if exc.errno else str(exc)
+
+
+def nearest_existing(path: str) -> str:
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def _check_parent(path: str, what: str) -> None:
+    """The folder that will hold `path` exists or can be created, and is writable."""
+    parent = os.path.dirname(os.path.abspath(path))
+    base = nearest_existing(parent)
+    if not os.path.isdir(base):
+        raise DlrmkitError(f"{what} {path}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise DlrmkitError(f"{what} {path}: cannot write in {base} (permission denied or read-only)")
+
+
+def check_output_file(path: str | None, what: str) -> None:
+    """A file `path` can be (re)placed: not a folder, its folder creatable and writable."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
+    if os.path.lexists(path) and not os.path.isfile(path) and not os.path.islink(path):
+        raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
+    _check_parent(path, what)
+
+
+def check_output_dir(path: str | None, what: str) -> None:
+    """A folder `path` exists (writable) or can be created."""
+    if not path:
+        return
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
+            raise DlrmkitError(f"{what} {path}: is a file, a folder is needed")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise DlrmkitError(f"{what} {path}: cannot write in it (permission denied or read-only)")
+        return
+    _check_parent(path, what)
+
+
+def make_dirs(path: str, what: str = "") -> None:
+    """os.makedirs with an OS error as one line naming the folder."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise DlrmkitError(f"{what + ' ' if what else ''}{path}: is a file, a folder is needed") from None
+    except OSError as exc:
+        raise DlrmkitError(f"{what + ' ' if what else ''}{path}: cannot create folder ({os_error_text(exc)})") from None
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """A temporary path beside `path` for a library that writes by name (torch.save, savefig,
+    onnx); renamed over `path` when the block ends without error, removed otherwise."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    make_dirs(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the usual permissions
+        os.close(fd)
+    except OSError as exc:
+        raise DlrmkitError(f"{path}: cannot write ({os_error_text(exc)})") from None
+    try:
+        yield tmp
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise DlrmkitError(f"{path}: cannot write ({os_error_text(exc)}); the previous file, if any, is unchanged") from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w") -> Iterator[IO[Any]]:
+    """An open file on a temporary name beside `path`, renamed over it on success."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+            f.flush()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_file(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def strict_json(obj: Any) -> Any:
+    """`obj` with every NaN or infinity replaced by None: JSON has no NaN, and a bare `NaN` token
+    breaks strict parsers. Callers say in the document why a value is null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:  # numpy/torch scalars
+        return strict_json(obj.item())
+    return obj
+
+
+def nonfinite_keys(obj: dict[str, Any]) -> list[str]:
+    """Top-level keys whose value is a NaN or infinite float."""
+    return [k for k, v in obj.items() if isinstance(v, float) and not math.isfinite(v)]
+
+
+def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
+    """Strict JSON (no NaN tokens), written atomically."""
+    with atomic_write(path) as f:
+        json.dump(strict_json(obj), f, indent=indent, allow_nan=False)
+        f.write("\n")
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text)
