@@ -197,7 +197,7 @@ def test_tensor_shape_mismatch_is_named(tiny_data, tmp_path):
 # ---- bad numbers ---------------------------------------------------------------------------------
 @pytest.fixture
 def inf_data(dataset_copy):
-    """Rows of batch 3 (file order, batch 256) carry +inf numerical features -> NaN loss."""
+    """Rows of batch 3 (file order, batch 256) carry +inf numerical features."""
     p = dataset_copy / "train" / "numerical.bin"
     x = np.fromfile(p, dtype=np.float16).reshape(-1, 4)
     x[3 * 256: 3 * 256 + 2] = np.inf
@@ -205,19 +205,28 @@ def inf_data(dataset_copy):
     return dataset_copy
 
 
-def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(inf_data, tmp_path):
+def test_infinite_feature_is_refused_naming_the_row(inf_data, tmp_path):
     c = tmp_path / "C"
     result = run_cli("train", "--data", inf_data, "--no-progress", "--no-shuffle", "--max-steps", 8,
-                                "--checkpoint-dir", c, "--checkpoint-every", 2)
+                     "--checkpoint-dir", c, "--checkpoint-every", 2)
+    assert_one_line_error(result, "train/numerical.bin", "row 768", "inf", "must be finite")
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")  # step 4's loss reads as NaN (a diverged step)
+    c = tmp_path / "C"
+    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--no-shuffle", "--max-steps", 8,
+                     "--checkpoint-dir", c, "--checkpoint-every", 2)
     assert_one_line_error(result, "loss is nan at step 4", "last good checkpoint", "--skip-nonfinite")
     assert (c / "latest").read_text() == "step_2"
     model, _ = ckpt.load_single_process_model(str(c))
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_skip_nonfinite_skips_and_counts(inf_data, tmp_path):
+def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")
     m, log = tmp_path / "m.json", tmp_path / "log.jsonl"
-    train(inf_data, "--no-shuffle", "--skip-nonfinite", 1, "--metrics-json", m, "--log-jsonl", log,
+    train(dataset_copy, "--no-shuffle", "--skip-nonfinite", 1, "--metrics-json", m, "--log-jsonl", log,
           "--checkpoint-dir", tmp_path / "C", steps=8)
     assert json.loads(m.read_text())["skipped_nonfinite"] == 1
     skips = [json.loads(ln) for ln in log.read_text().splitlines() if "skip_nonfinite" in ln]

@@ -5,7 +5,6 @@ model's own GEMMs take at this batch size, measured in the same run."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -202,8 +201,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size <= 0 or args.steps <= 0 or args.windows <= 0:
-        raise DlrmkitError("--batch-size, --steps and --windows must be positive")
+    from dlrmkit.atomic_io import check_output_file
+
+    for option, path in (("--json", args.json), ("--trace", getattr(args, "trace", None)),
+                         ("--plot", getattr(args, "plot", None))):
+        check_output_file(path, option)  # before the timed windows, not after
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.perf import device as gpu
     from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
@@ -319,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
               f"dlrmkit {args.precision} {args.optimizer} is {speedup:.2f}x (median of the window ratios)")
     perf_extras(args, result)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        from dlrmkit.atomic_io import write_json
+
+        write_json(args.json, result)
     return 0

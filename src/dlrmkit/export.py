@@ -5,9 +5,9 @@ model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click lo
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import asdict
 
+from dlrmkit.atomic_io import atomic_path, check_output_file
 from dlrmkit.errors import DlrmkitError
 
 
@@ -37,23 +37,25 @@ def example_inputs(cfg, batch: int = 4):
 def export(checkpoint: str, out: str, fmt: str) -> str:
     import torch
 
-    model, cfg = load_model(checkpoint)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    if fmt == "pt":
-        torch.save({"model_config": asdict(cfg), "model": model.state_dict()}, out)
-    elif fmt == "torchscript":
-        with torch.no_grad():
-            traced = torch.jit.trace(model, example_inputs(cfg), check_trace=False)
-        traced.save(out)
-    else:
+    check_output_file(out, "--out")
+    if fmt == "onnx":
         try:
             import onnx  # noqa: F401
         except ImportError:
             raise DlrmkitError("--format onnx needs the `onnx` package (pip install 'dlrmkit[onnx]')") from None
-        with torch.no_grad():
-            torch.onnx.export(model, example_inputs(cfg), out, input_names=["dense", "ids"], output_names=["logits"],
-                              dynamic_axes={"dense": {0: "batch"}, "ids": {0: "batch"}, "logits": {0: "batch"}},
-                              dynamo=False)
+    model, cfg = load_model(checkpoint)
+    with atomic_path(out) as tmp:  # a failed write (full disk) leaves the previous file as it was
+        if fmt == "pt":
+            torch.save({"model_config": asdict(cfg), "model": model.state_dict()}, tmp)
+        elif fmt == "torchscript":
+            with torch.no_grad():
+                traced = torch.jit.trace(model, example_inputs(cfg), check_trace=False)
+            traced.save(tmp)
+        else:
+            with torch.no_grad():
+                torch.onnx.export(model, example_inputs(cfg), tmp, input_names=["dense", "ids"], output_names=["logits"],
+                                  dynamic_axes={"dense": {0: "batch"}, "ids": {0: "batch"}, "logits": {0: "batch"}},
+                                  dynamo=False)
     return out
 
 

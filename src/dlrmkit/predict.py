@@ -170,20 +170,18 @@ def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise DlrmkitError(f"--batch-size must be >= 1, got {args.batch_size}")
+    from dlrmkit.atomic_io import atomic_write, check_output_file
+
+    check_output_file(args.output, "--output")
+    if not os.path.isfile(args.input):
+        raise DlrmkitError(f"--input {args.input}: no such file")
+    if args.output and os.path.realpath(args.output) == os.path.realpath(args.input):
+        raise DlrmkitError(f"--output {args.output}: is the --input file; choose another name")
     report = PredictReport()
     batches = score(args.checkpoint, args.input, args, report)
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        tmp = args.output + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                write_csv(batches, f)
-            os.replace(tmp, args.output)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        with atomic_write(args.output) as f:  # a failed run leaves no partial CSV (and the old one intact)
+            write_csv(batches, f)
     else:
         write_csv(batches, sys.stdout)
     n_skipped = sum(report.skipped.values())

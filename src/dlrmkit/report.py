@@ -9,6 +9,7 @@ import math
 import os
 from typing import Any
 
+from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
 
 
@@ -18,25 +19,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", metavar="DIR", help="also log the scalars as TensorBoard events into DIR")
 
 
+NUMERIC = ("time", "step", "steps", "samples_seen", "loss", "lr", "samples_per_s", "auc", "logloss",
+           "train_loss", "best_auc", "optimal_auc")
+
+
 def read_log(path: str) -> list[dict[str, Any]]:
+    """The JSON-lines log; each record an object whose known numeric fields are numbers (null,
+    as strict JSON writes NaN, counts as absent). Anything else is one line naming file:line."""
     records = []
     try:
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError:
+                        r = json.loads(line)
+                    except (json.JSONDecodeError, RecursionError):
                         raise DlrmkitError(f"{path}:{n}: not a JSON line") from None
+                    if not isinstance(r, dict):
+                        raise DlrmkitError(f"{path}:{n}: not a JSON object")
+                    for k in NUMERIC:
+                        v = r.get(k)
+                        if v is None:
+                            r.pop(k, None)
+                        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                            raise DlrmkitError(f"{path}:{n}: field '{k}' is {v!r}, not a number")
+                    records.append(r)
     except FileNotFoundError:
         raise DlrmkitError(f"{path}: no log (was the run started?)") from None
+    except UnicodeDecodeError:
+        raise DlrmkitError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise DlrmkitError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return records
+
+
+def _num(value: Any, fmt: str = ".4f") -> str:
+    return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
 def series(records: list[dict[str, Any]], event: str, key: str, x: str = "samples_seen") -> tuple[list, list]:
     xs, ys = [], []
     for r in records:
-        if r.get("event") == event and key in r and x in r and r[key] is not None and math.isfinite(r[key]):
+        if r.get("event") == event and key in r and x in r and math.isfinite(r[key]) and math.isfinite(r[x]):
             xs.append(r[x])
             ys.append(r[key])
     return xs, ys
@@ -55,7 +79,8 @@ def _plot(path: str, xs: list, ys: list, xlabel: str, ylabel: str, title: str) -
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
@@ -90,15 +115,17 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
                  f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}")
     lines.append(f"- started {info.get('started')}; status: {'finished' if end else 'unfinished (no end record)'}")
     if end:
-        lines.append(f"- steps {end.get('steps')}, samples/s {end.get('samples_per_s', 0):,.0f}, "
-                     f"train loss {end.get('train_loss', float('nan')):.4f}")
-        lines.append(f"- final test AUC {end.get('auc', float('nan')):.4f}, log loss {end.get('logloss', float('nan')):.4f}, "
-                     f"best AUC {end.get('best_auc', float('nan')):.4f}")
+        lines.append(f"- steps {end.get('steps')}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
+                     f"train loss {_num(end.get('train_loss'))}")
+        lines.append(f"- final test AUC {_num(end.get('auc'))}, log loss {_num(end.get('logloss'))}, "
+                     f"best AUC {_num(end.get('best_auc'))}")
         if "optimal_auc" in end:
-            lines.append(f"- optimal AUC of the data {end['optimal_auc']:.4f} (gap {end['optimal_auc'] - end['auc']:.4f})")
+            gap = end["optimal_auc"] - end["auc"] if "auc" in end else None
+            lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (gap {_num(gap)})")
     if evals:
         lines += ["", "| step | samples seen | test AUC | test log loss |", "|---:|---:|---:|---:|"]
-        lines += [f"| {r['step']} | {r.get('samples_seen', '')} | {r['auc']:.4f} | {r['logloss']:.4f} |" for r in evals]
+        lines += [f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
+                  for r in evals]
     if pngs:
         lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
     lines.append("")
@@ -137,13 +164,14 @@ def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.run_dir import read_run
 
+    out = args.out or args.run
+    check_output_dir(out, "--out")
+    check_output_dir(args.tensorboard, "--tensorboard")
     info = read_run(args.run)
     records = read_log(info["log_jsonl"])
-    out = args.out or args.run
-    os.makedirs(out, exist_ok=True)
+    make_dirs(out, "--out")
     pngs = plots(records, out)
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
-        f.write(summary(args.run, info, records, pngs))
+    write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs))
     if args.tensorboard:
         tensorboard(records, args.tensorboard)
     print(f"wrote {len(pngs)} plots and {os.path.join(out, 'report.md')}")

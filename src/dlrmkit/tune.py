@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from dlrmkit import cli_types as ct
+from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs
 from dlrmkit.errors import DlrmkitError
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -175,7 +176,8 @@ def write_plots(study: Any, out: str) -> list[str]:
             fig.set_size_inches(7, 4.5)
             fig.tight_layout()
             path = os.path.join(out, name)
-            fig.savefig(path, dpi=100)
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, dpi=100, format="png")
             plt.close(fig)
             written.append(path)
         except (ValueError, RuntimeError) as exc:  # e.g. importances need two complete trials
@@ -188,11 +190,12 @@ def run(args: argparse.Namespace) -> int:
         import optuna
     except ImportError:
         raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
-    if args.trials <= 0 or args.parallel <= 0:
-        raise DlrmkitError("--trials and --parallel must be positive")
-    space = load_space(args.space)
     out = args.out or f"tune-{args.study}"
-    os.makedirs(out, exist_ok=True)
+    check_output_dir(out, "--out")
+    if not os.path.isdir(args.data):
+        raise DlrmkitError(f"--data {args.data}: no such dataset folder")
+    space = load_space(args.space)
+    make_dirs(out, "--out")
     url = args.storage or f"sqlite:///{os.path.join(out, 'study.db')}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     import warnings

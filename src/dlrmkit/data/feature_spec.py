@@ -21,6 +21,15 @@ SPEC_FILE = "feature_spec.yaml"
 CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
 TRAIN, TEST = "train", "test"
 SPLIT_BINARY = "split_binary"
+MAX_SPEC_BYTES = 64 << 20
+# dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
+# the machine's byte order. Anything else (object, strings, structured, big-endian) is refused:
+# memory-mapped as `object`, file bytes would be read as Python pointers.
+ALLOWED_DTYPES = {
+    LABEL: ("bool", "uint8", "int8"),
+    NUMERICAL: ("float16", "float32"),
+    CATEGORICAL: ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"),
+}
 
 
 def categorical_dtype(cardinality: int) -> np.dtype:
@@ -88,10 +97,16 @@ class FeatureSpec:
         if not os.path.exists(path):
             raise DatasetError(f"{path}: no such FeatureSpec file")
         try:
+            if os.path.getsize(path) > MAX_SPEC_BYTES:
+                raise DatasetError(f"{path}: {os.path.getsize(path):,} bytes is too large for a FeatureSpec")
             with open(path, encoding="utf-8") as f:
                 doc = yaml.safe_load(f)
         except yaml.YAMLError as exc:
             raise DatasetError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        except UnicodeDecodeError:
+            raise DatasetError(f"{path}: not UTF-8 text") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot read ({exc.strerror or exc})") from None
         if not isinstance(doc, dict):
             raise DatasetError(f"{path}: expected a mapping with feature_spec, source_spec, channel_spec")
         missing = [k for k in ("feature_spec", "source_spec", "channel_spec") if k not in doc]
@@ -134,6 +149,22 @@ class FeatureSpec:
     def label_name(self) -> str:
         return self.channel_spec[LABEL][0]
 
+    def check_paths(self, where: str) -> None:
+        """Every file named by source_spec stays inside the dataset folder: relative, no `..`
+        that leaves it, no symbolic link that points outside it."""
+        base = os.path.realpath(self.base_directory)
+        for mapping, chunks in self.source_spec.items():
+            for i, chunk in enumerate(chunks):
+                for name in chunk["files"]:
+                    at = f"{where}: source_spec.{mapping}[{i}].files: '{name}'"
+                    if os.path.isabs(name) or name.startswith("~"):
+                        raise DatasetError(f"{at} is an absolute path; files must be inside the dataset folder")
+                    real = os.path.realpath(os.path.join(base, name))
+                    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+                        raise DatasetError(f"{at} points outside the dataset folder")
+                    if os.path.exists(real) and not os.path.isfile(real):
+                        raise DatasetError(f"{at} is not a regular file")
+
     @property
     def cardinalities(self) -> list[int]:
         return [int(self.feature_spec[n]["cardinality"]) for n in self.categorical_names]
@@ -168,9 +199,18 @@ class FeatureSpec:
         def fail(msg: str) -> None:
             raise DatasetError(f"{where}: {msg}")
 
+        for section, value in (("feature_spec", self.feature_spec), ("source_spec", self.source_spec),
+                               ("channel_spec", self.channel_spec), ("metadata", self.metadata)):
+            if not isinstance(value, dict):
+                fail(f"{section} must be a mapping, got {type(value).__name__}")
         for channel in (CATEGORICAL, NUMERICAL, LABEL):
             if channel not in self.channel_spec:
                 fail(f"channel_spec has no '{channel}' channel")
+            names = self.channel_spec[channel]
+            if names is None and channel != LABEL:
+                self.channel_spec[channel] = names = []
+            if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+                fail(f"channel_spec.{channel} must be a list of feature names")
         if len(self.channel_spec[LABEL]) != 1:
             fail(f"channel_spec.label must name exactly one feature, got {self.channel_spec[LABEL]}")
         channel_features = self.categorical_names + self.numerical_names + [self.label_name]
@@ -182,13 +222,18 @@ class FeatureSpec:
             entry = self.feature_spec[name]
             if not isinstance(entry, dict) or "dtype" not in entry:
                 fail(f"feature_spec.{name} has no dtype")
+            channel = CATEGORICAL if name in self.categorical_names else NUMERICAL if name in self.numerical_names else LABEL
             try:
-                np.dtype(entry["dtype"])
-            except TypeError:
-                fail(f"feature_spec.{name}.dtype '{entry['dtype']}' is not a numpy dtype")
+                dtype = np.dtype(entry["dtype"]) if isinstance(entry["dtype"], str) else None
+            except (TypeError, ValueError, SyntaxError):
+                dtype = None
+            allowed = ALLOWED_DTYPES[channel]
+            if dtype is None or not any(dtype == np.dtype(a) for a in allowed):
+                fail(f"feature_spec.{name}.dtype {entry['dtype']!r} is not allowed for a {channel} feature "
+                     f"(use one of {', '.join(allowed)})")
         for name in self.categorical_names:
             card = self.feature_spec[name].get("cardinality")
-            if not isinstance(card, int) or card <= 0:
+            if not isinstance(card, int) or isinstance(card, bool) or card <= 0:
                 fail(f"feature_spec.{name}.cardinality must be a positive integer, got {card!r}")
             if not np.issubdtype(self.dtype(name), np.integer):
                 fail(f"feature_spec.{name}.dtype must be an integer type, got {self.dtype(name)}")
@@ -197,6 +242,14 @@ class FeatureSpec:
         for name in self.numerical_names:
             if self.dtype(name) != self.dtype(self.numerical_names[0]):
                 fail(f"feature_spec.{name}: all numerical features must share one dtype")
+        for mapping, chunks in self.source_spec.items():
+            if not isinstance(chunks, list) or not all(isinstance(c, dict) for c in chunks):
+                fail(f"source_spec.{mapping} must be a list of chunks (type, features, files)")
+            for i, chunk in enumerate(chunks):
+                for key in ("features", "files"):
+                    v = chunk.get(key)
+                    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+                        fail(f"source_spec.{mapping}[{i}].{key} must be a non-empty list of names")
         for mapping in (TRAIN, TEST):
             if mapping not in self.source_spec:
                 fail(f"source_spec has no '{mapping}' mapping")
@@ -221,3 +274,4 @@ class FeatureSpec:
             absent = [f for f in channel_features if f not in seen]
             if absent:
                 fail(f"mapping '{mapping}' has no file for feature(s) {', '.join(absent)}")
+        self.check_paths(where)

@@ -106,9 +106,29 @@ class SplitBinaryDataset:
         ids = np.empty((n, len(self.categorical)), dtype=self.id_dtype)
         for t, col in enumerate(self.categorical):
             ids[:, t] = col.read(start, end)[:, 0]
-        if check_ids and n and ids.size:
-            self.check_ids(ids, start)
-        return RawBatch(dense, ids, self.label.read(start, end)[:, 0])
+        labels = self.label.read(start, end)[:, 0]
+        if check_ids and n:
+            if ids.size:
+                self.check_ids(ids, start)
+            self.check_values(dense, labels, start)
+        return RawBatch(dense, ids, labels)
+
+    def check_values(self, dense: np.ndarray, labels: np.ndarray, start: int) -> None:
+        """Labels 0 or 1 (a bool file may hold any byte: 7 is an error, not True) and finite
+        numerical features; the first offending row is named (file and row)."""
+        v = labels.view(np.uint8) if labels.dtype == np.bool_ else labels
+        bad = (v > 1) | (v < 0) if v.dtype.kind == "i" else v > 1
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            path = _rel(self.label.file_of_row(start + row), self.spec.base_directory)
+            raise DatasetError(f"{path}: row {start + row} has label {int(v[row])}, not 0 or 1")
+        if dense.size:
+            finite = np.isfinite(dense)
+            if not finite.all():
+                row, col = (int(x[0]) for x in np.nonzero(~finite))
+                path = _rel(self.numerical.file_of_row(start + row), self.spec.base_directory)
+                raise DatasetError(f"{path}: row {start + row} feature '{self.spec.numerical_names[col]}' is "
+                                   f"{float(dense[row, col])} (numerical features must be finite)")
 
     def check_ids(self, ids: np.ndarray, start: int) -> None:
         bad = (ids.max(axis=0) >= self.cardinalities) | (ids.min(axis=0) < 0)

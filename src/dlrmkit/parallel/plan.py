@@ -9,6 +9,7 @@ data-parallel tables have one full-size shard on every rank (identical replicas)
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ from dlrmkit.parallel.dist import batch_split
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, row_wise, table_wise
 
 GiB = 1 << 30
+MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million
 
 
 @dataclass
@@ -59,8 +61,9 @@ class ShardingPlan:
         return plan
 
     def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=1)
+        from dlrmkit.atomic_io import write_json
+
+        write_json(path, self.to_dict(), indent=1)
 
     @classmethod
     def load(cls, path: str) -> "ShardingPlan":
@@ -123,9 +126,10 @@ class ShardingPlan:
                 else:
                     st["lookups"] += local[s.rank]
                     st["sent_bytes"] += int(2 * (n - 1) / n * tp.rows * tp.dim * b) if n > 1 else 0
+        total_w, total_ids = sum(widths), sum(len(c) for c in id_cols)  # O(ranks), not O(ranks^2)
         for r, st in enumerate(stats):
-            others_w = sum(widths) - widths[r]
-            others_ids = sum(len(c) for i, c in enumerate(id_cols) if i != r)
+            others_w = total_w - widths[r]
+            others_ids = total_ids - len(id_cols[r])
             st["sent_bytes"] += (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * 8
         return stats
 
@@ -156,6 +160,20 @@ class ShardingPlan:
 
 
 def _disjoint(shards: list[Shard]) -> bool:
+    """No two shards overlap. Plans are grids (column slices, each cut into row ranges): checked
+    in O(k log k) by sorting; any other layout falls back to comparing pairs (bounded)."""
+    columns: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s in shards:
+        columns.setdefault((s.col_start, s.col_end), []).append((s.row_start, s.row_end))
+    cols = sorted(columns)
+    if all(a[1] <= b[0] for a, b in zip(cols, cols[1:])):
+        for rows in columns.values():
+            rows.sort()
+            if any(a[1] > b[0] for a, b in zip(rows, rows[1:])):
+                return False
+        return True
+    if len(shards) > 4096:
+        raise DlrmkitError(f"{len(shards)} shards of one table in an irregular (non-grid) layout: too many to check")
     for i, a in enumerate(shards):
         for b in shards[i + 1 :]:
             if a.row_start < b.row_end and b.row_start < a.row_end and a.col_start < b.col_end and b.col_start < a.col_end:
@@ -239,6 +257,10 @@ def make_plan(
     if strategy not in STRATEGIES + ("auto",):
         raise DlrmkitError(f"unknown sharding '{strategy}' (choose auto, {', '.join(STRATEGIES)})")
     n, b, opt = world_size, bytes_per_value, optimizer_state
+    most = sum(min(n, max(int(r), 1)) if strategy == "row_wise" else n for r in table_sizes)
+    if most > MAX_SHARDS:  # memory and time grow with the shards: bound them before building any
+        raise DlrmkitError(f"{len(table_sizes):,} tables on {n:,} ranks could need {most:,} shards, more than the "
+                           f"planner handles ({MAX_SHARDS:,}); use fewer ranks (--world-size) or tables")
     plan = ShardingPlan(n, [], batch_size, device_memory, b, opt)
     cap = device_memory if device_memory is not None else math.inf
 
@@ -306,20 +328,36 @@ def make_plan(
     order = sorted(((t, s) for t, ss in shapes.items() for s in ss),
                    key=lambda ts: (-shard_memory(ts[1], plan.tables[ts[0]], batch_size, b, opt), ts[0], ts[1].col_start, ts[1].row_start))
     used: dict[int, set[int]] = {t: set() for t in shapes}
+    heap = [(load[r], r) for r in range(n)]  # (load, rank): the least-loaded rank in O(log n), so
+    heapq.heapify(heap)  # planning time grows as shards x log(ranks), not shards x ranks
     for t, s in order:
         tp = plan.tables[t]
         cost = shard_memory(s, tp, batch_size, b, opt)
-        fits = [r for r in range(n) if load[r] + cost <= cap]
-        if not fits:
-            free = cap - min(load)
+        if heap[0][0] + cost > cap:
+            free = cap - heap[0][0]
             raise DlrmkitError(
                 f"table {t} ({tp.rows:,} rows x {tp.dim}, {fmt_bytes(weight(tp.rows, tp.dim))}) does not fit: "
                 f"a {s.rows:,} x {s.cols} shard needs {fmt_bytes(cost)}, at most {fmt_bytes(max(free, 0))} of "
                 f"{fmt_bytes(cap)} is free on any of the {n} ranks"
             )
-        fresh = [r for r in fits if r not in used[t]] or fits
-        r = min(fresh, key=lambda r: (load[r], r))
-        load[r] += cost
+        # the least-loaded rank that fits and holds no shard of this table yet (among the 64
+        # least loaded: exact up to 64 ranks, bounded work beyond), else the least-loaded one
+        skipped, chosen = [], None
+        while heap and len(skipped) < 64:
+            item = heapq.heappop(heap)
+            if item[0] + cost > cap or item[1] not in used[t]:
+                chosen = item if item[0] + cost <= cap else None
+                if chosen is None:
+                    skipped.append(item)
+                break
+            skipped.append(item)
+        if chosen is None:
+            chosen = skipped.pop(0)
+        for item in skipped:
+            heapq.heappush(heap, item)
+        r = chosen[1]
+        load[r] = chosen[0] + cost
+        heapq.heappush(heap, (load[r], r))
         used[t].add(r)
         tp.shards.append(Shard(r, s.row_start, s.row_end, s.col_start, s.col_end))
     for tp in plan.tables:

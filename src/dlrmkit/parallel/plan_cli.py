@@ -39,13 +39,19 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 
         return list(FeatureSpec.from_yaml(args.data).cardinalities), args.dim or 128
     rows, dims = [], set()
-    for i, item in enumerate(args.tables.split(",")):
+    items = args.tables.split(",")
+    if len(items) > 100_000:
+        raise DlrmkitError(f"--tables: {len(items):,} tables; at most 100,000")
+    for i, item in enumerate(items):
         try:
-            r, d = item.lower().split("x")
-            rows.append(int(r))
-            dims.add(int(d))
+            r, d = item.strip().lower().split("x")
+            r_val, d_val = int(r), int(d)
         except ValueError:
             raise DlrmkitError(f"--tables: item {i + 1} '{item}' is not ROWSxDIM") from None
+        if not (1 <= r_val <= 1 << 48 and 1 <= d_val <= ct.MAX_DIM):
+            raise DlrmkitError(f"--tables: item {i + 1} '{item}': rows must be in [1, 2^48] and dim in [1, {ct.MAX_DIM}]")
+        rows.append(r_val)
+        dims.add(d_val)
     if len(dims) != 1:
         raise DlrmkitError(f"--tables: all tables need one dim (the dot interaction), got {sorted(dims)}")
     return rows, dims.pop()
@@ -54,6 +60,9 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.parallel.plan import make_plan, parse_bytes
 
+    from dlrmkit.atomic_io import check_output_file
+
+    check_output_file(args.json, "--json")
     rows, dim = table_shapes(args)
     if args.simulate:
         from dlrmkit.perf.simulate_cli import run_simulate

@@ -43,7 +43,10 @@ def plot_bench(result: dict, path: str) -> None:
     ax2.set_xlabel("% of step")
     ax2.set_title("step breakdown" if phases else "step breakdown (no --profile)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from dlrmkit.atomic_io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
 
 
@@ -70,7 +73,10 @@ def plot_scaling(runs: list[dict], path: str, x: str = "world_size", y: str = "s
     ax.set_ylabel(y.replace("_", " "))
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from dlrmkit.atomic_io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
 
 

@@ -146,7 +146,10 @@ def profile_steps(step, next_batch, steps: int, trace: str | None = None, warmup
                     batch = next_batch()
                 step(batch)
     if trace:
-        prof.export_chrome_trace(trace)
+        from dlrmkit.atomic_io import atomic_path
+
+        with atomic_path(trace) as tmp:
+            prof.export_chrome_trace(tmp)
     return step_breakdown(prof.events())
 
 

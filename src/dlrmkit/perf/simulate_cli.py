@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from dlrmkit.errors import DlrmkitError
 
@@ -40,6 +39,7 @@ def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
                   f"simulated {a['estimate'] / 1e6:.2f}M ({100 * a['error']:+.0f}%)")
         out["anchors"] = errs
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
+        from dlrmkit.atomic_io import write_json
+
+        write_json(args.json, out, indent=1)
     return 0

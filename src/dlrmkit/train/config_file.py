@@ -46,6 +46,8 @@ def load_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
             data = yaml.safe_load(f)
     except OSError as exc:
         raise DlrmkitError(f"{path}: cannot read config ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise DlrmkitError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise DlrmkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if data is None:
@@ -79,6 +81,7 @@ def apply_config(args: argparse.Namespace) -> argparse.Namespace:
 
 def dump_config(values: dict[str, Any], path: str) -> None:
     """Write {dest: value} as YAML that `--config` reads back (keys with dashes, as on the CLI)."""
+    from dlrmkit.atomic_io import write_text
+
     data = {k.replace("_", "-"): v for k, v in values.items()}
-    with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(data, f, sort_keys=False)
+    write_text(path, yaml.safe_dump(data, sort_keys=False))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 
 from dlrmkit import cli_types as ct
+from dlrmkit.atomic_io import check_output_file
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import add_parallel_arguments
 
@@ -27,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
 
     from dlrmkit.parallel.dist import launched_by_torchrun
 
+    check_output_file(args.metrics_json, "--metrics-json")
+    if not os.path.isdir(args.data):
+        raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     par = None
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.train.checkpoint import load_parallel_model
@@ -51,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
     print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}")
     if args.metrics_json:
-        with open(args.metrics_json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        from dlrmkit.train.run_dir import write_metrics_json
+
+        write_metrics_json(args.metrics_json, result)
     return 0

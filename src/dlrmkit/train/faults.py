@@ -2,7 +2,8 @@
 SIGKILL itself when it reaches `fault_point(<point>)` (on every rank, or only on <rank>).
 `DLRMKIT_FAULT=<point>@<rank>:SIGSTOP` stops the rank instead (a hung peer).
 Points: save:after-data (DCP files written, no manifest yet), save:before-rename,
-save:before-latest, train:step-<N> (after optimizer step N). Under torchrun it fires only in the
+save:before-latest, train:step-<N> (after optimizer step N). `train:nan-loss-<N>` does not
+kill: the loss of step N reads as NaN (a diverged step), for the --skip-nonfinite tests. Under torchrun it fires only in the
 first attempt (TORCHELASTIC_RESTART_COUNT 0), so a restarted job gets past it. Unset (always,
 outside tests) it costs one dict lookup."""
 
@@ -23,6 +24,12 @@ def fault_point(name: str) -> None:
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     if point == name and first_attempt and (not rank or rank == os.environ.get("RANK", "0")):
         os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
+
+
+def nan_loss_injected(step: int) -> bool:
+    """True when DLRMKIT_FAULT=train:nan-loss-<step> asks this step's loss to read as NaN."""
+    spec = os.environ.get(ENV)
+    return bool(spec) and spec.partition("@")[0] == f"train:nan-loss-{step}"
 
 
 def collective_failure(exc: BaseException, timeout_s: float) -> str | None:

@@ -12,7 +12,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import TrainConfig
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.train.config_file import NOT_IN_CONFIG, dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
@@ -45,8 +47,12 @@ def new_run_path(root: str = "runs") -> str:
             os.makedirs(path)
             return path
         except FileExistsError:
+            if not os.path.isdir(root):
+                raise DlrmkitError(f"{root}: is a file; runs are written into a folder of that name (or pass --run-dir)") from None
             continue
-    raise RuntimeError(f"cannot create a fresh run folder under {root}")
+        except OSError as exc:
+            raise DlrmkitError(f"{path}: cannot create the run folder ({os_error_text(exc)}); pass --run-dir") from None
+    raise DlrmkitError(f"cannot create a fresh run folder under {root}")
 
 
 def resolved_options(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, Any]:
@@ -68,7 +74,7 @@ def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
     multi_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1
     path = getattr(args, "run_dir", None)
     if path:
-        os.makedirs(path, exist_ok=True)
+        make_dirs(path, "--run-dir")
     elif multi_rank:
         # ranks must agree on folders; without --run-dir only rank 0 keeps a folder, for the record
         path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{os.environ.get('RANK')}")
@@ -82,7 +88,7 @@ def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
         cfg.log_jsonl = os.path.join(cfg.checkpoint_dir, "log.jsonl") if args.checkpoint_dir else os.path.join(path, "log.jsonl")
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
-        open(run.log_jsonl, "w").close()  # a fresh run in a reused folder starts a fresh log
+        write_text(run.log_jsonl, "")  # a fresh run in a reused folder starts a fresh log
     if is_rank_zero():
         dump_config(resolved_options(args, cfg), run.file("config.yaml"))
         write_json(run.file("run.json"), {
@@ -108,14 +114,14 @@ def write_plan(run: RunDir, trainer: Any) -> None:
 
 def write_metrics(run: RunDir, metrics: dict[str, Any]) -> None:
     if is_rank_zero():
-        write_json(run.file("metrics.json"), metrics)
+        write_metrics_json(run.file("metrics.json"), metrics)
 
 
-def write_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+def write_metrics_json(path: str, metrics: dict[str, Any]) -> None:
+    """Strict JSON: a NaN or infinite value (e.g. the AUC of a test set holding one class) is
+    written as null and named under `nonfinite`."""
+    bad = nonfinite_keys(metrics)
+    write_json(path, {**metrics, "nonfinite": bad} if bad else metrics)
 
 
 def read_run(path: str) -> dict[str, Any]:
@@ -127,11 +133,20 @@ def read_run(path: str) -> dict[str, Any]:
     info_path = os.path.join(path, "run.json")
     if not os.path.isfile(info_path):
         raise DlrmkitError(f"{path}: not a run folder (no run.json; `dlrmkit train --run-dir` writes one)")
-    with open(info_path, encoding="utf-8") as f:
-        info = json.load(f)
+    try:
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise DlrmkitError(f"{info_path}: not valid JSON") from None
+    if not isinstance(info, dict) or not isinstance(info.get("log_jsonl"), str):
+        raise DlrmkitError(f"{info_path}: not a run description (needs a \"log_jsonl\" path)")
     cfg_path = os.path.join(path, "config.yaml")
     info["config"] = {}
     if os.path.isfile(cfg_path):
-        with open(cfg_path, encoding="utf-8") as f:
-            info["config"] = yaml.safe_load(f) or {}
+        try:
+            with open(cfg_path, encoding="utf-8") as f:
+                cfg = yaml.safe_load(f)
+        except (yaml.YAMLError, UnicodeDecodeError):
+            raise DlrmkitError(f"{cfg_path}: not valid YAML") from None
+        info["config"] = cfg if isinstance(cfg, dict) else {}
     return info

@@ -5,11 +5,12 @@ checkpoints that --resume continues from, and a JSON summary of the run."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import os
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import PRESETS, TrainConfig
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import add_parallel_arguments
 
 
@@ -93,11 +94,44 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     )
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every path this run will write: creatable and writable, a file or a folder as needed."""
+    from dlrmkit.atomic_io import check_output_dir, check_output_file
+
+    check_output_file(args.metrics_json, "--metrics-json")
+    check_output_file(args.log_jsonl, "--log-jsonl")
+    check_output_dir(args.checkpoint_dir, "--checkpoint-dir")
+    check_output_dir(args.run_dir, "--run-dir")
+    check_output_dir(getattr(args, "tensorboard", None), "--tensorboard")
+    if not args.run_dir:
+        check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
+    for option, path in (("--plan", args.plan),):
+        if path and not os.path.isfile(path):
+            raise DlrmkitError(f"{option} {path}: no such file")
+    if not os.path.isdir(args.data):
+        raise DlrmkitError(f"--data {args.data}: no such dataset folder")
+
+
+def check_tables_fit(cfg: TrainConfig) -> None:
+    """The embedding tables (and their optimizer state) of this process fit in memory, or one line."""
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.resources import check_memory
+
+    res = cfg.resolved()
+    rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
+    state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
+    world = max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    check_memory(rows * int(res.embedding_dim) * 4 * state // world,
+                 f"{cfg.data}: {rows:,} table rows x --embedding-dim {res.embedding_dim}")
+
+
 def summary_line(m: dict) -> str:
     line = (
         f"steps {m['steps']}  samples/s {m['samples_per_s']:,.0f}  train loss {m['train_loss']:.4f}  "
         f"test logloss {m['logloss']:.4f}  test AUC {m['auc']:.4f}"
     )
+    if math.isnan(m["auc"]):
+        line += "  (AUC undefined: the test labels hold one class)"
     if "optimal_auc" in m and not math.isnan(m["auc"]):
         line += f"  (optimal {m['optimal_auc']:.4f}, gap {m['optimal_auc'] - m['auc']:.4f})"
     return line
@@ -106,7 +140,6 @@ def summary_line(m: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.trainer import Trainer
 
-    from dlrmkit.errors import DlrmkitError
     from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import apply_config
 
@@ -115,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.data:
         raise DlrmkitError("--data is required (on the command line or in --config)")
     cfg = config_from_args(args)
+    check_outputs(args)  # before any expensive work: a bad path is found now, not after training
+    check_tables_fit(cfg)
     if getattr(args, "tensorboard", None):
         from dlrmkit.report import summary_writer_class
 
@@ -134,8 +169,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir.write_metrics(run_folder, metrics)
     if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
         if args.metrics_json:
-            with open(args.metrics_json, "w", encoding="utf-8") as f:
-                json.dump(metrics, f, indent=2)
+            run_dir.write_metrics_json(args.metrics_json, metrics)
         print(summary_line(metrics))
         if getattr(args, "tensorboard", None):
             from dlrmkit.report import read_log, tensorboard

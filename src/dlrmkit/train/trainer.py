@@ -26,7 +26,7 @@ from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
-from dlrmkit.train.faults import fault_point
+from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.metrics import log_loss, roc_auc
 
 
@@ -165,6 +165,8 @@ class Trainer:
         """False for a NaN/Inf loss that --skip-nonfinite allows to skip (every rank agrees; with
         `agreed` the loss is already the same on every rank, so no collective is needed);
         raises, before any update, once the allowance is spent, so the last checkpoint stays good."""
+        if nan_loss_injected(self.step + 1):  # reliability tests only (DLRMKIT_FAULT)
+            loss = torch.full_like(loss.detach(), float("nan"))
         bad = (~torch.isfinite(loss.detach())).to(torch.int32).reshape(1)
         if not agreed and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
