@@ -128,6 +128,8 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
         data_row += len(ends)
         blank = ends == starts  # empty lines are not rows (as CSV readers skip them)
         wrong = ~blank & (nfields != len(names))
+        if b"\r" in block:  # a carriage return inside a line would end a row in Arrow: a bad row
+            wrong[np.searchsorted(ends, np.flatnonzero(b == 13))] = True
         if report is not None and wrong.any():
             rows = np.flatnonzero(wrong)
             report.read += len(rows)
