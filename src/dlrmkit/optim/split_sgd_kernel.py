@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from dlrmkit.optim.bf16_split import join_fp32, split_fp32
+
 log = logging.getLogger(__name__)
 
 
@@ -96,8 +98,6 @@ def _self_check(op) -> bool:
 def _self_check_dense(op) -> bool:
     """The dense op bit-exact against SplitSGD's pure-torch dense step (join, add_, split), at sizes
     with and without a vector tail, bf16 and fp32 gradients."""
-    from dlrmkit.optim.split_sgd import join_fp32, split_fp32
-
     gen = torch.Generator().manual_seed(2)
     for n in (1, 15, 16, 17, 100, 40_000):
         w = torch.randn(n, generator=gen) * 3
