@@ -1,4 +1,4 @@
-"""Issue 7: profile breakdown parser, scaling simulator, and bench --reference/--profile runs.
+"""Performance tools: profile breakdown parser, scaling simulator, and bench --reference/--profile runs.
 No timing assertions: only structure and sanity."""
 
 from __future__ import annotations

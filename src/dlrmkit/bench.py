@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     base_rates: dict[str, list[float]] = {name: [] for name in baselines}
     # with --compare-fp32 at a lower precision, the fp32 GEMMs too (after the run's own, before the
     # baselines' windows): how much faster this CPU runs the model's GEMMs (MLPs and interaction) at
-    # that precision, what the GEMM part of a step can gain over fp32 (issue 5's ratio)
+    # that precision, what the GEMM part of a step can gain over fp32 (the bf16/fp32 GEMM ratio)
     fp32_gemm_times: list[float] = []
     time_fp32_gemms = "fp32" in baselines and compute_dtype(args.precision) != torch.float32
 

@@ -165,7 +165,7 @@ def cpu_isa_level(cpuinfo: str = "/proc/cpuinfo") -> int | None:
 
 def _warn_if_slow_clone() -> None:
     """A kernel running a narrower clone than the CPU has is correct but several times slower (the
-    model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, fifth session): say so."""
+    model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, row kernels): say so."""
     level, cpu = int(torch.ops.dlrmkit_split_sgd.isa_level()), cpu_isa_level()
     if cpu is not None and cpu > max(level, 0):
         why = ("the compiler made no ISA clones (GCC >= 12 with glibc on x86-64 does)" if level == -1
