@@ -58,7 +58,7 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.parallel.plan import make_plan, parse_bytes
+    from dlrmkit.parallel.plan import make_plan
 
     from dlrmkit.atomic_io import check_output_file
 
