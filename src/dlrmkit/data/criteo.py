@@ -202,15 +202,15 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
     tabs_before = np.searchsorted(tab_pos, ends)  # tabs before each line end
     nfields = np.diff(tabs_before, prepend=0) + 1
     ok = np.ones(len(ends), dtype=bool)
-    if stray_cr:
-        cr_lines = np.unique(np.searchsorted(ends, np.flatnonzero(b == 13)))
-        ok[cr_lines] = False
-        bad.add("wrong_field_count", line0 + cr_lines, ["a carriage return inside the line"] * min(len(cr_lines), 5))
     undec = _undecodable(block, starts)
-    undec = undec[ok[undec]] if len(undec) else undec
     if len(undec):
         ok[undec] = False
         bad.add("undecodable", line0 + undec, ["bytes that are not UTF-8"] * min(len(undec), 5))
+    if stray_cr:
+        cr_lines = np.unique(np.searchsorted(ends, np.flatnonzero(b == 13)))
+        cr_lines = cr_lines[ok[cr_lines]]
+        ok[cr_lines] = False
+        bad.add("wrong_field_count", line0 + cr_lines, ["a carriage return inside the line"] * min(len(cr_lines), 5))
     wrong = np.flatnonzero(ok & (nfields != len(COLUMNS)))
     if len(wrong):
         ok[wrong] = False
