@@ -153,7 +153,7 @@ def test_missing_dtype_is_named(tmp_path):
 def test_categorical_dtype_must_be_integer(tmp_path):
     doc = default_doc()
     doc["feature_spec"]["cat_0.bin"]["dtype"] = "float32"
-    with pytest.raises(DatasetError, match=r"feature_spec\.cat_0\.bin\.dtype must be an integer"):
+    with pytest.raises(DatasetError, match=r"feature_spec\.cat_0\.bin\.dtype 'float32' is not allowed for a categorical"):
         FeatureSpec.from_yaml(write_doc(tmp_path, doc))
 
 

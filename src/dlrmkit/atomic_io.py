@@ -71,6 +71,19 @@ def check_output_dir(path: str | None, what: str) -> None:
     _check_parent(path, what)
 
 
+def check_not_inside(path: str | None, what: str, inputs: dict[str, str | None]) -> None:
+    """An output must not overwrite an input: `path` is not inside any of `inputs` ({option: path})."""
+    if not path:
+        return
+    real = os.path.realpath(path)
+    for option, folder in inputs.items():
+        if not folder or not os.path.exists(folder):
+            continue
+        base = os.path.realpath(folder)
+        if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+            raise DlrmkitError(f"{what} {path}: is inside {option} {folder}, an input; choose another path")
+
+
 def make_dirs(path: str, what: str = "") -> None:
     """os.makedirs with an OS error as one line naming the folder."""
     try:

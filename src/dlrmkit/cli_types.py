@@ -76,6 +76,7 @@ dim = int_range(1, MAX_DIM)
 seed = int_range(0, MAX_SEED)
 learning_rate = float_range(0.0, 1e6, lo_open=True)  # finite and > 0
 positive_float = float_range(0.0, lo_open=True)
+timeout = float_range(0.0, 1e7, lo_open=True)  # seconds: up to about 115 days
 nonneg_float = float_range(0.0)
 fraction = float_range(0.0, 1.0, lo_open=True, hi_open=True)  # strictly between 0 and 1
 auc = float_range(0.0, 1.0, lo_open=True)  # a target AUC in (0, 1]

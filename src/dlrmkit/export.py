@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from dlrmkit.atomic_io import atomic_path, check_output_file
+from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
 
 
@@ -37,6 +37,7 @@ def example_inputs(cfg, batch: int = 4):
 def export(checkpoint: str, out: str, fmt: str) -> str:
     import torch
 
+    check_not_inside(out, "--out", {"--checkpoint": checkpoint})
     check_output_file(out, "--out")
     if fmt == "onnx":
         try:

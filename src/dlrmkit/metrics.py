@@ -26,5 +26,7 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 def log_loss(labels: np.ndarray, probs: np.ndarray, eps: float = 1e-7) -> float:
     labels = np.asarray(labels, dtype=np.float64).ravel()
+    if labels.size == 0:
+        return float("nan")  # undefined (no rows), and no numpy warning
     p = np.clip(np.asarray(probs, dtype=np.float64).ravel(), eps, 1 - eps)
     return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log1p(-p)))

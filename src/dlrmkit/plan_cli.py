@@ -60,8 +60,9 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.parallel.plan import make_plan
 
-    from dlrmkit.atomic_io import check_output_file
+    from dlrmkit.atomic_io import check_not_inside, check_output_file
 
+    check_not_inside(args.json, "--json", {"--data": args.data})
     check_output_file(args.json, "--json")
     rows, dim = table_shapes(args)
     if args.simulate:

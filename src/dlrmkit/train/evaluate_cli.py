@@ -6,7 +6,7 @@ import argparse
 import os
 
 from dlrmkit import cli_types as ct
-from dlrmkit.atomic_io import check_output_file
+from dlrmkit.atomic_io import check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import add_parallel_arguments
 
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dlrmkit.parallel.dist import launched_by_torchrun
 
+    check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=ct.nonneg_int, default=0, help="checkpoint every N steps (default: at the end)")
     p.add_argument("--checkpoint-every-seconds", type=ct.nonneg_float, default=0.0,
                    help="also checkpoint when this many seconds passed since the last one (default: off)")
-    p.add_argument("--collective-timeout", type=ct.positive_float, default=1800.0,
+    p.add_argument("--collective-timeout", type=ct.timeout, default=1800.0,
                    help="under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)")
     p.add_argument("--keep", type=ct.positive_int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
     p.add_argument("--skip-nonfinite", type=ct.nonneg_int, default=0,
@@ -98,6 +98,12 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Every path this run will write: creatable and writable, a file or a folder as needed."""
     from dlrmkit.atomic_io import check_output_dir, check_output_file
 
+    from dlrmkit.atomic_io import check_not_inside
+
+    data = {"--data": args.data}
+    for option, path in (("--metrics-json", args.metrics_json), ("--log-jsonl", args.log_jsonl),
+                         ("--checkpoint-dir", args.checkpoint_dir), ("--run-dir", args.run_dir)):
+        check_not_inside(path, option, data)
     check_output_file(args.metrics_json, "--metrics-json")
     check_output_file(args.log_jsonl, "--log-jsonl")
     check_output_dir(args.checkpoint_dir, "--checkpoint-dir")
@@ -121,8 +127,11 @@ def check_tables_fit(cfg: TrainConfig) -> None:
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
     state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
     world = max(int(os.environ.get("WORLD_SIZE", "1")), 1)
-    check_memory(rows * int(res.embedding_dim) * 4 * state // world,
-                 f"{cfg.data}: {rows:,} table rows x --embedding-dim {res.embedding_dim}")
+    dim = int(res.embedding_dim)
+    check_memory(rows * dim * 4 * state // world, f"{cfg.data}: {rows:,} table rows x --embedding-dim {dim}")
+    bottom, top = list(res.bottom_mlp or []), list(res.top_mlp or [])
+    widths = [16, *bottom, 1 << 12, *top]  # the MLPs' widths (inputs rounded up): weights, gradients, state
+    check_memory(sum(a * b for a, b in zip(widths, widths[1:])) * 4 * 4, "--bottom-mlp/--top-mlp")
 
 
 def summary_line(m: dict) -> str:
@@ -131,7 +140,7 @@ def summary_line(m: dict) -> str:
         f"test logloss {m['logloss']:.4f}  test AUC {m['auc']:.4f}"
     )
     if math.isnan(m["auc"]):
-        line += "  (AUC undefined: the test labels hold one class)"
+        line += "  (AUC undefined: the test mapping has no rows or one class only)"
     if "optimal_auc" in m and not math.isnan(m["auc"]):
         line += f"  (optimal {m['optimal_auc']:.4f}, gap {m['optimal_auc'] - m['auc']:.4f})"
     return line
