@@ -289,6 +289,16 @@ PROBES = [
           setup=edit_spec(set_feature("num_0", dtype="object"))),
     Probe("plan-does-not-fit", ("plan", "--preset", "criteo-1tb-mlperf", "--world-size", "1", "--device-memory", "1GiB"),
           "does not fit"),
+    Probe("plan-hardware-zero", ("plan", "--preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--hardware",
+                                 "{ws}/hw.json"), "must be a positive number",
+          setup=write_bytes("hw.json", b'{"name": "x", "peak_flops": 0, "peak_flops_amp": 1, "mem_bw": 1, '
+                                       b'"intra_bw": 1, "inter_bw": 1}')),
+    Probe("plan-hardware-text", ("plan", "--preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--hardware",
+                                 "{ws}/hw.json"), "must be a positive number",
+          setup=write_bytes("hw.json", b'{"name": "x", "peak_flops": "fast", "peak_flops_amp": 1, "mem_bw": 1, '
+                                       b'"intra_bw": 1, "inter_bw": 1}')),
+    Probe("plan-hardware-not-json", ("plan", "--preset", "criteo-kaggle", "--simulate", "--hardware", "{ws}/afile"),
+          "not a hardware profile"),
     # ---- report
     Probe("report-missing", ("report", "{ws}/nowhere"), "not a run folder"),
     Probe("report-out-is-file", ("report", "{ws}/run", "--out", "{ws}/afile"), "is a file"),
@@ -303,6 +313,10 @@ PROBES = [
     Probe("tune-max-steps-0", ("tune", "--data", "{ws}/data", "--trials", "1", "--max-steps", "0"), "--max-steps"),
     Probe("tune-out-is-file", ("tune", "--data", "{ws}/data", "--trials", "1", "--out", "{ws}/afile"), "is a file"),
     Probe("tune-data-missing", ("tune", "--data", "{ws}/nowhere", "--trials", "1", "--out", "{ws}/t"), "nowhere"),
+    Probe("tune-space-not-yaml", ("tune", "--data", "{ws}/data", "--trials", "1", "--space", "{ws}/s.yaml", "--out", "{ws}/t"),
+          "s.yaml: not valid YAML", setup=write_bytes("s.yaml", b"lr: [1, 2\n")),
+    Probe("tune-space-a-list", ("tune", "--data", "{ws}/data", "--trials", "1", "--space", "{ws}/s.yaml", "--out", "{ws}/t"),
+          "a search space is a mapping", setup=write_bytes("s.yaml", b"- 1\n")),
     # ---- export
     Probe("export-out-is-folder", ("export", "--checkpoint", CK, "--out", "{ws}/notes"), "is a folder"),
     Probe("export-out-under-file", ("export", "--checkpoint", CK, "--out", "{ws}/afile/m.pt"), "is a file"),
@@ -347,6 +361,7 @@ PROBES = [
                                       "--numerical", "a"), "no such input"),
     Probe("transcode-binary-header", (*TR, "--out", "{ws}/o"), "not UTF-8", setup=write_bytes("rows.csv", b"\xff\xfe,a\n1,2\n")),
     Probe("transcode-no-valid-rows", (*TR, "--out", "{ws}/o"), "no valid rows", setup=write_bytes("rows.csv", b"y,a,b,c\n7,1,2,x\n")),
+    Probe("transcode-columns-twice", (*TR, "--out", "{ws}/o", "--no-header", "--columns", "y,a,a,c"), "appears twice"),
     Probe("transcode-out-is-file", (*TR, "--out", "{ws}/afile"), "is a file"),
     # ---- the command line itself
     Probe("unknown-option", ("train", "--data", "{ws}/data", "--bogus"), "unrecognized arguments"),

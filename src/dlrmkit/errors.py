@@ -39,7 +39,9 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
         import yaml
 
         if isinstance(exc, yaml.YAMLError):
-            return _one_line(f"invalid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"), 2
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{mark.name}: line {mark.line + 1}: " if mark is not None else ""
+            return _one_line(f"{where}invalid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"), 2
     except ImportError:
         pass
     first = str(exc).splitlines()[0] if str(exc) else ""

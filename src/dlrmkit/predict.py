@@ -172,7 +172,13 @@ def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import atomic_write, check_not_inside, check_output_file
 
-    check_not_inside(args.output, "--output", {"--checkpoint": args.checkpoint, "--data": args.data})
+    data = args.data
+    if args.output and not data:
+        try:
+            data = dataset_dir(args.checkpoint, None)
+        except DlrmkitError:
+            data = None  # reported by the scoring itself
+    check_not_inside(args.output, "--output", {"--checkpoint": args.checkpoint, "--data": data})
     check_output_file(args.output, "--output")
     if not os.path.isfile(args.input):
         raise DlrmkitError(f"--input {args.input}: no such file")

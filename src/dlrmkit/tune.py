@@ -49,7 +49,10 @@ def load_space(path: str | None) -> dict[str, Any]:
                 text = f.read()
         except OSError as exc:
             raise DlrmkitError(f"{path}: cannot read search space ({exc.strerror})") from None
-    space = yaml.safe_load(text) or {}
+    try:
+        space = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise DlrmkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(space, dict):
         raise DlrmkitError(f"{path}: a search space is a mapping of option: spec")
     from dlrmkit.config import TrainConfig

@@ -49,11 +49,20 @@ class Report:
     read: int = 0
     skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     first: list[str] = field(default_factory=list)
+    _order: list[tuple[int, int]] = field(default_factory=list)  # (file, data row) of each listed position
+    file_index: int = 0
 
     def bad(self, reason: str, count: int, where: list[str]) -> None:
         """`count` rows skipped for `reason` (exact); `where` locates the first few."""
         self.skipped[reason] += count
         self.first = (self.first + where)[:5]
+
+    def bad_at(self, reason: str, count: int, rows: list[int], where: list[str]) -> None:
+        """Like `bad`, keeping the listed positions in file order (first files, then rows)."""
+        self.skipped[reason] += count
+        pairs = sorted(zip(self._order, self.first)) + [((self.file_index, r), w) for r, w in zip(rows, where)]
+        pairs.sort(key=lambda p: p[0])
+        self._order, self.first = [p[0] for p in pairs[:5]], [p[1] for p in pairs[:5]]
 
 
 def _is_parquet(path: str) -> bool:
@@ -103,6 +112,8 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
     delim = (opts.delimiter or ("\t" if path.endswith((".tsv", ".tsv.gz")) else ",")).encode()
     task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
     names = list(opts.columns) if not opts.header else None
+    if names is not None and len(set(names)) != len(names):
+        raise DlrmkitError(f"--columns: '{next(c for c in names if names.count(c) > 1)}' appears twice")
     data_row = 0  # data lines before this block
     for block in iter_blocks(task, BATCH_BYTES):
         if b"\r" in block:
@@ -133,7 +144,7 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
         if report is not None and wrong.any():
             rows = np.flatnonzero(wrong)
             report.read += len(rows)
-            report.bad("wrong_field_count", len(rows), [
+            report.bad_at("wrong_field_count", len(rows), [int(line_no[r]) for r in rows[:5]], [
                 f"{path}: data row {int(line_no[r])}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
                 for r in rows[:5]])
         keep = ~blank & ~wrong
@@ -222,7 +233,8 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
         for reason, mask_bad in reasons:
             bad_rows = np.flatnonzero(mask_bad)
             if len(bad_rows):
-                report.bad(reason, len(bad_rows), [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]])
+                report.bad_at(reason, len(bad_rows), [int(rows[r]) for r in bad_rows[:5]],
+                              [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]])
     good = utf8_ok & lab_ok & num_ok & range_ok
     if rows_out is not None:
         rows_out.append(rows[good])
@@ -233,7 +245,9 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
 
 
 def iter_clean(opts: TranscodeOptions, report: Report | None) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.Array]]]:
-    for path in opts.inputs:
+    for k, path in enumerate(opts.inputs):
+        if report is not None:
+            report.file_index = k
         for t, rows in iter_batches(opts, path, report):
             yield clean(opts, t, report, path, rows)
 

@@ -69,11 +69,21 @@ def load_profile(spec: str) -> HardwareProfile:
         return measure_here()
     try:
         with open(spec, encoding="utf-8") as f:
-            return HardwareProfile(**json.load(f))
+            profile = HardwareProfile(**json.load(f))
     except OSError:
         raise DlrmkitError(f"--hardware: '{spec}' is not one of {', '.join(PROFILES)}, 'measured', or a readable JSON file") from None
-    except (TypeError, json.JSONDecodeError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise DlrmkitError(f"--hardware {spec}: not a hardware profile ({exc})") from None
+    for name, value in vars(profile).items():  # every figure a finite positive number
+        if name == "name":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise DlrmkitError(f"--hardware {spec}: '{name}' must be a positive number, got {value!r}")
+        if name.endswith("efficiency") and value > 1:
+            raise DlrmkitError(f"--hardware {spec}: '{name}' must be at most 1, got {value!r}")
+    if not isinstance(profile.ranks_per_node, int):
+        raise DlrmkitError(f"--hardware {spec}: 'ranks_per_node' must be an integer")
+    return profile
 
 
 def measure_here(size: int = 1024) -> HardwareProfile:
