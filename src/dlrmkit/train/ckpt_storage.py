@@ -54,9 +54,18 @@ def progress(total: int, what: str):
                 disable=None, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor | None:
+    """`t` as a 1-d view with unit stride, or None (a one-element tensor can be contiguous with
+    another stride, which a dtype view refuses)."""
+    flat = t.reshape(-1) if t.is_contiguous() else None
+    return flat if flat is not None and (flat.numel() == 0 or flat.stride(0) == 1) else None
+
+
 def _bytes(t: torch.Tensor):
-    """A contiguous CPU tensor's bytes, without a copy (numpy has no bfloat16: go through uint8)."""
-    return t.reshape(-1).view(torch.uint8).numpy()
+    """A CPU tensor's bytes: a view where _flat gives one, else of a copy (numpy has no bfloat16:
+    go through uint8)."""
+    flat = _flat(t)
+    return (flat if flat is not None else t.clone(memory_format=torch.contiguous_format).reshape(-1)).view(torch.uint8).numpy()
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -231,12 +240,9 @@ class RawReader(StorageReader):
                         info, shape, dtype = self.storage[req.storage_index]
                         if info["offset"] + info["length"] > size:
                             raise DlrmkitError(f"{fp}: shorter than its metadata says (truncated)")
-                        target = planner.resolve_tensor(req).detach()
-                        if target.dtype != dtype:
-                            raise DlrmkitError(f"{fp}: '{req.dest_index.fqn}' is {dtype} in the checkpoint, "
-                                               f"{target.dtype} in the model")
+                        target = planner.resolve_tensor(req).detach()  # another dtype: converted, as DCP does
                         _read_rectangle(f, fp, info["offset"], shape, list(req.storage_offsets), list(req.lengths),
-                                        target, bar)
+                                        target, dtype, bar)
                         planner.commit_tensor(req, target)
         fut: Future = Future()
         fut.set_result(None)
@@ -257,13 +263,13 @@ def _readinto(f, fp: str, pos: int, buf) -> None:
 
 
 def _read_rectangle(f, fp: str, base: int, shape: list[int], offs: list[int], lens: list[int],
-                    target: torch.Tensor, bar) -> None:
+                    target: torch.Tensor, dtype: torch.dtype, bar) -> None:
     """Copy the block [offs, offs+lens) of a row-major chunk `shape` stored at `base` into
     `target` (shape lens), row block by row block: straight into `target`'s memory when it is a
     contiguous CPU tensor and the block spans whole rows, else through a bounded buffer."""
     shape, offs, lens = (shape or [1]), (offs or [0]), (lens or [1])
     target = _rows(target)
-    itemsize = target.element_size()
+    itemsize = torch._utils._element_size(dtype)
     row_bytes = math.prod(shape[1:]) * itemsize
     whole_rows = list(offs[1:]) == [0] * (len(shape) - 1) and list(lens[1:]) == list(shape[1:])
     step = _block_rows(shape, itemsize)
@@ -271,10 +277,10 @@ def _read_rectangle(f, fp: str, base: int, shape: list[int], offs: list[int], le
         n = min(step, lens[0] - lo)
         pos = base + (offs[0] + lo) * row_bytes
         dest = target[lo:lo + n]
-        if whole_rows and dest.is_cpu and dest.is_contiguous():
+        if whole_rows and dest.is_cpu and dest.dtype == dtype and _flat(dest) is not None:
             _readinto(f, fp, pos, _bytes(dest))
         else:
-            buf = torch.empty([n, *shape[1:]], dtype=target.dtype)
+            buf = torch.empty([n, *shape[1:]], dtype=dtype)
             _readinto(f, fp, pos, _bytes(buf))
             for d in range(1, len(shape)):
                 buf = buf.narrow(d, offs[d], lens[d])

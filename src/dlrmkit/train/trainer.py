@@ -214,7 +214,7 @@ class Trainer:
         path = self.save()
         if self.dist.rank == 0:
             size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
-            print(f"saved checkpoint {path} ({size / 2**30:.2f} GiB, {time.monotonic() - t0:.1f} s; "
+            print(f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
                   f"--no-final-checkpoint skips it)", file=sys.stderr)
 
     def load(self, path: str) -> None:
