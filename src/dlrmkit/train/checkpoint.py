@@ -162,10 +162,12 @@ def _listed_files(path: str, manifest: dict[str, Any]) -> dict[str, dict[str, An
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise DlrmkitError(f"{fp}: lists no files with their SHA-256; refused (every checkpoint lists every file it holds)")
+    expected = storage.FORMAT_FILES[manifest.get("format") == LEGACY_FORMAT]
     for name, info in files.items():
-        if (os.path.basename(name) != name or name in ("", ".", "..", MANIFEST) or not isinstance(info, dict)
+        if (not isinstance(name, str) or not expected.fullmatch(name) or not isinstance(info, dict)
                 or not isinstance(info.get("bytes"), int) or not isinstance(info.get("sha256"), str)):
-            raise DlrmkitError(f"{fp}: bad file entry {name[:60]!r}; refused")
+            raise DlrmkitError(f"{fp}: file entry {str(name)[:60]!r} is not a file of a {manifest.get('format')} "
+                               f"checkpoint; refused")
     for name in sorted(set(os.listdir(path)) - set(files) - {MANIFEST}):
         raise DlrmkitError(f"{os.path.join(path, name)}: not listed in {MANIFEST}; refused (a checkpoint holds only "
                            f"the files its manifest lists); use an older checkpoint (point '{LATEST}' at it)")
@@ -364,6 +366,7 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any]) -> Non
     show = _rank() == 0
     reader = (storage.LegacyReader(path) if manifest.get("format") == LEGACY_FORMAT
               else storage.RawReader(path, show=show))
+    reader.read_metadata()  # refused here, in one line, before DCP (which would log and retry)
     with _quiet():
         try:
             _dcp().load(state, storage_reader=reader, planner=storage.TensorsOnlyLoadPlanner(),

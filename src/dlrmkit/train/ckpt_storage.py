@@ -44,6 +44,8 @@ STORAGE_FORMAT = "dlrmkit-raw/1"
 BLOCK = 64 << 20  # bytes per write/read block: the most a save or load adds to resident memory
 DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 DATA_FILE = re.compile(r"data_[0-9]{1,6}\.bin")
+# the files a checkpoint folder may hold besides its manifest: [this format, the first format]
+FORMAT_FILES = [re.compile(r"metadata\.json|data_[0-9]{1,6}\.bin"), re.compile(r"\.metadata|__[0-9]{1,6}_[0-9]{1,6}\.distcp")]
 
 
 def progress(total: int, what: str):
@@ -212,8 +214,11 @@ class RawReader(StorageReader):
             self.path = str(checkpoint_id)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        meta, self.storage = parse_metadata(self.path)
-        return meta
+        """Parsed once (load_into calls it before DCP, so a refusal is one line, not DCP's
+        fallback tracebacks); DCP then gets the same object."""
+        if getattr(self, "_meta", None) is None:
+            self._meta, self.storage = parse_metadata(self.path)
+        return self._meta
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self.storage = metadata.storage_data
@@ -313,6 +318,11 @@ class LegacyReader(FileSystemReader):
     DCP with torch.load(weights_only=True)), with the metadata unpickled from an allow-list."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        if getattr(self, "_meta", None) is None:
+            self._meta = self._read_metadata()
+        return self._meta
+
+    def _read_metadata(self) -> Metadata:
         fp = os.path.join(str(self.path), ".metadata")
         try:
             with open(fp, "rb") as f:
