@@ -20,7 +20,6 @@ saving leaves the previous checkpoint and `latest` intact; the temporary folder 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -32,7 +31,8 @@ import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train import ckpt_storage as storage
-from dlrmkit.train.ckpt_state import checkpoint_meta, model_state, quiet as _quiet  # noqa: F401 (re-exported)
+from dlrmkit.train.ckpt_state import checkpoint_meta, model_state, restore_model_state  # noqa: F401 (re-exported)
+from dlrmkit.train.ckpt_state import quiet as _quiet
 from dlrmkit.train.faults import fault_point
 
 LATEST = "latest"
@@ -113,27 +113,6 @@ def _dcp():
     import torch.distributed.checkpoint as dcp
 
     return dcp
-
-
-def _checkpoint_exception() -> type:
-    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
-
-    return CheckpointException
-
-
-def _cause(exc: BaseException) -> BaseException:
-    """The first rank's exception inside DCP's CheckpointException (a BaseException), else `exc`."""
-    failures = getattr(exc, "failures", None)
-    if isinstance(failures, dict) and failures:
-        first = next(iter(failures.values()))
-        return first[0] if isinstance(first, tuple) else first
-    return exc
-
-
-def _os_error(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.errno:
-        return f"{exc.strerror or os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})"
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else ''}"
 
 
 # ---- checksums ----------------------------------------------------------------------------------
@@ -247,7 +226,7 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
         if rank0:
             shutil.rmtree(tmp, ignore_errors=True)
         prev = latest_or_none(directory)
-        return (f"cannot write checkpoint {final}: {_os_error(exc)}; "
+        return (f"cannot write checkpoint {final}: {storage.os_error(exc)}; "
                 f"{'the previous checkpoint ' + prev + ' is intact' if prev else 'no checkpoint was written'}")
 
     error = None
@@ -264,8 +243,8 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     try:
         with _quiet():
             metadata = _dcp().save(state, storage_writer=storage.RawWriter(tmp, show=rank0), no_dist=not _distributed())
-    except (Exception, _checkpoint_exception()) as exc:  # DCP raises the same on every rank
-        cause = _cause(exc)
+    except (Exception, storage.checkpoint_exception()) as exc:  # DCP raises the same on every rank
+        cause = storage.cause(exc)
         if isinstance(cause, DlrmkitError):
             raise DlrmkitError(str(cause)) from None
         raise DlrmkitError(failed(cause)) from None
@@ -371,50 +350,11 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any]) -> Non
         try:
             _dcp().load(state, storage_reader=reader, planner=storage.TensorsOnlyLoadPlanner(),
                         no_dist=not _distributed())
-        except (Exception, _checkpoint_exception()) as exc:  # DCP wraps reader errors
-            cause = _cause(exc)
+        except (Exception, storage.checkpoint_exception()) as exc:  # DCP wraps reader errors
+            cause = storage.cause(exc)
             if isinstance(cause, DlrmkitError):
                 raise DlrmkitError(str(cause)) from None
-            raise DlrmkitError(f"{path}: checkpoint could not be read ({_os_error(cause)})") from None
-
-
-def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module,
-                        optimizers: list[torch.optim.Optimizer]) -> None:
-    """Load checkpoint `path` (verified, with its `manifest`) into a live model and optimizers,
-    creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds."""
-    saved_opts = manifest.get("optimizers")
-    now = [type(o).__name__ for o in optimizers]
-    if saved_opts is not None and saved_opts != now:
-        raise DlrmkitError(f"{path}: checkpoint was trained with optimizers {saved_opts}, this run uses {now}; "
-                           f"pass the same --optimizer or start a fresh --checkpoint-dir")
-    params = dict(model.named_parameters())
-    dense_opt = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
-    for key, info in manifest["tensors"].items():  # create missing dense optimizer state
-        if key.startswith("dense_opt."):
-            fqn, k = key[len("dense_opt."):].rsplit(".", 1)
-            p = params.get(fqn)
-            if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
-                # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
-                # fused or capturable, which keep it on the GPU), anything larger beside the parameter
-                where = "cpu" if not info["shape"] else p.device
-                dense_opt[id(p)].state[p][k] = torch.zeros(info["shape"], dtype=getattr(torch, info["dtype"]), device=where)
-    tensors, _ = model_state(model, optimizers)
-    rng_key = f"rng.{_rank()}"
-    if rng_key not in manifest["tensors"]:
-        rng_key = "rng.0"  # more ranks now than at save time: take rank 0's stream
-    rng = tensors.pop(f"rng.{_rank()}")
-    tensors[rng_key] = rng
-    load_into(path, tensors, manifest)
-    torch.set_rng_state(tensors[rng_key])
-    for name, value in manifest.get("optimizer_scalars", {}).items():
-        fqn, k = name.rsplit(".", 1)
-        targets = list(model.embeddings.parameters()) if fqn == "embeddings" else [params.get(fqn)]
-        for p in targets:
-            opt = dense_opt.get(id(p)) if p is not None else None
-            if opt is not None:
-                current = opt.state[p].get(k)
-                opt.state[p][k] = (torch.tensor(value, dtype=current.dtype, device=current.device)
-                                   if torch.is_tensor(current) else value)
+            raise DlrmkitError(f"{path}: checkpoint could not be read ({storage.os_error(cause)})") from None
 
 
 # ---- single-process use (evaluate, export, predict, tests) -------------------------------------------

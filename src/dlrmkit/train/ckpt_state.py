@@ -147,6 +147,47 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
     return tensors, extras
 
 
+def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module,
+                        optimizers: list[torch.optim.Optimizer]) -> None:
+    """Load checkpoint `path` (verified, with its `manifest`) into a live model and optimizers,
+    creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds."""
+    saved_opts = manifest.get("optimizers")
+    now = [type(o).__name__ for o in optimizers]
+    if saved_opts is not None and saved_opts != now:
+        raise DlrmkitError(f"{path}: checkpoint was trained with optimizers {saved_opts}, this run uses {now}; "
+                           f"pass the same --optimizer or start a fresh --checkpoint-dir")
+    params = dict(model.named_parameters())
+    dense_opt = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
+    for key, info in manifest["tensors"].items():  # create missing dense optimizer state
+        if key.startswith("dense_opt."):
+            fqn, k = key[len("dense_opt."):].rsplit(".", 1)
+            p = params.get(fqn)
+            if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
+                # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
+                # fused or capturable, which keep it on the GPU), anything larger beside the parameter
+                where = "cpu" if not info["shape"] else p.device
+                dense_opt[id(p)].state[p][k] = torch.zeros(info["shape"], dtype=getattr(torch, info["dtype"]), device=where)
+    tensors, _ = model_state(model, optimizers)
+    rng_key = f"rng.{_rank()}"
+    if rng_key not in manifest["tensors"]:
+        rng_key = "rng.0"  # more ranks now than at save time: take rank 0's stream
+    rng = tensors.pop(f"rng.{_rank()}")
+    tensors[rng_key] = rng
+    from dlrmkit.train.checkpoint import load_into  # (checkpoint imports this module)
+
+    load_into(path, tensors, manifest)
+    torch.set_rng_state(tensors[rng_key])
+    for name, value in manifest.get("optimizer_scalars", {}).items():
+        fqn, k = name.rsplit(".", 1)
+        targets = list(model.embeddings.parameters()) if fqn == "embeddings" else [params.get(fqn)]
+        for p in targets:
+            opt = dense_opt.get(id(p)) if p is not None else None
+            if opt is not None:
+                current = opt.state[p].get(k)
+                opt.state[p][k] = (torch.tensor(value, dtype=current.dtype, device=current.device)
+                                   if torch.is_tensor(current) else value)
+
+
 def checkpoint_meta(model_cfg: Any, train_cfg: Any, **train_state: Any) -> dict[str, Any]:
     """The manifest fields the trainer records besides tensors."""
     return {"model_config": asdict(model_cfg), "train_config": asdict(train_cfg), **train_state}

@@ -18,6 +18,7 @@ torch.load(weights_only=False)) are refused both ways.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -77,6 +78,28 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 def _block_rows(shape: list[int] | torch.Size, itemsize: int) -> int:
     row = math.prod(shape[1:]) * itemsize if len(shape) > 1 else itemsize
     return max(1, BLOCK // max(row, 1))
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+def checkpoint_exception() -> type:
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    return CheckpointException
+
+
+def cause(exc: BaseException) -> BaseException:
+    """The first rank's exception inside DCP's CheckpointException (a BaseException), else `exc`."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = next(iter(failures.values()))
+        return first[0] if isinstance(first, tuple) else first
+    return exc
+
+
+def os_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{exc.strerror or os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else ''}"
 
 
 # ---- write ---------------------------------------------------------------------------------------
