@@ -242,7 +242,8 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     _broadcast_error(error)
     try:
         with _quiet():
-            metadata = _dcp().save(state, storage_writer=storage.RawWriter(tmp, show=rank0), no_dist=not _distributed())
+            writer = storage.RawWriter(tmp, show=rank0)
+            metadata = _dcp().save(state, storage_writer=writer, no_dist=not _distributed())
     except (Exception, storage.checkpoint_exception()) as exc:  # DCP raises the same on every rank
         cause = storage.cause(exc)
         if isinstance(cause, DlrmkitError):
@@ -251,8 +252,9 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     fault_point("save:after-data")
     error, digests = None, {}
     try:
-        digests = {n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": file_digest(os.path.join(tmp, n))}
-                   for n in _files_of(tmp, _rank())}
+        digests = {n: writer.digests.get(n) or {"bytes": os.path.getsize(os.path.join(tmp, n)),
+                                                "sha256": file_digest(os.path.join(tmp, n))}
+                   for n in _files_of(tmp, _rank())}  # data files: hashed as they were written
     except OSError as exc:
         error = failed(exc)
     if _distributed():

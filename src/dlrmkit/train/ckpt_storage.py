@@ -19,6 +19,7 @@ torch.load(weights_only=False)) are refused both ways.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -109,6 +110,7 @@ class RawWriter(StorageWriter):
     def __init__(self, path: str, show: bool = False):
         super().__init__()
         self.path, self.show = str(path), show
+        self.digests: dict[str, dict[str, Any]] = {}  # file -> {bytes, sha256}, computed while writing
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         if checkpoint_id:
@@ -129,7 +131,7 @@ class RawWriter(StorageWriter):
         name = plan.storage_data
         total = sum(math.prod(i.tensor_data.size) * torch._utils._element_size(i.tensor_data.properties.dtype)
                     for i in plan.items if i.type != WriteItemType.BYTE_IO)
-        results = []
+        results, digest = [], hashlib.sha256()
         with open(os.path.join(self.path, name), "wb") as f, progress(total if self.show else 0, "saving checkpoint") as bar:
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
@@ -140,13 +142,16 @@ class RawWriter(StorageWriter):
                 step = _block_rows(rows.shape, t.element_size())
                 for lo in range(0, rows.shape[0], step):
                     block = rows[lo:lo + step].contiguous().cpu()  # a view unless a column shard or on a GPU
-                    f.write(_bytes(block))
+                    raw = _bytes(block)
+                    f.write(raw)
+                    digest.update(raw)
                     bar.update(block.numel() * block.element_size())
                 length = f.tell() - offset
                 results.append(WriteResult(index=item.index, size_in_bytes=length,
                                            storage_data={"file": name, "offset": offset, "length": length}))
             f.flush()
             os.fsync(f.fileno())
+            self.digests[name] = {"bytes": f.tell(), "sha256": digest.hexdigest()}
         fut: Future = Future()
         fut.set_result(results)
         return fut
