@@ -279,6 +279,14 @@ def test_save_on_a_read_only_folder_is_one_line(tiny_data, tmp_path, monkeypatch
     assert (c / "latest").read_text() == "step_2"
 
 
+def test_unwritable_checkpoint_dir_fails_before_training(tiny_data, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    result = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", tmp_path / "file",
+                     "--max-steps", 3, "--log-jsonl", tmp_path / "log.jsonl")
+    assert_one_line_error(result, "--checkpoint-dir", "cannot write there")
+    assert not (tmp_path / "log.jsonl").exists() or "train" not in (tmp_path / "log.jsonl").read_text()
+
+
 # ---- the end-of-run checkpoint ----------------------------------------------------------------------
 def test_final_checkpoint_is_announced_and_can_be_skipped(tiny_data, tmp_path):
     r = train(tiny_data, "--checkpoint-dir", tmp_path / "C")

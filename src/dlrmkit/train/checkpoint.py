@@ -79,6 +79,19 @@ def existing_checkpoints(directory: str) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n == LATEST or (_is_step_name(n)))
 
 
+def check_writable_directory(directory: str) -> None:
+    """Create `directory` and write a probe file there, so a checkpoint folder that cannot be
+    written fails before training, not at the first save."""
+    probe = os.path.join(directory, f".write-probe-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise DlrmkitError(f"--checkpoint-dir {directory}: cannot write there ({storage.os_error(exc)})") from None
+
+
 def check_fresh_directory(directory: str) -> None:
     """A run without --resume must not write into a folder holding another run's checkpoints:
     pruning and `latest` would mix the two runs (and could delete the other run's newest)."""
@@ -153,7 +166,7 @@ def _listed_files(path: str, manifest: dict[str, Any]) -> dict[str, dict[str, An
     return files
 
 
-def verify_checkpoint(path: str) -> dict[str, Any]:
+def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
     """The manifest of checkpoint `path`, after checking that the folder holds exactly the files it
     lists, each with its size and SHA-256 (each rank checks a share of the files). Raises one
     DlrmkitError line on any difference."""
@@ -166,8 +179,7 @@ def verify_checkpoint(path: str) -> dict[str, Any]:
         files, error = {}, str(exc)
     rank, world = _rank(), (dist.get_world_size() if _distributed() else 1)
     mine = [(n, i) for k, (n, i) in enumerate(sorted(files.items())) if k % world == rank]
-    total = sum(i["bytes"] for _, i in mine) if rank == 0 else 0
-    with storage.progress(total, "verifying checkpoint") as bar:
+    with storage.progress(sum(i["bytes"] for _, i in mine), "verifying checkpoint", show and rank == 0) as bar:
         for name, info in mine:
             if error:
                 break
@@ -177,7 +189,7 @@ def verify_checkpoint(path: str) -> dict[str, Any]:
             elif os.path.getsize(fp) != info["bytes"]:
                 error = (f"{fp}: checkpoint file is truncated or altered ({os.path.getsize(fp)} bytes, manifest says "
                          f"{info['bytes']}); use an older checkpoint (point '{LATEST}' at it)")
-            elif file_digest(fp, bar=bar if rank == 0 else None) != info["sha256"]:
+            elif file_digest(fp, bar=bar) != info["sha256"]:
                 error = (f"{fp}: checkpoint file is corrupt (SHA-256 differs from {MANIFEST}); "
                          f"use an older checkpoint (point '{LATEST}' at it)")
     _broadcast_error(error)
@@ -213,7 +225,8 @@ def model_config_of(path: str, manifest: dict[str, Any]):
 
 
 # ---- save -----------------------------------------------------------------------------------------
-def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int = 2) -> str:
+def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int = 2,
+                    show: bool = True) -> str:
     """Write `state` (flat: name -> tensor, ShardedTensor or DTensor) with DCP and `meta` into the
     manifest, atomically. Under torch.distributed every rank calls this with its own shards.
     A write error (disk full, read-only) is one line on every rank; the temporary folder is
@@ -242,7 +255,7 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     _broadcast_error(error)
     try:
         with _quiet():
-            writer = storage.RawWriter(tmp, show=rank0)
+            writer = storage.RawWriter(tmp, show=rank0 and show)
             metadata = _dcp().save(state, storage_writer=writer, no_dist=not _distributed())
     except (Exception, storage.checkpoint_exception()) as exc:  # DCP raises the same on every rank
         cause = storage.cause(exc)
@@ -331,7 +344,7 @@ def _prune(directory: str, keep: int) -> None:
 
 
 # ---- load -----------------------------------------------------------------------------------------
-def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any]) -> None:
+def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: bool = True) -> None:
     """Fill `state` (flat, as saved; tensors are filled in place, resharded as their placement asks)
     from checkpoint `path`. Shapes are checked first so a mismatch is one clear line. Only the
     first format's pickled metadata is unpickled, from an allow-list of DCP's metadata classes."""
@@ -344,7 +357,7 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any]) -> Non
         if saved[key].get("shape") != shape:
             raise DlrmkitError(f"{path}: tensor '{key}' has shape {saved[key].get('shape')} in the checkpoint "
                                f"but {shape} in this model; the checkpoint belongs to another model shape")
-    show = _rank() == 0
+    show = show and _rank() == 0
     reader = (storage.LegacyReader(path) if manifest.get("format") == LEGACY_FORMAT
               else storage.RawReader(path, show=show))
     reader.read_metadata()  # refused here, in one line, before DCP (which would log and retry)

@@ -148,7 +148,7 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
 
 
 def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module,
-                        optimizers: list[torch.optim.Optimizer]) -> None:
+                        optimizers: list[torch.optim.Optimizer], show: bool = True) -> None:
     """Load checkpoint `path` (verified, with its `manifest`) into a live model and optimizers,
     creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds."""
     saved_opts = manifest.get("optimizers")
@@ -175,7 +175,7 @@ def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Mod
     tensors[rng_key] = rng
     from dlrmkit.train.checkpoint import load_into  # (checkpoint imports this module)
 
-    load_into(path, tensors, manifest)
+    load_into(path, tensors, manifest, show)
     torch.set_rng_state(tensors[rng_key])
     for name, value in manifest.get("optimizer_scalars", {}).items():
         fqn, k = name.rsplit(".", 1)

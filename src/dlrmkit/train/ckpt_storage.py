@@ -50,12 +50,13 @@ DATA_FILE = re.compile(r"data_[0-9]{1,6}\.bin")
 FORMAT_FILES = [re.compile(r"metadata\.json|data_[0-9]{1,6}\.bin"), re.compile(r"\.metadata|__[0-9]{1,6}_[0-9]{1,6}\.distcp")]
 
 
-def progress(total: int, what: str):
-    """A byte progress bar on stderr that shows only after 2 s and only on a terminal."""
+def progress(total: int, what: str, show: bool = True):
+    """A byte progress bar on stderr that shows only after 2 s, only on a terminal, only if `show`
+    (rank 0)."""
     from tqdm import tqdm
 
     return tqdm(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024, delay=2.0,
-                disable=None, file=sys.stderr, leave=False, dynamic_ncols=True)
+                disable=None if show else True, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -132,7 +133,7 @@ class RawWriter(StorageWriter):
         total = sum(math.prod(i.tensor_data.size) * torch._utils._element_size(i.tensor_data.properties.dtype)
                     for i in plan.items if i.type != WriteItemType.BYTE_IO)
         results, digest = [], hashlib.sha256()
-        with open(os.path.join(self.path, name), "wb") as f, progress(total if self.show else 0, "saving checkpoint") as bar:
+        with open(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
                     raise DlrmkitError(f"checkpoint state '{item.index.fqn}' is not a tensor; only tensors are saved")
@@ -264,7 +265,7 @@ class RawReader(StorageReader):
                 raise DlrmkitError(f"{self.path}: checkpoint entry '{req.dest_index.fqn}' is not a tensor")
             per_file.setdefault(self.storage[req.storage_index][0]["file"], []).append(req)
         total = sum(math.prod(r.lengths) * self.storage[r.storage_index][2].itemsize for r in plan.items)
-        with progress(total if self.show else 0, "loading checkpoint") as bar:
+        with progress(total, "loading checkpoint", self.show) as bar:
             for name, reqs in sorted(per_file.items()):
                 fp = os.path.join(self.path, name)
                 with open(fp, "rb", buffering=0) as f:

@@ -62,8 +62,10 @@ class Trainer:
         self.cfg = cfg = cfg.resolved()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        if cfg.checkpoint_dir and not cfg.resume:
-            ckpt.check_fresh_directory(cfg.checkpoint_dir)  # before any expensive work
+        if cfg.checkpoint_dir:  # before any expensive work
+            if not cfg.resume:
+                ckpt.check_fresh_directory(cfg.checkpoint_dir)
+            ckpt.check_writable_directory(cfg.checkpoint_dir)
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
@@ -98,6 +100,7 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
+        self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses: deque[float] = deque(maxlen=100)
@@ -181,7 +184,8 @@ class Trainer:
             best_auc=self.best_auc, skipped_nonfinite=self.skipped_nonfinite, **extras,
             dataset={"path": os.path.abspath(self.cfg.data), "fingerprint": self.fingerprint()},
         )
-        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints)
+        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints,
+                                    show=self.cfg.progress)
         self.last_save_time, self.last_saved_step = time.monotonic(), self.step
         return path
 
@@ -206,7 +210,7 @@ class Trainer:
 
     def load(self, path: str) -> None:
         path = ckpt.resolve_checkpoint(path)
-        meta = ckpt.verify_checkpoint(path)
+        meta = ckpt.verify_checkpoint(path, show=self.cfg.progress)
         saved = ckpt.model_config_of(path, meta)
         if saved != self.model_cfg:
             raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {self.model_cfg}")
@@ -216,7 +220,7 @@ class Trainer:
                                f"{str(data.get('fingerprint'))[:12]}), but --data {self.cfg.data} is another dataset "
                                f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
                                f"fresh --checkpoint-dir")
-        ckpt.restore_model_state(path, meta, self.model, self.optimizers)
+        ckpt.restore_model_state(path, meta, self.model, self.optimizers, show=self.cfg.progress)
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best_auc = meta["best_auc"]
         self.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
@@ -229,10 +233,11 @@ class Trainer:
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
-    def evaluate(self, progress: bool = False) -> dict[str, float]:
+    def evaluate(self) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
             result = (self.par.evaluate(self.test_set, self.cfg.eval_batch_size) if self.par else
-                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move, progress))
+                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move,
+                                     self.eval_progress))
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
@@ -301,8 +306,8 @@ class Trainer:
                     if cfg.target_auc is not None and auc >= cfg.target_auc:
                         stop = True
         bar.close()
-        last = (self.last_eval[1] if self.last_eval and self.last_eval[0] == self.step
-                else self.evaluate(progress=cfg.progress))
+        self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
+        last = self.last_eval[1] if self.last_eval and self.last_eval[0] == self.step else self.evaluate()
         self.save_final()
         metrics: dict[str, Any] = {
             "auc": last["auc"],
