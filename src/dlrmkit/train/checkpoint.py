@@ -259,7 +259,9 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
             metadata = _dcp().save(state, storage_writer=writer, no_dist=not _distributed())
     except (Exception, storage.checkpoint_exception()) as exc:  # DCP raises the same on every rank
         cause = storage.cause(exc)
-        if isinstance(cause, DlrmkitError):
+        if isinstance(cause, DlrmkitError):  # refused state (not a tensor): no half-written folder either
+            if rank0:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise DlrmkitError(str(cause)) from None
         raise DlrmkitError(failed(cause)) from None
     fault_point("save:after-data")
