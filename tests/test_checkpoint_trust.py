@@ -186,6 +186,17 @@ def test_altered_checkpoint_is_refused(transcoded, tmp_path, damage, needle):
         assert_one_line_error(run_cli(*argv), needle)
 
 
+def test_manifest_describing_a_huge_model_is_one_line(transcoded, tmp_path):
+    import shutil
+
+    ds, c0, csv = transcoded
+    c = tmp_path / "C"
+    shutil.copytree(c0, c)
+    rewrite_manifest(ckpt.latest_checkpoint(str(c)), lambda m: m["model_config"].update(table_sizes=[10**13, 5]))
+    assert_one_line_error(run_cli("export", "--checkpoint", c, "--out", tmp_path / "m.pt"), "cannot allocate")
+    assert_one_line_error(run_cli(*commands(ds, c, csv, tmp_path)["evaluate"]), "model was trained for")
+
+
 def test_first_format_checkpoint_still_loads_with_equal_results(tiny_data, tmp_path):
     m1, m2 = tmp_path / "a.json", tmp_path / "b.json"
     train(tiny_data, "--checkpoint-dir", tmp_path / "C", "--optimizer", "adagrad", "--lr", "0.05", steps=5)

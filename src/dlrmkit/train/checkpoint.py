@@ -387,7 +387,12 @@ def load_single_process_model(path: str, check: Any = None):
     cfg = model_config_of(path, manifest)
     if check is not None:
         check(cfg)
-    model = DLRM(cfg)
+    try:
+        model = DLRM(cfg)
+    except (RuntimeError, MemoryError) as exc:  # a manifest may describe a model larger than memory
+        raise DlrmkitError(f"{path}: cannot allocate the model its manifest describes "
+                           f"(tables {cfg.table_sizes[:4]}{'...' if len(cfg.table_sizes) > 4 else ''}, "
+                           f"dim {cfg.embedding_dim}): {str(exc)[:80]}") from None
     tensors, _ = model_state(model, [])
     tensors.pop(f"rng.{_rank()}")
     load_into(path, tensors, manifest)
