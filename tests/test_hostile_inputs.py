@@ -196,6 +196,8 @@ PROBES = [
     Probe("train-run-dir-is-file", (*T[:6], "--run-dir", "{ws}/afile"), "is a file"),
     Probe("train-log-jsonl-is-folder", (*T, "--log-jsonl", "{ws}/notes"), "is a folder"),
     Probe("train-tensorboard-is-file", (*T, "--tensorboard", "{ws}/afile"), "is a file"),
+    Probe("train-metrics-json-inside-data", (*T, "--metrics-json", "{ws}/data/feature_spec.yaml"), "is inside --data"),
+    Probe("train-run-dir-inside-data", (*T[:6], "--run-dir", "{ws}/data/run"), "is inside --data"),
     Probe("train-data-missing", ("train", "--data", "{ws}/nowhere", "--no-progress", "--run-dir", "{ws}/newrun"), "nowhere"),
     Probe("train-data-is-file", ("train", "--data", "{ws}/afile", "--no-progress", "--run-dir", "{ws}/newrun"), "afile"),
     Probe("train-plan-missing", (*T, "--plan", "{ws}/plan.json"), "no such file"),
@@ -320,6 +322,12 @@ PROBES = [
     # ---- export
     Probe("export-out-is-folder", ("export", "--checkpoint", CK, "--out", "{ws}/notes"), "is a folder"),
     Probe("export-out-under-file", ("export", "--checkpoint", CK, "--out", "{ws}/afile/m.pt"), "is a file"),
+    Probe("export-out-inside-checkpoint", ("export", "--checkpoint", CK, "--out", "{ws}/run/checkpoints/latest"),
+          "is inside --checkpoint"),
+    Probe("evaluate-metrics-json-inside-data", ("evaluate", "--data", "{ws}/data", "--checkpoint", CK, "--metrics-json",
+                                                "{ws}/data/train/label.bin"), "is inside --data"),
+    Probe("plan-json-inside-data", ("plan", "--data", "{ws}/data", "--world-size", "2", "--json", "{ws}/data/feature_spec.yaml"),
+          "is inside --data"),
     Probe("export-checkpoint-missing", ("export", "--checkpoint", "{ws}/nowhere", "--out", "{ws}/m.pt"), "nowhere"),
     Probe("export-format-unknown", ("export", "--checkpoint", CK, "--out", "{ws}/m.pt", "--format", "pickle"), "--format"),
     # ---- predict
