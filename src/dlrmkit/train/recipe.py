@@ -16,7 +16,8 @@ import numpy as np
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset
 
-SMALL_ROWS = 2_000_000
+SMALL_ROWS = 100_000
+LARGE_ROWS = 10_000_000
 RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes sign(x) log(1+|x|)
 
 
@@ -42,26 +43,34 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
     ids_per_row = sum(cards) / max(rows, 1)
     if rows <= SMALL_ROWS:
         r = Recipe("small-data", {
-            "wide": True, "embedding_dim": 4, "bottom_mlp": [32, 4] if train.num_numerical else [],
-            "top_mlp": [32, 1], "optimizer": "adagrad", "lr": 0.02, "embedding_weight_decay": 0.01,
-            "batch_size": 128, "epochs": 30, "patience": 3, "restore_best": True,
+            "wide": True, "embedding_dim": 8, "bottom_mlp": [32, 8] if train.num_numerical else [],
+            "top_mlp": [32, 1], "optimizer": "adagrad", "lr": 0.05, "embedding_weight_decay": 0.01,
+            "batch_size": 64, "epochs": 30, "patience": 3, "restore_best": True,
         })
         r.reasons += [
             f"{rows:,} training rows (<= {SMALL_ROWS:,}): a plain DLRM overfits within an epoch here",
             f"{sum(cards):,} ids in {len(cards)} tables ({ids_per_row:.2f} per training row): narrow tables "
-            "(dim 4), Adagrad with lazy L2 (weight decay 0.01 on touched rows)",
+            "(dim 8), Adagrad 0.05 with lazy L2 (weight decay 0.01 on touched rows), batch 64",
             "wide term: a first-order weight per id and numerical feature beside the DLRM (the logistic regression "
             "it must at least match)",
             "up to 30 epochs, evaluated on the validation rows each epoch, stop after 3 without improvement, "
             "restore the best weights",
         ]
+    elif rows <= LARGE_ROWS:
+        r = Recipe("medium-data", {
+            "embedding_dim": 16, "bottom_mlp": [64, 16] if train.num_numerical else [], "top_mlp": [64, 32, 1],
+            "optimizer": "sgd", "lr": 1.0, "batch_size": 256, "epochs": 6, "patience": 2, "restore_best": True,
+        })
+        r.reasons.append(f"{rows:,} training rows ({SMALL_ROWS:,} to {LARGE_ROWS:,}): the tiny preset's recipe (dim 16, "
+                         "SGD 1.0, batch 256, 6 epochs), evaluated on the validation rows each epoch, stop after 2 "
+                         "without improvement, restore the best weights")
     else:
         r = Recipe("large-data", {
             "embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16] if train.num_numerical else [],
             "top_mlp": [512, 256, 1], "optimizer": "sgd", "lr": 0.1, "batch_size": 128, "epochs": 1,
             "restore_best": True,
         })
-        r.reasons.append(f"{rows:,} training rows (> {SMALL_ROWS:,}): the DLRM reference's Criteo Kaggle recipe "
+        r.reasons.append(f"{rows:,} training rows (> {LARGE_ROWS:,}): the DLRM reference's Criteo Kaggle recipe "
                          "(dim 16, SGD 0.1, batch 128, one epoch)")
     if scale > RAW_NUMERICAL:
         r.values["numerical_transform"] = "signed-log"
