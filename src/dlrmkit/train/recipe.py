@@ -34,7 +34,7 @@ def numerical_scale(train: SplitBinaryDataset, rows: int = 100_000) -> float:
         return 0.0
     n = min(rows, len(train))
     dense = train.read(0, n, check_ids=False).dense.astype(np.float32)
-    return float(np.nan_to_num(np.abs(dense), nan=0.0).max())
+    return float(np.nan_to_num(np.abs(dense), nan=0.0, posinf=np.inf).max())
 
 
 def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
@@ -74,7 +74,8 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
                          "(dim 16, SGD 0.1, batch 128, one epoch)")
     if scale > RAW_NUMERICAL:
         r.values["numerical_transform"] = "signed-log"
-        r.reasons.append(f"numerical values up to {scale:,.0f}: raw, so the model takes sign(x) log(1+|x|)")
+        seen = "over 65,504 (float16 infinities)" if np.isinf(scale) else f"up to {scale:,.0f}"
+        r.reasons.append(f"numerical values {seen}: raw, so the model takes sign(x) log(1+|x|)")
     else:
         r.values["numerical_transform"] = "none"
     return r
@@ -83,7 +84,11 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
 def apply(args: argparse.Namespace, recipe: Recipe) -> list[str]:
     """Fill the options the user left unset; returns the names it filled."""
     filled = []
+    # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
+    own_optimizer = any(getattr(args, k, None) is not None for k in ("optimizer", "embedding_optimizer"))
     for key, value in recipe.values.items():
+        if own_optimizer and key in ("optimizer", "lr", "embedding_weight_decay"):
+            continue
         if getattr(args, key, None) is None:
             setattr(args, key, value)
             filled.append(key)
