@@ -138,7 +138,7 @@ def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
 
 
 def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
-    sklearn = pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
+    pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.preprocessing import OneHotEncoder

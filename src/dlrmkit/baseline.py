@@ -93,7 +93,7 @@ def fit(data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: 
 
     from dlrmkit.data.loader import BatchLoader
     from dlrmkit.data.split_binary import open_dataset
-    from dlrmkit.train.metrics import log_loss, roc_auc
+    from dlrmkit.metrics import log_loss, roc_auc
     from dlrmkit.train.recipe import RAW_NUMERICAL, numerical_scale
     from dlrmkit.train.selection import validation_split
 

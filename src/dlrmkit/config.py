@@ -3,7 +3,7 @@ the table sizes always come from the dataset (or from the benchmark's own shape)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
@@ -114,7 +114,6 @@ class TrainConfig:
     embedding_weight_decay: float | None = None  # lazy L2 on touched table rows (Adagrad tables)
     wide: bool | None = None  # first-order term per id and numerical feature (model.config.ModelConfig.wide)
     numerical_transform: str | None = None  # none | signed-log, applied by the model to numerical inputs
-    extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

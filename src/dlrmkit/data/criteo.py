@@ -34,7 +34,7 @@ import pyarrow.csv as pacsv
 
 from dlrmkit.data.encoder import CountAccumulator, Vocabulary, dictionary_counts, to_string_array
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, FeatureSpec, categorical_dtype
-from dlrmkit.data.val_split import carve_val, val_rows
+from dlrmkit.data.val_split import carve_val, held_back  # noqa: F401  (held_back: also for the Spark engine)
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
 
@@ -587,16 +587,6 @@ def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[l
             acc.add(count_spilled(task, k, spill_dir) if spill_dir else count_task(task, limit=k).counts)
     return Pass1(tasks, results, acc.result(), split_at, boundary, n_test, n_val)
 
-
-def held_back(opts: CriteoOptions, count_train_lines: Callable[[], int]) -> tuple[int, int]:
-    """(rows held back from the end of the inputs: validation + test, validation rows)."""
-    test_rows = opts.test_rows or 0
-    if opts.test_fraction is not None:
-        lines = count_train_lines()
-        test_rows = int(round(opts.test_fraction * lines))
-        count_train_lines = lambda: lines  # noqa: E731  (counted once)
-    n_val = val_rows(opts.val_rows, opts.val_fraction, lambda: count_train_lines() - test_rows)
-    return test_rows + n_val, n_val
 
 
 def assemble(writer: SplitBinaryWriter, part_dir: str, tasks: list[Task]) -> None:

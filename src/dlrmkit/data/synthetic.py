@@ -17,7 +17,7 @@ import numpy as np
 from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.metrics import roc_auc
+from dlrmkit.metrics import roc_auc
 
 
 @dataclass

@@ -28,6 +28,18 @@ def val_rows(rows: int | None, fraction: float | None, train_rows: Callable[[], 
     return 0
 
 
+def held_back(opts, count_train_lines: Callable[[], int]) -> tuple[int, int]:
+    """(rows held back from the end of the inputs: validation + test, validation rows) for
+    options with test_rows/test_fraction/val_rows/val_fraction (criteo.CriteoOptions)."""
+    test_rows = opts.test_rows or 0
+    if opts.test_fraction is not None:
+        lines = count_train_lines()
+        test_rows = int(round(opts.test_fraction * lines))
+        count_train_lines = lambda: lines  # noqa: E731  (counted once)
+    n_val = val_rows(opts.val_rows, opts.val_fraction, lambda: count_train_lines() - test_rows)
+    return test_rows + n_val, n_val
+
+
 def carve_val(writer, n_val: int) -> None:
     """Move the first `n_val` rows of the writer's test files into its val files (the test
     mapping was written as val rows followed by test rows). Streams; nothing is held in memory."""

@@ -3,7 +3,7 @@ trains, a worker thread exchanges the ids of batch i+1 on a process group of its
 step's forward starts at the lookups. Collectives of one group must be issued in the same order
 on every rank: the step's all-to-alls and all-reduces use the default group from the main
 thread, the worker issues only this group's, in batch order, on every rank alike. Measured:
-docs/BENCHMARKS.md (the 0.9x check of issue 4)."""
+docs/BENCHMARKS.md (2 ranks against one process)."""
 
 from __future__ import annotations
 

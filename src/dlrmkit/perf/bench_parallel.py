@@ -43,7 +43,7 @@ def slice_jagged(ids: JaggedIds, a: int, b: int) -> JaggedIds:
 class BenchParallel(HybridParallel):
     def batches(self, cfg: ModelConfig, global_batch: int, count: int, seed: int) -> list[LocalBatch]:
         """The single-process bench's batches (same seed), each rank keeping its slice."""
-        from dlrmkit.bench import random_batches
+        from dlrmkit.perf.workload import random_batches
 
         n, r = self.ctx.world_size, self.ctx.rank
         sizes, (a, b) = batch_split(global_batch, n), batch_slice(global_batch, r, n)
