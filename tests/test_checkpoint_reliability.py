@@ -20,7 +20,7 @@ from dlrmkit.train import checkpoint as ckpt
 
 
 def train(data, *extra, steps=6):
-    result = run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, *extra)
+    result = run_cli("train", "--data", data, "--no-progress", "--preset", "tiny", "--max-steps", steps, *extra)
     assert result.code == 0, result.err
     return result
 

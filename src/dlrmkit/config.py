@@ -114,6 +114,7 @@ class TrainConfig:
     embedding_weight_decay: float | None = None  # lazy L2 on touched table rows (Adagrad tables)
     wide: bool | None = None  # first-order term per id and numerical feature (model.config.ModelConfig.wide)
     numerical_transform: str | None = None  # none | signed-log, applied by the model to numerical inputs
+    embedding_init_scale: float | None = None  # tables start at this fraction of the usual init (default 1)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

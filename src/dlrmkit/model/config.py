@@ -20,6 +20,8 @@ class ModelConfig:
     wide: bool = False
     # numerical inputs: "none", or "signed-log" (sign(x) log(1+|x|), infinities clamped) for raw values
     numerical_transform: str = "none"
+    # tables start at this fraction of the reference's +-sqrt(1/rows): small data wants quiet ids
+    embedding_init_scale: float = 1.0
 
     @property
     def table_dim(self) -> int:

@@ -38,6 +38,10 @@ class DLRM(nn.Module):
         self.bottom_mlp.reset_parameters(gen)
         self.top_mlp.reset_parameters(gen)
         self.embeddings.reset_parameters(gen)
+        if self.cfg.embedding_init_scale != 1.0:  # element-wise: the same under any sharding
+            with torch.no_grad():
+                for p in self.embeddings.parameters():
+                    p.mul_(self.cfg.embedding_init_scale)
         if self.linear is not None:
             with torch.no_grad():
                 self.linear.weight.zero_()

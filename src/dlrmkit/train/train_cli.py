@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-weight-decay", type=float, help="L2 on the table rows a batch touches (Adagrad tables)")
     p.add_argument("--wide", type=on_off, metavar="BOOL",
                    help="add a first-order term per id and numerical feature (Wide&Deep-style) (true/false)")
+    p.add_argument("--embedding-init-scale", type=float,
+                   help="tables start at this fraction of the usual uniform +-sqrt(1/rows) init (default 1)")
     p.add_argument("--numerical-transform", choices=["none", "signed-log"],
                    help="applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)")
     p.add_argument("--eval-batch-size", type=int, default=16384, help="batch size for evaluation (default 16384)")
@@ -125,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         restore_best=getattr(args, "restore_best", None),
         embedding_weight_decay=getattr(args, "embedding_weight_decay", None), wide=getattr(args, "wide", None),
         numerical_transform=getattr(args, "numerical_transform", None),
+        embedding_init_scale=getattr(args, "embedding_init_scale", None),
     )
 
 

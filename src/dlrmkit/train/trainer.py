@@ -72,6 +72,7 @@ class Trainer:
         self.model_cfg: ModelConfig = replace(
             model_config(cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities),
             wide=bool(cfg.wide), numerical_transform=cfg.numerical_transform or "none",
+            embedding_init_scale=cfg.embedding_init_scale if cfg.embedding_init_scale is not None else 1.0,
         )
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         from dlrmkit.parallel.dist import launched_by_torchrun
