@@ -86,7 +86,7 @@ def tiny_preset_run(tmp_path_factory):
     data, metrics = root / "D", root / "M.json"
     synth = run_cli("synth", "--preset", "tiny", "--out", data)
     assert synth.code == 0, synth.err
-    result = run_cli("train", "--data", data, "--preset", "tiny", "--metrics-json", metrics, "--no-progress")
+    result = run_cli("train", "--data", data, "--metrics-json", metrics, "--no-progress")  # the default recipe
     return synth, result, data, metrics
 
 
@@ -97,15 +97,17 @@ def test_synth_tiny_preset(tiny_preset_run):
     assert not os.path.exists(str(data) + ".tmp")
 
 
-def test_train_tiny_preset_reaches_optimal_auc(tiny_preset_run):
+def test_train_default_recipe_reaches_optimal_auc(tiny_preset_run):
     _, result, data, metrics_path = tiny_preset_run
     assert result.code == 0, result.err
     m = read_json(metrics_path)
     assert METRIC_KEYS <= set(m), METRIC_KEYS - set(m)
     assert abs(m["optimal_auc"] - m["auc"]) <= 0.02, m
     assert 0.5 < m["auc"] <= 1.0
-    assert m["steps"] == 6 * 528  # 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate)
-    assert m["samples"] == 6 * 135_000
+    assert "recipe medium-data" in result.out  # 150,000 rows: the tiny preset's recipe, selected on validation
+    # at most 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate); early stops at an epoch end
+    assert m["steps"] <= 6 * 528 and m["steps"] % 528 == 0
+    assert m["samples"] == m["steps"] // 528 * 135_000
     assert m["world_size"] == 1
     assert m["samples_per_s"] > 0
     assert 0 < m["logloss"] < 0.6931 and 0 < m["train_loss"] < 0.6931
