@@ -20,7 +20,7 @@ from dlrmkit.train import checkpoint as ckpt
 
 
 def train(data, *extra, steps=6):
-    result = run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, *extra)
+    result = run_cli("train", "--data", data, "--no-progress", "--preset", "tiny", "--max-steps", steps, *extra)
     assert result.code == 0, result.err
     return result
 
@@ -83,7 +83,7 @@ def test_interrupted_run_equals_uninterrupted_including_rng(tiny_data, tmp_path)
 def test_kill_mid_save_leaves_previous_checkpoint(tiny_data, tmp_path, point):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, steps=4)
-    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress",
+    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress", "--preset", "tiny",
             "--checkpoint-dir", str(c), "--resume", "--max-steps", "8"]
     proc = subprocess.run(args, env=env(DLRMKIT_FAULT=point), capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
@@ -98,7 +98,7 @@ def test_kill_mid_save_leaves_previous_checkpoint(tiny_data, tmp_path, point):
 
 def test_sigkill_at_a_random_moment_leaves_latest_loadable(tiny_data, tmp_path):
     c = tmp_path / "C"
-    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress",
+    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress", "--preset", "tiny",
             "--checkpoint-dir", str(c), "--checkpoint-every", "1", "--keep", "2", "--max-steps", "100000"]
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -154,7 +154,7 @@ def test_corrupt_checkpoint_is_one_line_error(tiny_data, tmp_path, damage):
         needles = [target, "manifest"]
     evaluate = run_cli_subprocess if damage == "flip" else run_cli  # one real CLI process is enough
     assert_one_line_error(evaluate("evaluate", "--data", tiny_data, "--checkpoint", c), *needles)
-    resumed = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c,
+    resumed = run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--checkpoint-dir", c,
                                  "--resume", "--max-steps", 6)
     assert_one_line_error(resumed, *needles)
 
@@ -174,7 +174,7 @@ def test_latest_naming_a_missing_folder(tiny_data, tmp_path):
 def test_resume_into_another_model_or_optimizer(tiny_data, tmp_path, change, needle):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, steps=2)
-    result = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c, "--resume",
+    result = run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--checkpoint-dir", c, "--resume",
                      "--max-steps", 4, *change)
     assert_one_line_error(result, str(c), needle)
 
@@ -207,7 +207,7 @@ def inf_data(dataset_copy):
 
 def test_infinite_feature_is_refused_naming_the_row(inf_data, tmp_path):
     c = tmp_path / "C"
-    result = run_cli("train", "--data", inf_data, "--no-progress", "--no-shuffle", "--max-steps", 8,
+    result = run_cli("train", "--data", inf_data, "--no-progress", "--preset", "tiny", "--no-shuffle", "--max-steps", 8,
                      "--checkpoint-dir", c, "--checkpoint-every", 2)
     assert_one_line_error(result, "train/numerical.bin", "row 768", "inf", "must be finite")
 
@@ -215,7 +215,7 @@ def test_infinite_feature_is_refused_naming_the_row(inf_data, tmp_path):
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, tmp_path, monkeypatch):
     monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")  # step 4's loss reads as NaN (a diverged step)
     c = tmp_path / "C"
-    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--no-shuffle", "--max-steps", 8,
+    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--preset", "tiny", "--no-shuffle", "--max-steps", 8,
                      "--checkpoint-dir", c, "--checkpoint-every", 2)
     assert_one_line_error(result, "loss is nan at step 4", "last good checkpoint", "--skip-nonfinite")
     assert (c / "latest").read_text() == "step_2"
@@ -241,4 +241,4 @@ def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):
     (["--batch-size", "0"], "--batch-size"),
 ])
 def test_bad_option_values(tiny_data, args, needle):
-    assert_one_line_error(run_cli("train", "--data", tiny_data, "--no-progress", "--max-steps", 1, *args), needle)
+    assert_one_line_error(run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--max-steps", 1, *args), needle)

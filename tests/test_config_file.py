@@ -21,7 +21,7 @@ def test_config_file_sets_options_and_flags_override(tiny_data, tmp_path):
     resolved = yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())
     assert resolved["max-steps"] == 5  # the flag wins
     assert resolved["lr"] == 0.5 and resolved["batch-size"] == 128  # from the file
-    assert resolved["embedding-dim"] == 16  # filled in from the preset
+    assert resolved["embedding-dim"] == 8 and resolved["wide"] is True  # filled in by the small-data recipe
     metrics = json.loads((tmp_path / "R" / "metrics.json").read_text())
     assert metrics["steps"] == 5
 

@@ -33,6 +33,9 @@ def check_same(m: dict, single: dict, world: int) -> None:
     # order than one process does, which moves the AUC by a few 1e-6
     assert m["auc"] == pytest.approx(single["auc"], abs=1e-5)
     assert m["logloss"] == pytest.approx(single["logloss"], rel=1e-5)
+    # selection reads the same validation rows (the held-out tail of train) on every rank
+    assert m["val_auc"] == pytest.approx(single["val_auc"], abs=1e-5)
+    assert m["selected_step"] == single["selected_step"]
 
 
 @pytest.mark.parametrize("world,sharding,loader", [(2, "row_wise", "own-features"), (3, "auto", "broadcast")])

@@ -13,7 +13,8 @@ from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
 
 METRIC_KEYS = {"auc", "logloss", "steps", "samples", "samples_per_s", "train_loss", "world_size", "best_auc", "optimal_auc"}
 BATCH = 256  # the tiny preset's batch size
-BATCHES_PER_EPOCH = -(-TINY_ROWS // BATCH)  # 16, the last one 160 rows
+TRAIN_ROWS = TINY_ROWS - TINY_ROWS // 10  # `train` holds out the last 10% of the train mapping for validation
+BATCHES_PER_EPOCH = -(-TRAIN_ROWS // BATCH)  # 15, the last one 16 rows
 
 
 def read_json(path):
@@ -65,12 +66,13 @@ def samples_between(first_step, last_step, seed=0):
     for step in range(first_step, last_step):
         epoch, index = divmod(step, BATCHES_PER_EPOCH)
         b = int(epoch_order(BATCHES_PER_EPOCH, epoch, seed, True)[index])
-        total += min(BATCH, TINY_ROWS - b * BATCH)
+        total += min(BATCH, TRAIN_ROWS - b * BATCH)
     return total
 
 
 def train(data, *extra):
-    result = run_cli("train", "--data", data, "--no-progress", *extra)
+    preset = () if "--preset" in extra or "--config" in extra else ("--preset", "tiny")
+    result = run_cli("train", "--data", data, "--no-progress", *preset, *extra)
     assert result.code == 0, result.err
     return result
 
@@ -84,7 +86,7 @@ def tiny_preset_run(tmp_path_factory):
     data, metrics = root / "D", root / "M.json"
     synth = run_cli("synth", "--preset", "tiny", "--out", data)
     assert synth.code == 0, synth.err
-    result = run_cli("train", "--data", data, "--metrics-json", metrics, "--no-progress")
+    result = run_cli("train", "--data", data, "--metrics-json", metrics, "--no-progress")  # the default recipe
     return synth, result, data, metrics
 
 
@@ -95,19 +97,21 @@ def test_synth_tiny_preset(tiny_preset_run):
     assert not os.path.exists(str(data) + ".tmp")
 
 
-def test_train_tiny_preset_reaches_optimal_auc(tiny_preset_run):
+def test_train_default_recipe_reaches_optimal_auc(tiny_preset_run):
     _, result, data, metrics_path = tiny_preset_run
     assert result.code == 0, result.err
     m = read_json(metrics_path)
     assert METRIC_KEYS <= set(m), METRIC_KEYS - set(m)
     assert abs(m["optimal_auc"] - m["auc"]) <= 0.02, m
     assert 0.5 < m["auc"] <= 1.0
-    assert m["steps"] == 6 * 586  # 6 epochs of ceil(150000 / 256) batches
-    assert m["samples"] == 6 * 150_000
+    assert "recipe medium-data" in result.out  # 150,000 rows: the tiny preset's recipe, selected on validation
+    # at most 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate); early stops at an epoch end
+    assert m["steps"] <= 6 * 528 and m["steps"] % 528 == 0
+    assert m["samples"] == m["steps"] // 528 * 135_000
     assert m["world_size"] == 1
     assert m["samples_per_s"] > 0
     assert 0 < m["logloss"] < 0.6931 and 0 < m["train_loss"] < 0.6931
-    assert m["best_auc"] >= m["auc"]
+    assert m["best_auc"] >= m["val_auc"] and 0.5 < m["val_auc"] <= 1.0
     assert "test AUC" in result.out and f"{m['auc']:.4f}" in result.out
 
 
@@ -133,7 +137,7 @@ def test_resume_continues_from_checkpoint_step(tiny_data, tmp_path):
     assert [r["steps"] for r in ends] == [20, 45]
     cut = log.index(ends[0])
     assert all(r["step"] > 20 for r in log[cut + 1 :] if "step" in r)
-    assert [r["step"] for r in log if r["event"] == "eval"] == [16, 20, 32, 45]
+    assert [r["step"] for r in log if r["event"] == "eval"] == [15, 20, 30, 45]  # epoch ends (15 batches) and ends
 
 
 def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):

@@ -14,6 +14,7 @@ from dlrmkit.errors import describe_error
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("dlrmkit.data.synthetic_cli", "write a synthetic dataset drawn from a hidden teacher model"),
     "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
+    "baseline": ("dlrmkit.baseline", "fit a logistic regression on the same dataset and splits (what the DLRM must beat)"),
     "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
     "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
     "plan": ("dlrmkit.plan_cli", "plan how embedding tables are sharded over ranks"),

@@ -40,9 +40,15 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
+
+
 def get_preset(name: str) -> Preset:
+    """A named preset; "auto" falls back to `tiny` for whatever the chosen recipe leaves open."""
+    if name == AUTO:
+        return PRESETS["tiny"]
     if name not in PRESETS:
-        raise DlrmkitError(f"unknown preset '{name}' (choose from: {', '.join(PRESETS)})")
+        raise DlrmkitError(f"unknown preset '{name}' (choose from: {AUTO}, {', '.join(PRESETS)})")
     return PRESETS[name]
 
 
@@ -102,6 +108,14 @@ class TrainConfig:
     backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl with --device cuda, else gloo)
     device: str = "cpu"  # cpu | cuda | auto (the GPU if there is one); under torchrun GPU LOCAL_RANK
     table_placement: str = "auto"  # one process on a GPU: auto | device | host (tables in host memory)
+    # model selection (dlrmkit.train.selection): validation rows, early stop, best weights
+    val_fraction: float | None = None  # None: the val mapping, else the last 10% of train (<= 1M rows); 0: none
+    patience: int | None = None  # stop after this many evaluations without a better val AUC (0/None: never)
+    restore_best: bool | None = None  # end with the weights of the best val AUC
+    embedding_weight_decay: float | None = None  # lazy L2 on touched table rows (Adagrad tables)
+    wide: bool | None = None  # first-order term per id and numerical feature (model.config.ModelConfig.wide)
+    numerical_transform: str | None = None  # none | signed-log, applied by the model to numerical inputs
+    embedding_init_scale: float | None = None  # tables start at this fraction of the usual init (default 1)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

@@ -1,5 +1,5 @@
 """Hyperparameter search with Optuna: TPE sampling over a YAML search space of `train` options,
-intermediate test AUC reported at every evaluation so a median pruner stops bad trials early,
+intermediate validation AUC reported at every evaluation so a median pruner stops bad trials early,
 the study kept in SQLite (a stopped search resumes; several processes may share it),
 `--parallel K` trials at once. Writes the best config as YAML for `dlrmkit train --config`,
 a table of the best trials and PNG plots of the history and parameter importances."""
@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
     p.add_argument("--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)")
     p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
-    p.add_argument("--preset", default="tiny", help="base preset of every trial (default tiny)")
+    p.add_argument("--preset", default="auto",
+                   help="base preset of every trial (default auto: the recipe `train` would choose for the data)")
+    p.add_argument("--budget", type=ct.positive_float, help="stop starting trials after this many minutes")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=ct.positive_int, help="epochs per trial (default: the preset's)")
     g.add_argument("--max-steps", type=ct.positive_int, help="steps per trial")
@@ -106,6 +108,13 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
 
     base = {"data": args.data, "preset": args.preset, "epochs": args.epochs, "max_steps": args.max_steps,
             "eval_every": args.eval_every, "seed": args.seed}
+    if args.preset == "auto":  # the recipe `train` would choose; the space's parameters override it
+        from dlrmkit.data.split_binary import open_dataset
+        from dlrmkit.train import recipe
+
+        spec, train, _ = open_dataset(args.data)
+        chosen = recipe.choose(spec, train).values
+        base.update({k: v for k, v in chosen.items() if base.get(k) is None and k not in ("bottom_mlp", "top_mlp")})
 
     class TrialTrainer(Trainer):
         """Reports every evaluation's AUC to Optuna and stops when the pruner says so."""
@@ -128,15 +137,20 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
         dump_config({k: v for k, v in opts.items() if v is not None}, os.path.join(run, "config.yaml"))
         cfg = TrainConfig(**{k: v for k, v in opts.items() if v is not None})
         cfg = replace(cfg, progress=False, log_jsonl=os.path.join(run, "log.jsonl"))
-        trainer = TrialTrainer(cfg)
-        trainer.trial = trial
         try:
+            trainer = TrialTrainer(cfg)
+            trainer.trial = trial
             metrics = trainer.fit()
         except DlrmkitError as exc:  # e.g. a diverging lr: a failed trial, not a failed study
             raise optuna.TrialPruned(str(exc)) from None
         trial.set_user_attr("train_options", {k: v for k, v in opts.items() if v is not None})
-        trial.set_user_attr("logloss", metrics["logloss"])
-        return float(metrics["auc"]) if not math.isnan(metrics["auc"]) else 0.0
+        trial.set_user_attr("val_logloss", metrics["val_logloss"])
+        # kept aside, never compared: only the best trial's (chosen on validation) is ever printed
+        trial.set_user_attr("test_auc", metrics["auc"])
+        trial.set_user_attr("test_logloss", metrics["logloss"])
+        if math.isnan(metrics["val_auc"]):
+            raise DlrmkitError("tune needs validation rows (a val mapping, or --val-fraction > 0)")
+        return float(metrics["val_auc"])
 
     return objective
 
@@ -150,7 +164,7 @@ def best_table(study: Any, k: int = 5) -> str:
     if not done:
         return "no complete trials yet"
     names = sorted({n for t in done for n in t.params})
-    head = ["trial", "AUC", *names]
+    head = ["trial", "val AUC", *names]
     rows = [[str(t.number), f"{t.value:.4f}", *[_fmt(t.params.get(n)) for n in names]] for t in done]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows])
@@ -220,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.parallel))
         study.optimize(objective_factory(args, space, out), n_trials=todo, n_jobs=args.parallel,
-                       catch=(RuntimeError,), gc_after_trial=True)
+                       catch=(RuntimeError,), gc_after_trial=True,
+                       timeout=args.budget * 60 if args.budget else None)
     print(best_table(study))
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if complete:
@@ -229,7 +244,11 @@ def run(args: argparse.Namespace) -> int:
 
         path = os.path.join(out, "best.yaml")
         dump_config(best.user_attrs.get("train_options", {}), path)
-        print(f"best trial {best.number}: AUC {best.value:.4f}; config {path} (dlrmkit train --config {path})")
+        print(f"best trial {best.number}: val AUC {best.value:.4f}; config {path} (dlrmkit train --config {path})")
+        test = best.user_attrs.get("test_auc")
+        if test is not None:
+            print(f"best trial {best.number}: test AUC {test:.4f}, test logloss {best.user_attrs.get('test_logloss', float('nan')):.4f} "
+                  "(scored once, after selection on validation)")
     for path in write_plots(study, out):
         print(f"wrote {path}")
     return 0

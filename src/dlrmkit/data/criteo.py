@@ -35,6 +35,7 @@ import pyarrow.csv as pacsv
 from dlrmkit.data.encoder import CountAccumulator, Vocabulary, dictionary_counts, to_string_array
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, FeatureSpec, categorical_dtype
 from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir, output_lock, remove_temp_dir
+from dlrmkit.data.val_split import carve_val, held_back  # noqa: F401  (held_back: also for the Spark engine)
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.errors import DlrmkitError
 
@@ -57,6 +58,8 @@ class CriteoOptions:
     test_rows: int | None = None
     test_fraction: float | None = None
     test_files: list[str] = field(default_factory=list)
+    val_rows: int | None = None  # validation rows carved before the test rows (val_split.py)
+    val_fraction: float | None = None
     workers: int = 1
     strict: bool = False
     force: bool = False
@@ -460,6 +463,7 @@ def fingerprint(opts: CriteoOptions) -> dict[str, Any]:
     return {
         "sources": files, "frequency_threshold": opts.frequency_threshold, "max_table_size": opts.max_table_size,
         "test_rows": opts.test_rows, "test_fraction": opts.test_fraction,
+        **({"val_rows": opts.val_rows, "val_fraction": opts.val_fraction} if opts.val_rows or opts.val_fraction else {}),
     }
 
 
@@ -510,7 +514,8 @@ class Pass1:
     counts: list[pa.Table]
     split_at: list[int]
     train_rows: int
-    test_rows: int
+    test_rows: int  # rows after the training rows: validation rows, then test rows
+    val_rows: int = 0
 
     def report(self) -> dict[str, Any]:
         bad = dict.fromkeys(REASONS, 0)
@@ -555,9 +560,7 @@ def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[l
               spill_dir: str | None = None) -> Pass1:
     """Pass 1 with train-only counts: results of the last `test_rows` rows are held back in a
     window until the split is known, so the test rows never enter the vocabulary."""
-    test_rows = opts.test_rows
-    if opts.test_fraction is not None:
-        test_rows = int(round(opts.test_fraction * count_lines([t for t in tasks if not t.test])))
+    test_rows, n_val = held_back(opts, lambda: count_lines([t for t in tasks if not t.test]))
     acc = CountAccumulator(NUM_CAT)
     window: deque[tuple[Task, TaskResult]] = deque()
     window_rows = 0
@@ -590,7 +593,8 @@ def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[l
             acc.add(res.counts)
         elif k > 0:
             acc.add(count_spilled(task, k, spill_dir) if spill_dir else count_task(task, limit=k).counts)
-    return Pass1(tasks, results, acc.result(), split_at, boundary, n_test)
+    return Pass1(tasks, results, acc.result(), split_at, boundary, n_test, n_val)
+
 
 
 def assemble(writer: SplitBinaryWriter, part_dir: str, tasks: list[Task]) -> None:
@@ -628,11 +632,12 @@ def build_metadata(opts: CriteoOptions, fp: dict, p1: Pass1, vocab: Vocabulary) 
 
 def finish_dataset(opts: CriteoOptions, fp: dict, p1: Pass1, vocab: Vocabulary,
                    encode_all: Callable[[str], None]) -> FeatureSpec:
-    writer = SplitBinaryWriter(opts.out, NUM_INT, vocab.cardinalities, overwrite=True)
+    writer = SplitBinaryWriter(opts.out, NUM_INT, vocab.cardinalities, overwrite=True, val=p1.val_rows > 0)
     try:
         part_dir = os.path.join(writer.tmp_dir, "parts")
         encode_all(part_dir)
         assemble(writer, part_dir, p1.tasks)
+        carve_val(writer, p1.val_rows)
         vocab.save(writer.tmp_dir)
         meta = build_metadata(opts, fp, p1, vocab)
         for h in writer.handles.values():

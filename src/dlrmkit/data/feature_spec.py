@@ -20,6 +20,7 @@ from dlrmkit.errors import DatasetError
 SPEC_FILE = "feature_spec.yaml"
 CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
 TRAIN, TEST = "train", "test"
+VAL = "val"  # optional validation mapping (model selection reads it; NVIDIA's readers ignore it)
 SPLIT_BINARY = "split_binary"
 MAX_SPEC_BYTES = 64 << 20
 # dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
@@ -67,8 +68,10 @@ class FeatureSpec:
         cardinalities: list[int],
         metadata: dict[str, Any] | None = None,
         base_directory: str = ".",
+        val: bool = False,
     ) -> "FeatureSpec":
-        """The standard layout: <mapping>/numerical.bin, label.bin, cat_<i>.bin."""
+        """The standard layout: <mapping>/numerical.bin, label.bin, cat_<i>.bin; `val` adds a
+        validation mapping between train and test."""
         num_names = [f"num_{i}" for i in range(num_numerical)]
         cat_names = [f"cat_{i}.bin" for i in range(len(cardinalities))]
         features: dict[str, dict[str, Any]] = {}
@@ -78,7 +81,7 @@ class FeatureSpec:
             features[name] = {"dtype": "float16"}
         features["label"] = {"dtype": "bool"}
         source: dict[str, list[dict[str, Any]]] = {}
-        for mapping in (TRAIN, TEST):
+        for mapping in (TRAIN, VAL, TEST) if val else (TRAIN, TEST):
             chunks: list[dict[str, Any]] = []
             if num_names:
                 chunks.append({"type": SPLIT_BINARY, "features": num_names, "files": [f"{mapping}/numerical.bin"]})
@@ -169,6 +172,10 @@ class FeatureSpec:
     def cardinalities(self) -> list[int]:
         return [int(self.feature_spec[n]["cardinality"]) for n in self.categorical_names]
 
+    @property
+    def has_val(self) -> bool:
+        return VAL in self.source_spec
+
     def dtype(self, feature: str) -> np.dtype:
         return np.dtype(self.feature_spec[feature]["dtype"])
 
@@ -250,8 +257,10 @@ class FeatureSpec:
                     v = chunk.get(key)
                     if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
                         fail(f"source_spec.{mapping}[{i}].{key} must be a non-empty list of names")
-        for mapping in (TRAIN, TEST):
+        for mapping in (TRAIN, TEST, VAL):
             if mapping not in self.source_spec:
+                if mapping == VAL:
+                    continue
                 fail(f"source_spec has no '{mapping}' mapping")
             seen: set[str] = set()
             for i, chunk in enumerate(self.source_spec[mapping]):

@@ -25,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
     g.add_argument("--test-fraction", type=ct.fraction, help="the last fraction F of the input lines are the test mapping")
     g.add_argument("--test-files", nargs="+", default=[], help="these files are the test mapping")
+    v = p.add_mutually_exclusive_group()
+    v.add_argument("--val-rows", type=ct.nonneg_rows,
+                   help="the N valid rows before the test rows are the val mapping (model selection; not in the vocabulary)")
+    v.add_argument("--val-fraction", type=ct.fraction,
+                   help="the last fraction F of the input lines before the test rows are the val mapping "
+                        "(default: none; `train` then holds out its own)")
     p.add_argument("--workers", type=ct.workers, default=min(os.cpu_count() or 1, 8), help="worker processes (default: CPUs, at most 8)")
     p.add_argument("--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)")
     p.add_argument("--spark-master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
@@ -52,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     opts = CriteoOptions(
         inputs=args.input, out=args.out, frequency_threshold=args.frequency_threshold,
         max_table_size=args.max_table_size, test_rows=args.test_rows, test_fraction=args.test_fraction,
-        test_files=args.test_files, workers=args.workers, strict=args.strict, force=args.force,
+        test_files=args.test_files, val_rows=args.val_rows, val_fraction=args.val_fraction, workers=args.workers, strict=args.strict, force=args.force,
         progress=not args.no_progress,
     )
     if args.engine == "spark":
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     print_report(args.out, report, spec is None)
     if spec is not None:
         rows = spec.metadata["rows"]
-        print(f"wrote {args.out}: {rows['train']:,} train + {rows['test']:,} test rows, "
+        val = f" + {rows['val']:,} val" if "val" in rows else ""
+        print(f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, "
               f"{len(spec.cardinalities)} tables, cardinalities {spec.cardinalities}")
     return 0

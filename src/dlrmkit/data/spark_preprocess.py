@@ -74,9 +74,7 @@ def _preprocess_spark(opts: criteo.CriteoOptions, master: str, tasks: list, fp: 
             line_base[task.path] = base + res.lines
         if sum(r.rows for r in results) == 0:
             raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
-        test_rows = opts.test_rows
-        if opts.test_fraction is not None:
-            test_rows = int(round(opts.test_fraction * sum(r.lines for t, r in zip(tasks, results) if not t.test)))
+        test_rows, n_val = criteo.held_back(opts, lambda: sum(r.lines for t, r in zip(tasks, results) if not t.test))
         split_at, boundary, n_test = criteo.split_plan(tasks, results, test_rows, opts)
         if boundary <= 0:
             raise DlrmkitError("--test-rows/--test-fraction leave no training rows")
@@ -86,7 +84,7 @@ def _preprocess_spark(opts: criteo.CriteoOptions, master: str, tasks: list, fp: 
             sc.parallelize(jobs, max(len(jobs), 1)).map(lambda j: criteo.count_task(j[0], limit=j[1]).counts)
             .treeReduce(_merge)
         )
-        p1 = criteo.Pass1(tasks, results, counts, split_at, boundary, n_test)
+        p1 = criteo.Pass1(tasks, results, counts, split_at, boundary, n_test, n_val)
         vocab = Vocabulary.build(criteo.CAT_COLS, counts, opts.frequency_threshold, opts.max_table_size,
                                  extra={"numerical_columns": criteo.INT_COLS, "numerical_transform": "log1p"})
         bvocab = sc.broadcast(vocab)

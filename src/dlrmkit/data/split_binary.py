@@ -4,13 +4,14 @@ a temporary folder that is renamed only when the dataset is complete."""
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from dataclasses import dataclass
 
 import numpy as np
 
-from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec, categorical_dtype
+from dlrmkit.data.feature_spec import TEST, TRAIN, VAL, FeatureSpec, categorical_dtype
 from dlrmkit.errors import DatasetError
 
 
@@ -41,13 +42,21 @@ class Column:
                 self.parts.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rows, width)))
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.rows = int(self.starts[-1])
+        self.offset = 0  # first row of a window (see `window`)
+
+    def window(self, lo: int, hi: int) -> "Column":
+        """Rows [lo, hi) of this column as a column of its own (no copy)."""
+        out = copy.copy(self)
+        out.offset, out.rows = self.offset + lo, hi - lo
+        return out
 
     def file_of_row(self, row: int) -> str:
         """The chunk file that holds `row`."""
-        return self.files[int(np.searchsorted(self.starts, row, side="right")) - 1]
+        return self.files[int(np.searchsorted(self.starts, row + self.offset, side="right")) - 1]
 
     def read(self, start: int, end: int) -> np.ndarray:
         """Rows [start, end) as a [n, width] array (a view when they lie in one chunk)."""
+        start, end = start + self.offset, end + self.offset
         if len(self.parts) == 1:
             return self.parts[0][start:end]
         pieces = []
@@ -94,6 +103,15 @@ class SplitBinaryDataset:
 
     def __len__(self) -> int:
         return self.rows
+
+    def window(self, lo: int, hi: int, mapping: str | None = None) -> "SplitBinaryDataset":
+        """Rows [lo, hi) as a dataset of their own (e.g. a validation set held out at run time)."""
+        out = copy.copy(self)
+        out.label = self.label.window(lo, hi)
+        out.numerical = self.numerical.window(lo, hi) if self.numerical else None
+        out.categorical = [c.window(lo, hi) for c in self.categorical]
+        out.rows, out.mapping = hi - lo, mapping or self.mapping
+        return out
 
     @property
     def num_numerical(self) -> int:
@@ -144,27 +162,35 @@ class SplitBinaryDataset:
 
 
 def open_dataset(path: str) -> tuple[FeatureSpec, SplitBinaryDataset, SplitBinaryDataset]:
-    """Load the spec in `path` and both mappings, checking files against the spec."""
+    """Load the spec in `path` and the train and test mappings, checking files against the spec."""
     spec = FeatureSpec.from_yaml(path)
     return spec, SplitBinaryDataset(spec, TRAIN), SplitBinaryDataset(spec, TEST)
+
+
+def open_val(spec: FeatureSpec) -> SplitBinaryDataset | None:
+    """The validation mapping, or None when the dataset has none (NVIDIA's datasets)."""
+    return SplitBinaryDataset(spec, VAL) if spec.has_val else None
 
 
 class SplitBinaryWriter:
     """Appends rows to a new dataset. Files go to `<out>.tmp`; `finish()` writes the spec and
     renames the folder, so an interrupted write never leaves a dataset that looks complete."""
 
-    def __init__(self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False):
+    def __init__(self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False,
+                 val: bool = False):
         from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir
 
         self.out_dir = os.path.abspath(out_dir)
         check_replaceable(out_dir, overwrite)  # only a dataset or an empty folder is ever replaced
         self.tmp_dir = self.out_dir + ".tmp"
         fresh_temp_dir(self.tmp_dir)
-        self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir)
+        self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir, val=val)
         self.cat_dtypes = [categorical_dtype(c) for c in cardinalities]
-        self.rows = {TRAIN: 0, TEST: 0}
+        self.spec_num_numerical = num_numerical
+        self.mappings = (TRAIN, VAL, TEST) if val else (TRAIN, TEST)
+        self.rows = dict.fromkeys(self.mappings, 0)
         self.handles: dict[str, dict[str, object]] = {}
-        for mapping in (TRAIN, TEST):
+        for mapping in self.mappings:
             os.makedirs(os.path.join(self.tmp_dir, mapping), exist_ok=True)
             files = self.spec.mapping_files(mapping)
             self.handles[mapping] = {

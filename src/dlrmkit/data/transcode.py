@@ -19,6 +19,7 @@ import pyarrow.csv as pacsv
 from dlrmkit.data.encoder import CountAccumulator, Vocabulary, to_string_array, value_counts
 from dlrmkit.data.output_dir import check_replaceable, output_lock
 from dlrmkit.data.split_binary import SplitBinaryWriter
+from dlrmkit.data.val_split import val_rows
 from dlrmkit.errors import DlrmkitError
 
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
@@ -38,6 +39,8 @@ class TranscodeOptions:
     columns: list[str] | None = None
     test_rows: int | None = None
     test_fraction: float | None = None
+    val_rows: int | None = None
+    val_fraction: float | None = None
     frequency_threshold: int = 1
     max_table_size: int | None = None
     log: bool = False
@@ -275,9 +278,10 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     if total == 0:
         raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
     n_test = opts.test_rows or (int(round(opts.test_fraction * total)) if opts.test_fraction else 0)
-    boundary = total - n_test
+    n_val = val_rows(opts.val_rows, opts.val_fraction, total - n_test)
+    boundary = total - n_test - n_val  # train rows [0, boundary), val up to the test rows
     if boundary <= 0:
-        raise DlrmkitError(f"--test-rows/--test-fraction leave no training rows ({total} valid rows)")
+        raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows)")
     acc, seen = CountAccumulator(len(opts.categorical)), 0
     for lab, _, cats in iter_clean(opts, None):
         take = max(0, min(len(lab), boundary - seen))
@@ -286,24 +290,25 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
         seen += len(lab)
     vocab = Vocabulary.build(opts.categorical, acc.result(), opts.frequency_threshold, opts.max_table_size,
                              extra={"numerical_columns": opts.numerical, "numerical_transform": "log1p" if opts.log else "none"})
-    writer = SplitBinaryWriter(opts.out, len(opts.numerical), vocab.cardinalities, overwrite=opts.force)
+    writer = SplitBinaryWriter(opts.out, len(opts.numerical), vocab.cardinalities, overwrite=opts.force, val=n_val > 0)
     try:
         seen = 0
         tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
         for lab, dense, cats in iter_clean(opts, None):
             ids = np.stack([vocab.encode_column(t, c, tables[t]) for t, c in enumerate(cats)], axis=1) \
                 if cats else np.zeros((len(lab), 0), np.int64)
-            cut = max(0, min(len(lab), boundary - seen))
-            if cut:
-                writer.append("train", dense[:cut], ids[:cut], lab[:cut])
-            if cut < len(lab):
-                writer.append("test", dense[cut:], ids[cut:], lab[cut:])
+            bounds = [0, boundary - seen, boundary + n_val - seen, len(lab)]
+            bounds = [max(0, min(len(lab), b)) for b in bounds]
+            for mapping, lo, hi in zip(("train", "val", "test"), bounds[:-1], bounds[1:]):
+                if hi > lo:
+                    writer.append(mapping, dense[lo:hi], ids[lo:hi], lab[lo:hi])
             seen += len(lab)
         vocab.save(writer.tmp_dir)
         meta = {
             "generator": "dlrmkit transcode", "source_files": [os.path.abspath(p) for p in opts.inputs],
             "label": opts.label, "numerical_columns": opts.numerical, "categorical_columns": opts.categorical,
             "frequency_threshold": opts.frequency_threshold, "max_table_size": opts.max_table_size,
+            "vocabulary_rows": "train mapping only (val and test rows are never counted)",
             "numerical_transform": "missing/negative -> 0, log(1+x), float16" if opts.log else "missing -> 0, float16",
             "vocabulary": "vocabulary/",
             "preprocess": {"report": {"rows_read": report.read, "rows_written": total,
@@ -326,15 +331,16 @@ def transcode_from_args(args: argparse.Namespace) -> int:
         inputs=args.input, out=args.out, label=args.label, numerical=_names(args.numerical),
         categorical=_names(args.categorical), delimiter=args.delimiter, header=args.header,
         columns=_names(args.columns) or None, test_rows=args.test_rows, test_fraction=args.test_fraction,
-        frequency_threshold=args.frequency_threshold, max_table_size=args.max_table_size, log=args.log_transform,
+        val_rows=args.val_rows, val_fraction=args.val_fraction, frequency_threshold=args.frequency_threshold, max_table_size=args.max_table_size, log=args.log_transform,
         force=args.force,
     )
     spec, report = transcode(opts)
     n_skipped = sum(report.skipped.values())
-    print(f"rows read {report.read:,}  written {spec.metadata['rows']['train'] + spec.metadata['rows']['test']:,}"
+    print(f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
           f"  skipped {n_skipped:,}" + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""))
     for pos in report.first:
         print(f"  bad row: {pos}")
     rows = spec.metadata["rows"]
-    print(f"wrote {args.out}: {rows['train']:,} train + {rows['test']:,} test rows, cardinalities {spec.cardinalities}")
+    val = f" + {rows['val']:,} val" if "val" in rows else ""
+    print(f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}")
     return 0

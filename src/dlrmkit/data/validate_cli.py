@@ -8,8 +8,8 @@ import argparse
 
 import numpy as np
 
-from dlrmkit.data.feature_spec import TEST, TRAIN
-from dlrmkit.data.split_binary import open_dataset
+from dlrmkit.data.feature_spec import TEST, TRAIN, VAL
+from dlrmkit.data.split_binary import open_dataset, open_val
 from dlrmkit.errors import DatasetError
 
 CHUNK = 1 << 20
@@ -25,7 +25,8 @@ def validate(path: str) -> dict:
     cards = spec.cardinalities
     summary: dict = {"mappings": {}, "tables": []}
     hist = [np.zeros(c, dtype=np.int64) for c in cards]
-    for name, ds in ((TRAIN, train), (TEST, test)):
+    val = open_val(spec)
+    for name, ds in ((TRAIN, train), *(((VAL, val),) if val is not None else ()), (TEST, test)):
         clicks = 0
         raw_label = ds.label
         for start in range(0, ds.rows, CHUNK):

@@ -14,6 +14,19 @@ class ModelConfig:
     top_mlp: list[int] = field(default_factory=lambda: [64, 1])  # last size == 1
     interaction: str = "dot"  # dot | cat
     self_interaction: bool = False
+    # a first-order (wide) term, as in Wide&Deep/DeepFM: one more table column per id, summed into
+    # the logit, plus a linear term on the numerical features; the model is then a logistic
+    # regression plus the DLRM, which is what wins on small data (docs/RECIPES.md)
+    wide: bool = False
+    # numerical inputs: "none", or "signed-log" (sign(x) log(1+|x|), infinities clamped) for raw values
+    numerical_transform: str = "none"
+    # tables start at this fraction of the reference's +-sqrt(1/rows): small data wants quiet ids
+    embedding_init_scale: float = 1.0
+
+    @property
+    def table_dim(self) -> int:
+        """Width of a table row: the embedding, plus the first-order weight with `wide`."""
+        return self.embedding_dim + int(self.wide)
 
     def check(self) -> None:
         from dlrmkit.errors import DlrmkitError
@@ -26,5 +39,7 @@ class ModelConfig:
             raise DlrmkitError(f"top MLP must end in 1 output (the logit), got {self.top_mlp}")
         if self.interaction not in ("dot", "cat"):
             raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose dot or cat)")
+        if self.numerical_transform not in ("none", "signed-log"):
+            raise DlrmkitError(f"unknown numerical transform '{self.numerical_transform}' (choose none or signed-log)")
         if self.num_numerical == 0 and self.bottom_mlp:
             raise DlrmkitError("a dataset without numerical features needs an empty bottom MLP")

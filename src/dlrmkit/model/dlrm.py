@@ -21,7 +21,9 @@ class DLRM(nn.Module):
         self.cfg = cfg
         d = cfg.embedding_dim
         self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True)
-        self.embeddings = EmbeddingCollection(cfg.table_sizes, [d] * len(cfg.table_sizes), embedding_device)
+        self.embeddings = EmbeddingCollection(cfg.table_sizes, [cfg.table_dim] * len(cfg.table_sizes), embedding_device)
+        # wide: the numerical features' first-order term (the ids' is the tables' last column)
+        self.linear = nn.Linear(cfg.num_numerical, 1) if cfg.wide and cfg.num_numerical else None
         self.has_dense = cfg.num_numerical > 0
         num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":
@@ -36,17 +38,38 @@ class DLRM(nn.Module):
         self.bottom_mlp.reset_parameters(gen)
         self.top_mlp.reset_parameters(gen)
         self.embeddings.reset_parameters(gen)
+        if self.cfg.embedding_init_scale != 1.0:  # element-wise: the same under any sharding
+            with torch.no_grad():
+                for p in self.embeddings.parameters():
+                    p.mul_(self.cfg.embedding_init_scale)
+        if self.linear is not None:
+            with torch.no_grad():
+                self.linear.weight.zero_()
+                self.linear.bias.zero_()
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
         """Click logits [B] for numerical features [B, F] and categorical ids."""
+        if self.cfg.numerical_transform == "signed-log":
+            dense = signed_log(dense)
         x = self.bottom_mlp(dense) if self.has_dense else None
         pooled = self.embeddings(ids)
-        return self.top_mlp(self.interaction(x, pooled)).squeeze(1)
+        if not self.cfg.wide:
+            return self.top_mlp(self.interaction(x, pooled)).squeeze(1)
+        first_order = pooled[..., -1].sum(1)
+        if self.linear is not None:
+            first_order = first_order + self.linear(dense).squeeze(1)
+        return self.top_mlp(self.interaction(x, pooled[..., :-1])).squeeze(1) + first_order
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Parameters trained with dense gradients (everything but the embedding tables)."""
         sparse = {id(p) for p in self.embeddings.parameters()}
         return [p for p in self.parameters() if id(p) not in sparse]
+
+
+def signed_log(x: torch.Tensor) -> torch.Tensor:
+    """sign(x) log(1 + |x|), NaN -> 0 and infinities (float16 overflow of raw counts) clamped."""
+    x = torch.nan_to_num(x.float(), nan=0.0, posinf=65504.0, neginf=-65504.0)
+    return torch.sign(x) * torch.log1p(x.abs())
 
 
 def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:

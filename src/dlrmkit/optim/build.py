@@ -53,10 +53,14 @@ def defer_table_grads(embeddings: torch.nn.Module) -> None:
 
 
 def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embedding_optimizer: str | None = None,
-                     precision: str = "fp32", lamb_lr: float | None = None) -> list[Optimizer]:
+                     precision: str = "fp32", lamb_lr: float | None = None,
+                     embedding_weight_decay: float = 0.0) -> list[Optimizer]:
     """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
     `dense_parameters()` and `embeddings`). split-SGD turns the model's weights into bf16 halves.
-    `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together."""
+    `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together.
+    `embedding_weight_decay`: lazy L2 on the touched table rows (Adagrad tables only)."""
+    if embedding_weight_decay and resolve_embedding_optimizer(optimizer, embedding_optimizer) != "adagrad":
+        raise DlrmkitError("--embedding-weight-decay needs --embedding-optimizer adagrad")
     check_choice(optimizer, embedding_optimizer, precision)
     dense, sparse = model.dense_parameters(), list(model.embeddings.parameters())
     if optimizer == "split-sgd":
@@ -75,7 +79,7 @@ def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embeddin
         sparse_opt: Optimizer = SparseSGD(sparse, lr=lr)
         defer_table_grads(model.embeddings)
     elif emb == "adagrad":
-        sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10)
+        sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10, weight_decay=embedding_weight_decay)
     else:
         sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
     return [dense_opt, sparse_opt]

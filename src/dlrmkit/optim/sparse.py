@@ -67,10 +67,14 @@ class SparseSGD(Optimizer):
 
 class SparseAdagrad(Optimizer):
     """Adagrad on touched rows with an element-wise accumulator, as torch.optim.Adagrad does for
-    sparse gradients: duplicates are summed first, then acc += g^2, w -= lr * g / (sqrt(acc) + eps)."""
+    sparse gradients: duplicates are summed first, then acc += g^2, w -= lr * g / (sqrt(acc) + eps).
+    `weight_decay` adds wd * w to the gradient of the rows a batch touches (lazy L2: rare ids are
+    pulled to 0 as often as they are seen, the regularization small data needs)."""
 
-    def __init__(self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0):
-        super().__init__(params, {"lr": lr, "eps": eps, "initial_accumulator_value": initial_accumulator_value})
+    def __init__(self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0,
+                 weight_decay: float = 0.0):
+        super().__init__(params, {"lr": lr, "eps": eps, "initial_accumulator_value": initial_accumulator_value,
+                                  "weight_decay": weight_decay})
         for group in self.param_groups:
             for p in group["params"]:
                 self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value, dtype=torch.float32)
@@ -83,6 +87,8 @@ class SparseAdagrad(Optimizer):
                     continue
                 rows, g = sparse_parts(p.grad, coalesce=True)
                 g = g.float()
+                if group["weight_decay"]:
+                    g = g + group["weight_decay"] * p.index_select(0, rows).float()
                 acc = self.state[p]["sum"]
                 acc.index_add_(0, rows, g * g)
                 update = g / acc.index_select(0, rows).sqrt_().add_(group["eps"])

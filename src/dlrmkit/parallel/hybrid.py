@@ -42,12 +42,12 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
     cfg = model.cfg
     if pcfg.plan_path:
         plan = ShardingPlan.load(pcfg.plan_path)
-        plan.check_matches(cfg.table_sizes, cfg.embedding_dim, ctx.world_size, pcfg.plan_path)
+        plan.check_matches(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.plan_path)
         return plan
     memory = None
     if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
         memory = int(0.8 * torch.cuda.get_device_properties(ctx.device).total_memory)
-    return make_plan(cfg.table_sizes, cfg.embedding_dim, ctx.world_size, pcfg.sharding, batch_size=batch_size,
+    return make_plan(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.sharding, batch_size=batch_size,
                      min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory)
 
 

@@ -9,14 +9,16 @@ import math
 import os
 
 from dlrmkit import cli_types as ct
-from dlrmkit.config import PRESETS, TrainConfig
+from dlrmkit.config import AUTO, PRESETS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import add_parallel_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="dataset folder holding feature_spec.yaml (required, here or in --config)")
-    p.add_argument("--preset", default="tiny", help=f"model shape and recipe: {', '.join(PRESETS)} (default tiny)")
+    p.add_argument("--preset", default=AUTO,
+                   help=f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from the dataset's "
+                        "size and printed; docs/RECIPES.md)")
     p.add_argument("--batch-size", type=ct.batch_size, help="global batch size (default: the preset's)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=ct.positive_int, help="passes over the train mapping (default: the preset's)")
@@ -36,9 +38,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-steps", type=ct.nonneg_int, help="linear LR warm-up steps (0: none)")
     p.add_argument("--decay-start", type=ct.nonneg_int, help="step where polynomial LR decay starts (0: no decay)")
     p.add_argument("--decay-steps", type=ct.nonneg_int, help="steps of polynomial (power 2) decay to 0")
-    p.add_argument("--eval-every", type=ct.nonneg_int, default=0, help="evaluate every N steps (default: each epoch end)")
+    p.add_argument("--eval-every", type=ct.nonneg_int, default=0,
+                   help="evaluate on the validation rows every N steps (default: each epoch end)")
+    p.add_argument("--val-fraction", type=ct.float_range(0.0, 1.0, hi_open=True),
+                   help="hold out the last F of the train mapping for model selection (default: the dataset's val "
+                        "mapping, else 0.1 of the train rows, at most 1M; 0: none)")
+    p.add_argument("--patience", type=ct.nonneg_int, help="stop after N evaluations without a better validation AUC (0: never)")
+    p.add_argument("--restore-best", type=on_off, metavar="BOOL",
+                   help="end with the weights of the best validation AUC (true/false)")
+    p.add_argument("--embedding-weight-decay", type=ct.nonneg_float, help="L2 on the table rows a batch touches (Adagrad tables)")
+    p.add_argument("--wide", type=on_off, metavar="BOOL",
+                   help="add a first-order term per id and numerical feature (Wide&Deep-style) (true/false)")
+    p.add_argument("--embedding-init-scale", type=ct.positive_float,
+                   help="tables start at this fraction of the usual uniform +-sqrt(1/rows) init (default 1)")
+    p.add_argument("--numerical-transform", choices=["none", "signed-log"],
+                   help="applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)")
     p.add_argument("--eval-batch-size", type=ct.batch_size, default=16384, help="batch size for evaluation (default 16384)")
-    p.add_argument("--target-auc", type=ct.auc, help="stop as soon as an evaluation reaches this AUC")
+    p.add_argument("--target-auc", type=ct.auc, help="stop as soon as a validation AUC reaches this")
     p.add_argument("--checkpoint-dir", help="write checkpoints (and log.jsonl) here; a folder holding another "
                    "run's checkpoints needs --resume (default: <run folder>/checkpoints)")
     p.add_argument("--checkpoint-every", type=ct.nonneg_int, default=0, help="also checkpoint every N steps (default: only at the end)")
@@ -77,6 +93,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(_parser=p)
 
 
+def on_off(text: str) -> bool:
+    """true/false, yes/no, on/off, 1/0 (for options a recipe may set either way)."""
+    value = str(text).strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         data=args.data, preset=args.preset, batch_size=args.batch_size, epochs=args.epochs,
@@ -97,6 +123,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         sharding=getattr(args, "sharding", "auto"), plan=getattr(args, "plan", None),
         loader=getattr(args, "loader", "exchange"), backend=getattr(args, "backend", None),
         device=getattr(args, "device", "cpu"), table_placement=getattr(args, "table_placement", "auto"),
+        val_fraction=getattr(args, "val_fraction", None), patience=getattr(args, "patience", None),
+        restore_best=getattr(args, "restore_best", None),
+        embedding_weight_decay=getattr(args, "embedding_weight_decay", None), wide=getattr(args, "wide", None),
+        numerical_transform=getattr(args, "numerical_transform", None),
+        embedding_init_scale=getattr(args, "embedding_init_scale", None),
     )
 
 
@@ -141,8 +172,9 @@ def check_tables_fit(cfg: TrainConfig) -> None:
 
 
 def summary_line(m: dict) -> str:
+    val = f"val AUC {m['val_auc']:.4f}  " if not math.isnan(m.get("val_auc", float("nan"))) else ""
     line = (
-        f"steps {m['steps']}  samples/s {m['samples_per_s']:,.0f}  train loss {m['train_loss']:.4f}  "
+        f"steps {m['steps']}  samples/s {m['samples_per_s']:,.0f}  train loss {m['train_loss']:.4f}  {val}"
         f"test logloss {m['logloss']:.4f}  test AUC {m['auc']:.4f}"
     )
     if math.isnan(m["auc"]):
@@ -162,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         args = apply_config(args)
     if not args.data:
         raise DlrmkitError("--data is required (on the command line or in --config)")
+    recipe_text = choose_recipe(args)
     cfg = config_from_args(args)
     check_outputs(args)  # before any expensive work: a bad path is found now, not after training
     check_tables_fit(cfg)
@@ -172,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     run_folder = run_dir.setup(args, cfg)
     trainer = Trainer(cfg)
     run_dir.share_checkpoint_dir(run_folder, trainer)
+    if trainer.dist.rank == 0:
+        print(recipe_text + "\n" if recipe_text else "", end="")
+        print(f"validation rows: {trainer.val_source}")
     run_dir.write_plan(run_folder, trainer)
     try:
         metrics = trainer.fit()
@@ -187,6 +223,9 @@ def run(args: argparse.Namespace) -> int:
         if args.metrics_json:
             run_dir.write_metrics_json(args.metrics_json, metrics)
         print(summary_line(metrics))
+        lift = baseline_lift(args.data, metrics)
+        if lift:
+            print(lift)
         if getattr(args, "tensorboard", None):
             from dlrmkit.report import read_log, tensorboard
 
@@ -197,3 +236,27 @@ def run(args: argparse.Namespace) -> int:
         trainer.par.close()
     shutdown()
     return 0
+
+
+def choose_recipe(args: argparse.Namespace) -> str:
+    """--preset auto: fill unset options from the dataset's recipe (they reach config.yaml, so
+    `train --config` repeats the run); returns what was chosen and why, for rank 0 to print."""
+    if args.preset != AUTO:
+        return ""
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.train import recipe
+
+    spec, train, _ = open_dataset(args.data)
+    chosen = recipe.choose(spec, train)
+    return recipe.describe(chosen, recipe.apply(args, chosen))
+
+
+def baseline_lift(data: str, metrics: dict) -> str:
+    """The line comparing this run with `dlrmkit baseline` on the same dataset, when one was run."""
+    from dlrmkit.baseline import read_baseline
+
+    base = read_baseline(data)
+    if base is None or math.isnan(metrics["auc"]):
+        return ""
+    return (f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
+            f"lift {metrics['auc'] - base['test_auc']:+.4f}")

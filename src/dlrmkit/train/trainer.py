@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -26,6 +27,7 @@ from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast, enable_tf32
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point, nan_loss_injected
+from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import training_step
 from dlrmkit.metrics import log_loss, roc_auc
 
@@ -69,8 +71,15 @@ class Trainer:
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
-        self.model_cfg: ModelConfig = model_config(
-            cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities
+        # model selection reads the validation rows only; the test mapping is scored once, at the end
+        self.train_set, self.val_set, self.val_source = validation_split(self.spec, self.train_set, cfg.val_fraction)
+        if self.val_set is None and cfg.target_auc is not None:
+            raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
+        self.best = BestWeights()
+        self.model_cfg: ModelConfig = replace(
+            model_config(cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities),
+            wide=bool(cfg.wide), numerical_transform=cfg.numerical_transform or "none",
+            embedding_init_scale=cfg.embedding_init_scale if cfg.embedding_init_scale is not None else 1.0,
         )
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         from dlrmkit.parallel.dist import launched_by_torchrun
@@ -89,7 +98,7 @@ class Trainer:
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg)
         self.device, self.placement, self.move = self.place(cfg)
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
-                                           cfg.precision, cfg.lamb_lr)
+                                           cfg.precision, cfg.lamb_lr, cfg.embedding_weight_decay or 0.0)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
         self.step_fn = training_step(self.model, self.optimizers, cfg.precision, move=self.move,
                                      amp=lambda: autocast(cfg.precision, self.device.type),
@@ -235,16 +244,43 @@ class Trainer:
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
-    def evaluate(self) -> dict[str, float]:
+    def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
-            result = (self.par.evaluate(self.test_set, self.cfg.eval_batch_size) if self.par else
-                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move,
-                                     self.eval_progress))
+            return (self.par.evaluate(dataset, self.cfg.eval_batch_size) if self.par else
+                    evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress))
+
+    def evaluate(self) -> dict[str, float]:
+        """AUC and log loss on the validation rows (never the test mapping); keeps the best
+        weights when --restore-best. Without validation rows: NaN, nothing selected."""
+        if self.val_set is None:
+            return {"auc": float("nan"), "logloss": float("nan")}
+        result = self.score(self.val_set)
+        self.best.update(self.model, self.step, result, keep=self.cfg.restore_best)
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
-        self.log({"event": "eval", "step": self.step, **result})
+        self.log({"event": "eval", "step": self.step, "mapping": "val", **result})
         return result
+
+    def should_stop(self, auc: float) -> bool:
+        """Early stop: the target AUC reached, or --patience evaluations without improvement."""
+        if self.cfg.target_auc is not None and auc >= self.cfg.target_auc:
+            return True
+        return bool(self.cfg.patience) and self.best.since >= self.cfg.patience
+
+    def finish(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(validation metrics, test metrics) of the selected model: the best weights on the
+        validation rows when --restore-best, else the last ones. The only read of the test mapping."""
+        if self.val_set is not None and not (self.last_eval and self.last_eval[0] == self.step):
+            self.evaluate()
+        val = self.last_eval[1] if self.last_eval else {"auc": float("nan"), "logloss": float("nan")}
+        if self.cfg.restore_best and self.best.state is not None and self.best.step != self.step:
+            self.best.restore(self.model)
+            val = self.best.metrics
+            self.log({"event": "restore_best", "step": self.best.step, **val})
+        test = self.score(self.test_set) if len(self.test_set) else {"auc": float("nan"), "logloss": float("nan")}
+        self.log({"event": "test", "step": self.step, "mapping": "test", **test})
+        return val, test
 
     # ---- the loop -----------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -288,7 +324,7 @@ class Trainer:
                     train_time += time.perf_counter() - t0
                     auc = self.evaluate()["auc"]
                     t0 = time.perf_counter()
-                    if cfg.target_auc is not None and auc >= cfg.target_auc:
+                    if self.should_stop(auc):
                         stop = True
                 if cfg.checkpoint_dir and (
                     (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.save_is_due()
@@ -303,17 +339,20 @@ class Trainer:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
                 if self.epoch >= cfg.epochs and not cfg.max_steps:
                     stop = True
-                elif not cfg.eval_every:
+                elif not cfg.eval_every and self.val_set is not None:
                     auc = self.evaluate()["auc"]
-                    if cfg.target_auc is not None and auc >= cfg.target_auc:
+                    if self.should_stop(auc):
                         stop = True
         bar.close()
         self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
-        last = self.last_eval[1] if self.last_eval and self.last_eval[0] == self.step else self.evaluate()
+        val, test = self.finish()
         self.save_final()
         metrics: dict[str, Any] = {
-            "auc": last["auc"],
-            "logloss": last["logloss"],
+            "auc": test["auc"],
+            "logloss": test["logloss"],
+            "val_auc": val["auc"],
+            "val_logloss": val["logloss"],
+            "selected_step": self.best.step if cfg.restore_best and self.best.state is not None else self.step,
             "steps": self.step,
             "samples": samples,
             "samples_per_s": samples / train_time if train_time > 0 else 0.0,

@@ -1,0 +1,116 @@
+"""`dlrmkit train --data D` without --preset: a recipe chosen from the dataset's size. Small data
+(up to SMALL_ROWS training rows, the sample a user tries first) overfits a plain DLRM within an
+epoch, so its recipe adds a first-order (wide) term, trains the tables with Adagrad and lazy L2,
+keeps them narrow, evaluates every epoch on the validation rows, stops early and restores the best
+weights. Larger data gets the DLRM reference's Kaggle shape. Each choice and its measurement:
+docs/RECIPES.md. Options given on the command line or in --config always win."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlrmkit.data.feature_spec import FeatureSpec
+from dlrmkit.data.split_binary import SplitBinaryDataset
+
+SMALL_ROWS = 100_000
+LARGE_ROWS = 10_000_000
+RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes sign(x) log(1+|x|)
+
+
+@dataclass
+class Recipe:
+    name: str
+    values: dict[str, Any] = field(default_factory=dict)  # TrainConfig field -> value
+    reasons: list[str] = field(default_factory=list)
+
+
+def numerical_scale(train: SplitBinaryDataset, rows: int = 100_000) -> float:
+    """Largest |numerical value| in (a sample of) the training rows; inf when float16 overflowed."""
+    if not train.num_numerical or not len(train):
+        return 0.0
+    n = min(rows, len(train))
+    dense = train.read(0, n, check_ids=False).dense.astype(np.float32)
+    return float(np.nan_to_num(np.abs(dense), nan=0.0, posinf=np.inf).max())
+
+
+def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
+    rows, cards = len(train), spec.cardinalities
+    scale = numerical_scale(train)
+    ids_per_row = sum(cards) / max(rows, 1)
+    if rows <= SMALL_ROWS:
+        r = Recipe("small-data", {
+            "wide": True, "embedding_dim": 8, "bottom_mlp": [32, 8] if train.num_numerical else [],
+            "top_mlp": [32, 1], "optimizer": "adagrad", "lr": 0.05, "embedding_weight_decay": 0.01,
+            "batch_size": 64, "epochs": 30, "patience": 3, "restore_best": True, "embedding_init_scale": 0.1,
+        })
+        r.reasons += [
+            f"{rows:,} training rows (<= {SMALL_ROWS:,}): a plain DLRM overfits within an epoch here",
+            f"{sum(cards):,} ids in {len(cards)} tables ({ids_per_row:.2f} per training row): narrow tables "
+            "(dim 8), Adagrad 0.05 with lazy L2 (weight decay 0.01 on touched rows), batch 64",
+            "wide term: a first-order weight per id and numerical feature beside the DLRM (the logistic regression "
+            "it must at least match); tables start at 0.1 of the usual init (quiet rare ids, less seed variance)",
+            "up to 30 epochs, evaluated on the validation rows each epoch, stop after 3 without improvement, "
+            "restore the best weights",
+        ]
+    elif rows <= LARGE_ROWS:
+        r = Recipe("medium-data", {
+            "embedding_dim": 16, "bottom_mlp": [64, 16] if train.num_numerical else [], "top_mlp": [64, 32, 1],
+            "optimizer": "sgd", "lr": 1.0, "batch_size": 256, "epochs": 6, "patience": 2, "restore_best": True,
+        })
+        r.reasons.append(f"{rows:,} training rows ({SMALL_ROWS:,} to {LARGE_ROWS:,}): the tiny preset's recipe (dim 16, "
+                         "SGD 1.0, batch 256, 6 epochs), evaluated on the validation rows each epoch, stop after 2 "
+                         "without improvement, restore the best weights")
+    else:
+        r = Recipe("large-data", {
+            "embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16] if train.num_numerical else [],
+            "top_mlp": [512, 256, 1], "optimizer": "sgd", "lr": 0.1, "batch_size": 128, "epochs": 1,
+            "restore_best": True,
+        })
+        r.reasons.append(f"{rows:,} training rows (> {LARGE_ROWS:,}): the DLRM reference's Criteo Kaggle recipe "
+                         "(dim 16, SGD 0.1, batch 128, one epoch)")
+    if scale > RAW_NUMERICAL:
+        r.values["numerical_transform"] = "signed-log"
+        seen = "over 65,504 (float16 infinities)" if np.isinf(scale) else f"up to {scale:,.0f}"
+        r.reasons.append(f"numerical values {seen}: raw, so the model takes sign(x) log(1+|x|)")
+    else:
+        r.values["numerical_transform"] = "none"
+    return r
+
+
+def apply(args: argparse.Namespace, recipe: Recipe) -> list[str]:
+    """Fill the options the user left unset; returns the names it filled."""
+    filled = []
+    # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
+    own_optimizer = any(getattr(args, k, None) is not None for k in ("optimizer", "embedding_optimizer"))
+    for key, value in recipe.values.items():
+        if own_optimizer and key in ("optimizer", "lr", "embedding_weight_decay"):
+            continue
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+            filled.append(key)
+    dim, bottom = getattr(args, "embedding_dim", None), getattr(args, "bottom_mlp", None)
+    if "bottom_mlp" in filled and bottom and dim and bottom[-1] != dim:  # --embedding-dim given alone
+        args.bottom_mlp = [*bottom[:-1], dim]
+    return filled
+
+
+def describe(recipe: Recipe, filled: list[str], val_source: str | None = None) -> str:
+    lines = [f"recipe {recipe.name} (no --preset): " + ", ".join(
+        f"{k.replace('_', '-')} {format_value(recipe.values[k])}" for k in recipe.values if k in filled)]
+    overridden = [k for k in recipe.values if k not in filled]
+    if overridden:
+        lines.append("  kept from the command line/config: " + ", ".join(k.replace("_", "-") for k in overridden))
+    lines += [f"  why: {reason}" for reason in recipe.reasons]
+    if val_source:
+        lines.append(f"  validation rows: {val_source}")
+    return "\n".join(lines)
+
+
+def format_value(v: Any) -> str:
+    if isinstance(v, list):
+        return ",".join(str(x) for x in v) or "none"
+    return str(v).lower() if isinstance(v, bool) else str(v)

@@ -1,0 +1,186 @@
+"""Honest evaluation: validation mappings from preprocess/transcode, the test mapping read only
+after training, the small-data recipe, the logistic-regression baseline and tune's objective."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import run_cli
+from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset, open_val
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "criteo", "criteo_kaggle_head6k.tsv")
+NAMES = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+
+
+def write_csv(path, rows: int, seed: int = 0) -> None:
+    """A click log with a header: label, two numerical and three categorical columns; the label
+    depends on the categories, so a model has something to learn."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "n1", "n2", "a", "b", "c"])
+        for i in range(rows):
+            a, b, c = rng.integers(0, 20), rng.integers(0, 50), rng.integers(0, 5)
+            p = 1 / (1 + np.exp(-(0.3 * (a % 5) - 0.6 + 0.5 * (c == 2))))
+            w.writerow([int(rng.random() < p), rng.integers(0, 100000), round(float(rng.normal()), 3),
+                        f"a{a}", f"b{b}", f"c{c}" if i % 7 else ""])
+
+
+def transcode(src, out, *extra):
+    r = run_cli("transcode", "--input", str(src), "--out", str(out), "--label", "y", "--numerical", "n1,n2",
+                "--categorical", "a,b,c", *extra)
+    assert r.code == 0, r.err
+    return r
+
+
+def test_transcode_val_split_keeps_order_and_vocabulary(tmp_path):
+    write_csv(tmp_path / "x.csv", 1000)
+    transcode(tmp_path / "x.csv", tmp_path / "all", "--test-rows", "100")
+    r = transcode(tmp_path / "x.csv", tmp_path / "v", "--test-rows", "100", "--val-rows", "150")
+    assert "750 train + 150 val + 100 test rows" in r.out
+    spec, train, test = open_dataset(str(tmp_path / "v"))
+    val = open_val(spec)
+    assert (len(train), len(val), len(test)) == (750, 150, 100)
+    _, all_train, all_test = open_dataset(str(tmp_path / "all"))
+    # the same rows in the same order: val is the tail of the old train mapping, test unchanged
+    got = np.concatenate([train.read(0, 750).labels, val.read(0, 150).labels, test.read(0, 100).labels])
+    want = np.concatenate([all_train.read(0, 900).labels, all_test.read(0, 100).labels])
+    assert (got == want).all()
+    assert (val.read(0, 150).dense == all_train.read(750, 900).dense).all()
+    # only the 750 training rows were counted for the vocabulary
+    b_train = {int(i) for i in train.read(0, 750).ids[:, 1]}
+    assert max(b_train) == spec.cardinalities[1] - 1  # every id of b occurs in the training rows
+    r = transcode(tmp_path / "x.csv", tmp_path / "f", "--test-rows", "100", "--val-fraction", "0.1")
+    assert "810 train + 90 val + 100 test rows" in r.out
+
+
+@pytest.mark.skipif(not os.path.exists(REAL), reason="needs ../shared/data/criteo (real Criteo rows, not in the repo)")
+def test_preprocess_criteo_val_split(tmp_path):
+    head = tmp_path / "head.tsv"
+    with open(REAL) as f:
+        head.write_text("".join(f.readlines()[:1200]))
+    args = ["preprocess", "criteo", "--input", str(head), "--test-rows", "200", "--no-progress", "--workers", "1"]
+    assert run_cli(*args, "--out", str(tmp_path / "a")).code == 0
+    r = run_cli(*args, "--out", str(tmp_path / "b"), "--val-rows", "300")
+    assert r.code == 0, r.err
+    assert "700 train + 300 val + 200 test rows" in r.out
+    spec_a, train_a, test_a = open_dataset(str(tmp_path / "a"))
+    spec_b, train_b, test_b = open_dataset(str(tmp_path / "b"))
+    val_b = open_val(spec_b)
+    assert (val_b.read(0, 300).labels == train_a.read(700, 1000).labels).all()
+    assert (test_b.read(0, 200).dense == test_a.read(0, 200).dense).all()
+    # val rows are not counted for the vocabulary: fewer (or equal) ids than with them
+    assert all(b <= a for a, b in zip(spec_a.cardinalities, spec_b.cardinalities))
+    assert sum(spec_b.cardinalities) < sum(spec_a.cardinalities)
+    assert run_cli("validate", "--data", str(tmp_path / "b")).code == 0
+
+
+def test_test_mapping_is_read_only_after_training(tmp_path, monkeypatch):
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train.trainer import Trainer
+
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    reads: list[str] = []
+    original = SplitBinaryDataset.read
+
+    def spy(self, start, end, check_ids=True):
+        reads.append(self.mapping)
+        return original(self, start, end, check_ids)
+
+    monkeypatch.setattr(SplitBinaryDataset, "read", spy)
+
+    def run(data):
+        reads.clear()
+        cfg = TrainConfig(data=str(data), preset="tiny", epochs=4, batch_size=64, patience=1, restore_best=True,
+                          progress=False, shuffle=False, numerical_transform="signed-log")
+        m = Trainer(cfg).fit()
+        return m, list(reads)
+
+    m, seq = run(tmp_path / "d")
+    assert "test" in seq and "val" in seq
+    first_test = seq.index("test")
+    assert all(s == "test" for s in seq[first_test:]), "the test mapping was read before training ended"
+    # a test mapping whose labels are all 1 changes nothing but the final test score
+    label = tmp_path / "d" / "test" / "label.bin"
+    np.ones(300, dtype=np.bool_).tofile(label)
+    m1, _ = run(tmp_path / "d")
+    for key in ("val_auc", "val_logloss", "steps", "best_auc", "selected_step", "train_loss"):
+        assert m1[key] == m[key], key
+    assert np.isnan(m1["auc"]) and not np.isnan(m["auc"])
+
+
+def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
+    write_csv(tmp_path / "x.csv", 1200)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
+    run_dir = tmp_path / "run"
+    r = run_cli("train", "--data", str(tmp_path / "d"), "--run-dir", str(run_dir), "--no-progress", "--epochs", "3",
+                "--embedding-dim", "4")
+    assert r.code == 0, r.err
+    assert "recipe small-data" in r.out and "why:" in r.out
+    assert "numerical-transform signed-log" in r.out  # n1 holds raw values up to 100,000
+    assert "kept from the command line/config: embedding-dim, epochs" in r.out
+    cfg = yaml.safe_load(open(run_dir / "config.yaml"))
+    assert cfg["wide"] is True and cfg["optimizer"] == "adagrad" and cfg["embedding-dim"] == 4
+    assert cfg["bottom-mlp"][-1] == 4 and cfg["epochs"] == 3 and cfg["restore-best"] is True
+    m = json.load(open(run_dir / "metrics.json"))
+    assert {"val_auc", "val_logloss", "auc", "logloss"} <= set(m)
+    # the run repeats from its config.yaml with the same choices (nothing left to the recipe)
+    r2 = run_cli("train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(tmp_path / "run2"), "--no-progress")
+    assert r2.code == 0, r2.err
+    assert json.load(open(tmp_path / "run2" / "metrics.json"))["val_auc"] == m["val_auc"]
+
+
+def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
+    pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import OneHotEncoder
+
+    write_csv(tmp_path / "x.csv", 2000, seed=3)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "400", "--log-transform")
+    r = run_cli("baseline", "--data", str(tmp_path / "d"))
+    assert r.code == 0, r.err
+    result = json.load(open(tmp_path / "d" / "baseline.json"))
+    _, train, test = open_dataset(str(tmp_path / "d"))
+    a, b = train.read(0, len(train)), test.read(0, len(test))
+    enc = OneHotEncoder(handle_unknown="ignore")
+    xd, td = a.dense.astype(np.float64), b.dense.astype(np.float64)
+    mu, sd = xd.mean(0), xd.std(0)
+    import scipy.sparse as sp
+
+    fit = LogisticRegression(C=1.0, max_iter=5000).fit(sp.hstack([enc.fit_transform(a.ids), (xd - mu) / sd]).tocsr(), a.labels)
+    ref = roc_auc_score(b.labels, fit.predict_proba(sp.hstack([enc.transform(b.ids), (td - mu) / sd]).tocsr())[:, 1])
+    assert abs(result["test_auc"] - ref) < 0.002, (result, ref)
+    assert 0.5 < result["val_auc"] <= 1.0
+    t = run_cli("train", "--data", str(tmp_path / "d"), "--run-dir", str(tmp_path / "run"), "--no-progress",
+                "--epochs", "2")
+    assert t.code == 0, t.err
+    assert "logistic-regression baseline" in t.out and "lift" in t.out
+
+
+def test_tune_maximizes_validation_auc(tmp_path):
+    pytest.importorskip("optuna", reason="tune needs Optuna (the tune extra)")
+    import optuna
+
+    write_csv(tmp_path / "x.csv", 800)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200", "--val-rows", "150")
+    out = tmp_path / "t"
+    r = run_cli("tune", "--data", str(tmp_path / "d"), "--trials", "3", "--out", str(out), "--max-steps", "10",
+                "--no-prune", "--budget", "5")
+    assert r.code == 0, r.err
+    study = optuna.load_study(study_name="dlrmkit", storage=f"sqlite:///{out / 'study.db'}")
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert complete
+    for trial in complete:
+        log = [json.loads(x) for x in open(out / f"trial_{trial.number}" / "log.jsonl")]
+        val = [e for e in log if e.get("event") == "eval"]
+        ends = [e for e in log if e.get("event") == "end"]
+        assert trial.value == pytest.approx(ends[-1]["val_auc"]) and val and all(e["mapping"] == "val" for e in val)
+    assert r.out.count("test AUC") == 1 and "scored once" in r.out
