@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from dlrmkit.config import TrainConfig, get_preset, model_config
+from dlrmkit.config import TrainConfig, get_preset, resolve_run
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.errors import DlrmkitError
@@ -56,15 +56,15 @@ def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_si
 
 class Trainer:
     def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg = cfg.resolved()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        cfg.resolved()  # option errors before the dataset is opened
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
-        self.model_cfg: ModelConfig = model_config(
-            cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities
-        )
+        # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
+        self.cfg, self.model_cfg = resolve_run(cfg, self.spec.cardinalities, self.train_set.num_numerical)
+        cfg = self.cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         from dlrmkit.parallel.dist import launched_by_torchrun
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
@@ -299,5 +299,7 @@ class Trainer:
         }
         if "optimal_auc" in self.spec.metadata:
             metrics["optimal_auc"] = float(self.spec.metadata["optimal_auc"])
+        if self.par is not None:  # per rank: bytes of tables and their optimizer state, held and planned
+            metrics.update(self.par.held_bytes(self.optimizers))
         self.log({"event": "end", **metrics})
         return metrics
