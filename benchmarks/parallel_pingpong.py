@@ -22,10 +22,23 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.bench import BENCH_MODELS, random_batches, training_step
-from dlrmkit.model.dlrm import DLRM
+from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
+from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.parallel.bench_parallel import parallel_setup
 from dlrmkit.perf.bench_perf import prepare_model
+
+
+# the bench models plus train's criteo-kaggle preset on Criteo Kaggle's tables (2.2 GB of fp32 weights)
+MODELS = {**BENCH_MODELS, "criteo-kaggle": ModelConfig(13, KAGGLE_TABLE_SIZES, 16, [512, 256, 64, 16], [512, 256, 1])}
+
+
+def one_hot_batches(cfg: ModelConfig, batch_size: int, count: int, seed: int) -> list:
+    """random_batches with one id per (sample, table), as [B, T] tensors (Criteo's shape)."""
+    out = random_batches(cfg, batch_size, count, seed, max_bag=1)
+    for x in out:
+        x.ids = x.ids.values.view(-1, batch_size).t().contiguous()
+    return out
 
 
 def window(step, batches, steps: int, start: int) -> float:
@@ -57,7 +70,8 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
-def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True):
+def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True,
+                     one_hot: bool = False):
     """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
     shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
     args = argparse.Namespace(compile=compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
@@ -68,12 +82,14 @@ def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bo
     if par is None:
         raise SystemExit("run under torchrun")
     opts = build_optimizers(model, "sgd", args.lr)
-    return par, lambda batch: par.step(batch, opts), par.batches(cfg, batch_size, 4, seed)
+    return par, lambda batch: par.step(batch, opts), par.batches(cfg, batch_size, 4, seed, one_hot)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small", choices=list(BENCH_MODELS))
+    p.add_argument("--model", default="small", choices=list(MODELS))
+    p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data (default: "
+                   "bags of 1-10 ids)")
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--sharding", default="table_wise")
     p.add_argument("--pairs", type=int, default=30)
@@ -88,10 +104,10 @@ def main() -> None:
                    help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops")
     a = p.parse_args()
     args = argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
-    cfg = BENCH_MODELS[a.model]
+    cfg = MODELS[a.model]
 
     torch.set_num_threads(1)
-    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead)
+    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead, a.one_hot)
     if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")
 
@@ -101,7 +117,7 @@ def main() -> None:
         single.reset_parameters(a.seed)
         prepare_model(args, single, parallel=False)
         single_step = training_step(single, build_optimizers(single, "sgd", args.lr))
-        single_batches = random_batches(cfg, a.batch_size, 4, a.seed)
+        single_batches = (one_hot_batches if a.one_hot else random_batches)(cfg, a.batch_size, 4, a.seed)
         torch.set_num_threads(2)
         window(single_step, single_batches, a.warmup, 0)
         torch.set_num_threads(1)

@@ -52,6 +52,15 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
                      min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory, optimizer_state=optimizer_state)
 
 
+def nonzero_rows(g: torch.Tensor) -> torch.Tensor:
+    """The rows of dense `g` that hold a nonzero value, as a coalesced sparse tensor: what
+    `g.to_sparse(1)` gives, built directly (to_sparse(1) took 35-130 ms for a 3,187 x 16
+    gradient, the replicated tables of Criteo Kaggle: most of the sharded step at batch 128)."""
+    rows = g.ne(0).any(1).nonzero().squeeze(1)
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), g.index_select(0, rows), g.shape, is_coalesced=True,
+                                   check_invariants=False)
+
+
 class GradBuckets:
     """Overlapped gradient all-reduce: dense parameters in buckets (in reverse order, as
     backward produces their gradients); a hook launches a bucket's async all-reduce as soon as
@@ -269,7 +278,7 @@ class HybridParallel:
         comm.all_reduce_sum(grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes,
                             self.pcfg.comm_dtype, self.stats)
         for p, g in zip(reps, rep_grads):
-            p.grad = g.to_sparse(1)  # rows nobody touched drop out: the sparse optimizers skip them
+            p.grad = nonzero_rows(g)  # rows nobody touched drop out: the sparse optimizers skip them
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)
 
 
