@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
 from tqdm import tqdm
 
 from dlrmkit.data.synthetic import zipf_continuous
@@ -28,14 +30,17 @@ MISSING_CAT = [0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03, 0
                0.44, 0.44, 0.03, 0.76, 0.0, 0.03, 0.44, 0.44]
 
 
-def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None) -> bytes:
-    cols = [np.where(rng.random(n) < 0.25, "1", "0")]
+HEX = np.array([f"{i:02x}" for i in range(256)], dtype="S2")
+
+
+def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None) -> pa.Table:
+    """`n` rows as an Arrow table (nulls are the empty fields), written by Arrow's CSV writer."""
+    cols = [pa.array((rng.random(n) < 0.25).astype(np.int8))]
     for j in range(13):
         v = np.floor(rng.lognormal(1.5, 1.8, n)).astype(np.int64)
         if j == 1:
             v -= rng.integers(0, 3, n) * (rng.random(n) < 0.1)  # I2 has negatives
-        s = v.astype(str)
-        cols.append(np.where(rng.random(n) < MISSING_INT[j], "", s))
+        cols.append(pa.array(v, mask=rng.random(n) < MISSING_INT[j]))
     for j, size in enumerate(VOCAB):
         ids = np.where(rng.random(n) < HEAD_SHARE, zipf_continuous(rng.random(n), size, HEAD_EXPONENT),
                        rng.integers(0, size, n))
@@ -43,11 +48,10 @@ def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None
         if seen is not None:
             seen[j][ids[~missing]] = True
         # a fixed random 32-bit hex per id, as in Criteo's hashed values
-        h = ((ids.astype(np.uint64) * np.uint64(2654435761) + np.uint64(j * 97)) % np.uint64(2**32)).astype(np.uint32)
-        s = np.char.mod("%08x", h)
-        cols.append(np.where(missing, "", s))
-    table = np.stack(cols, axis=1)
-    return ("\n".join("\t".join(r) for r in table.tolist()) + "\n").encode()
+        h = ((ids.astype(np.uint64) * np.uint64(2654435761) + np.uint64(j * 97)) % np.uint64(2**32)).astype(">u4")
+        text = HEX[h.view(np.uint8).reshape(n, 4)].view("S8").ravel()
+        cols.append(pa.array(text, mask=missing).cast(pa.string()))
+    return pa.table(cols, names=[f"c{i}" for i in range(len(cols))])
 
 
 def main() -> None:
@@ -58,9 +62,10 @@ def main() -> None:
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     seen = [np.zeros(size, dtype=bool) for size in VOCAB]  # 34 MB: which values were written
-    with open(a.out, "wb") as f:
+    options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+    with pacsv.CSVWriter(a.out, chunk(rng, 0).schema, write_options=options) as writer:
         for start in tqdm(range(0, a.rows, 100_000), unit="chunk", disable=None):
-            f.write(chunk(rng, min(100_000, a.rows - start), seen))
+            writer.write_table(chunk(rng, min(100_000, a.rows - start), seen))
     distinct = [int(s.sum()) for s in seen]
     print(f"wrote {a.out}: {a.rows:,} rows; distinct categories {sum(distinct):,} (largest column {max(distinct):,})")
 
