@@ -55,7 +55,7 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
 
     dist.barrier()
     if rank == 0:
-        torch.set_num_threads(2)
+        torch.set_num_threads(a.single_threads)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             window(single_step, single_batches, a.profile, 0)
         torch.set_num_threads(1)
@@ -82,7 +82,7 @@ def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bo
     if par is None:
         raise SystemExit("run under torchrun")
     opts = build_optimizers(model, "sgd", args.lr)
-    return par, lambda batch: par.step(batch, opts), par.batches(cfg, batch_size, 4, seed, one_hot)
+    return par, lambda batch: par.step(batch, opts), (par.batches(cfg, batch_size, 4, seed, one_hot=True) if one_hot else par.batches(cfg, batch_size, 4, seed))
 
 
 def main() -> None:
@@ -97,6 +97,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--single-threads", type=int, default=2, help="intra-op threads of the single process (default 2: "
+                   "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)")
     p.add_argument("--pin", action="store_true", help="pin each rank's main thread to core RANK during 2-rank windows")
     p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
                    help="exchange the next batch's ids during the step (the default, as training does)")
@@ -118,7 +120,7 @@ def main() -> None:
         prepare_model(args, single, parallel=False)
         single_step = training_step(single, build_optimizers(single, "sgd", args.lr))
         single_batches = (one_hot_batches if a.one_hot else random_batches)(cfg, a.batch_size, 4, a.seed)
-        torch.set_num_threads(2)
+        torch.set_num_threads(a.single_threads)
         window(single_step, single_batches, a.warmup, 0)
         torch.set_num_threads(1)
     window(par_step, par_batches, a.warmup, 0)
@@ -127,7 +129,7 @@ def main() -> None:
     for i in range(a.pairs):
         dist.barrier()
         if rank == 0:
-            torch.set_num_threads(2)
+            torch.set_num_threads(a.single_threads)
             one = a.batch_size * a.steps / window(single_step, single_batches, a.steps, i * a.steps)
             torch.set_num_threads(1)
             dist.barrier()
@@ -146,7 +148,7 @@ def main() -> None:
             ratios.append(two / one)
             singles.append(one)
             pairs_rates.append(two)
-            print(f"pair {i + 1}: 1 process x 2 threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
+            print(f"pair {i + 1}: 1 process x {a.single_threads} threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
                   f"{two:,.0f} samples/s, ratio {two / one:.3f}", flush=True)
     if a.profile:
         profile_both(a, rank, single_step if rank == 0 else None, single_batches if rank == 0 else None,
@@ -155,7 +157,8 @@ def main() -> None:
     dist.all_reduce(cpu)
     if rank == 0:
         print(f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
-              f"{statistics.median(singles):,.0f}, median 2-rank {statistics.median(pairs_rates):,.0f} samples/s; "
+              f"{statistics.median(singles):,.0f} ({a.single_threads} threads), median 2-rank "
+              f"{statistics.median(pairs_rates):,.0f} samples/s; "
               f"median ratio {statistics.median(ratios):.3f} (quartiles "
               f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
               f"{100 * float(cpu):.1f}% of a core while waiting")
