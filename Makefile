@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/dlrmkit train --data $(DEMO_DATA) --checkpoint-dir runs/demo --metrics-json runs/demo/metrics.json
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 clean:

@@ -14,7 +14,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dlrmkit.allocator import keep_freed_memory
-from dlrmkit.bench import BENCH_MODELS, random_batches, training_step
+from dlrmkit.bench import BENCH_MODELS, random_batches
+from dlrmkit.train.step import training_step
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.perf.bench_perf import prepare_model

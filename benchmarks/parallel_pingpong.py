@@ -21,11 +21,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from dlrmkit.bench import BENCH_MODELS, random_batches, training_step
+from dlrmkit.bench import BENCH_MODELS, random_batches
 from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.train.step import training_step
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.parallel.bench_parallel import parallel_setup
+from dlrmkit.perf.bench_parallel import parallel_setup
 from dlrmkit.perf.bench_perf import prepare_model
 
 

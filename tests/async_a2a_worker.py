@@ -10,7 +10,7 @@ import torch
 import dlrmkit.parallel.comm as comm
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.parallel.bench_parallel import parallel_setup
+from dlrmkit.perf.bench_parallel import parallel_setup
 from dlrmkit.parallel.dist import shutdown
 
 from dlrmkit.model import embedding

@@ -1,4 +1,4 @@
-"""Issue 6, one process: the DCP checkpoint format (logical tables, manifest, checksums), atomic
+"""Checkpoints in one process: the DCP checkpoint format (logical tables, manifest, checksums), atomic
 saves that survive SIGKILL, --keep, --checkpoint-every-seconds, exact resume, NaN/Inf losses,
 and one-line errors for corrupt checkpoints and mismatched runs (docs/RELIABILITY.md)."""
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import filecmp
 import gzip
 import json
-import os
 from pathlib import Path
 
 import numpy as np

@@ -9,7 +9,8 @@ import torch
 
 from conftest import run_cli
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.perf import device as gpu
+from dlrmkit import device as dev
+from dlrmkit.perf import gpu_step as gpu
 
 TINY_CFG = dict(num_numerical=13, table_sizes=[1000] * 4, embedding_dim=16, bottom_mlp=[32, 16], top_mlp=[32, 1])
 
@@ -18,13 +19,13 @@ NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU st
 
 
 def test_resolve_device():
-    assert gpu.resolve_device("cpu") == torch.device("cpu")
-    assert gpu.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert dev.resolve_device("cpu") == torch.device("cpu")
+    assert dev.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(DlrmkitError, match="--device must be"):
-        gpu.resolve_device("tpu")
+        dev.resolve_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(DlrmkitError, match="--device cuda needs a CUDA GPU"):
-            gpu.resolve_device("cuda")
+            dev.resolve_device("cuda")
 
 
 def test_gpu_step_limits_are_one_line_errors():
@@ -44,29 +45,30 @@ def test_device_tables_of_mixed_widths_are_refused_before_any_copy():
     model = torch.nn.Module()  # DLRM has one width; an EmbeddingCollection may hold several
     model.embeddings = EmbeddingCollection([100, 100, 50], [16, 16, 8])
     with pytest.raises(DlrmkitError, match="mixed widths"):
-        gpu.place_model(model, torch.device("cuda"), "device")
+        dev.place_model(model, torch.device("cuda"), "device")
     assert model.embeddings.tables[0].weight.device.type == "cpu"
 
 
 def test_cpu_placement_changes_nothing():
-    from dlrmkit.bench import random_batches
+    from dlrmkit.perf.workload import random_batches
     from dlrmkit.model.dlrm import DLRM, ModelConfig
 
     cfg = ModelConfig(**TINY_CFG)
     model = DLRM(cfg)
     before = {n: p.data_ptr() for n, p in model.named_parameters()}
-    gpu.place_model(model, torch.device("cpu"), "host")
+    dev.place_model(model, torch.device("cpu"), "host")
     assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
     assert not model.embeddings._forward_hooks
     batches = random_batches(cfg, 8, 1, 0)
-    assert gpu.pin_batches(batches, torch.device("cpu")) is batches
-    assert gpu.synchronizer(torch.device("cpu")) is None
+    assert dev.pin_batches(batches, torch.device("cpu")) is batches
+    assert dev.synchronizer(torch.device("cpu")) is None
 
 
 def test_gpu_step_function_on_the_cpu_is_the_cpu_step():
     """The GPU step's own code (batch copy, CUDA autocast context, BCE, optimizers) run on the CPU,
     where every copy is a no-op and CUDA autocast does not apply: the same bits as bench's step."""
-    from dlrmkit.bench import random_batches, training_step
+    from dlrmkit.perf.workload import random_batches
+    from dlrmkit.train.step import training_step
     from dlrmkit.model.dlrm import DLRM, ModelConfig
     from dlrmkit.optim.build import build_optimizers
 
@@ -97,7 +99,8 @@ def test_bench_device_cuda_without_gpu_says_so():
 def _steps(placement: str, graphs: bool, steps: int = 3):
     """Weights after `steps` SGD steps: the CPU step, and the GPU step with tables on the device or
     in host memory (the caller turns TF32 off, so the GPU computes in fp32 as the CPU does)."""
-    from dlrmkit.bench import random_batches, training_step
+    from dlrmkit.perf.workload import random_batches
+    from dlrmkit.train.step import training_step
     from dlrmkit.model.dlrm import DLRM, ModelConfig
     from dlrmkit.optim.build import build_optimizers
 
@@ -106,11 +109,11 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     cpu_model.reset_parameters(0)
     gpu_model = copy.deepcopy(cpu_model)
     cuda = torch.device("cuda")
-    gpu.place_model(gpu_model, cuda, placement)
+    dev.place_model(gpu_model, cuda, placement)
     ids_device = cuda if placement == "device" else torch.device("cpu")
     batches = random_batches(cfg, 64, steps, 0)
     cpu_step = training_step(cpu_model, build_optimizers(cpu_model, "sgd", 0.1))
-    pinned = gpu.pin_batches(batches, cuda)  # the next batch is prefetched on a side stream
+    pinned = dev.pin_batches(batches, cuda)  # the next batch is prefetched on a side stream
     gpu_step = gpu.gpu_training_step(gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device,
                                      pinned)
     if graphs:

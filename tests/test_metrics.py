@@ -5,7 +5,7 @@ import pytest
 from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
-from dlrmkit.train.metrics import log_loss, roc_auc
+from dlrmkit.metrics import log_loss, roc_auc
 
 
 @pytest.mark.parametrize("n", [2, 7, 100, 5000, 50_000])

@@ -1,4 +1,4 @@
-"""Issue 7: profile breakdown parser, scaling simulator, and bench --reference/--profile runs.
+"""Performance tools: profile breakdown parser, scaling simulator, and bench --reference/--profile runs.
 No timing assertions: only structure and sanity."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_bench_fraction_is_the_median_of_side_by_side_window_ratios(tmp_path):
 
 
 def test_reference_model_learns_one_batch():
-    from dlrmkit.bench import random_batches
+    from dlrmkit.perf.workload import random_batches
     from dlrmkit.model.dlrm import ModelConfig
     from dlrmkit.perf.reference import ReferenceDLRM, per_table, reference_step_fn
 
@@ -84,7 +84,9 @@ def test_reference_model_learns_one_batch():
     batch = random_batches(cfg, 32, 1, seed=0)[0]
     step, model = reference_step_fn(cfg, lr=0.05, seed=0)
     values, offsets = per_table(batch.ids)
-    loss = lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, values, offsets), batch.labels)
+    def loss():
+        return torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, values, offsets), batch.labels)
+
     before = float(loss())
     for _ in range(20):
         step(batch)
@@ -120,7 +122,8 @@ def test_plan_simulate_cli(tmp_path, capsys):
 
 
 def test_threads_default_and_placement(monkeypatch):
-    from dlrmkit.perf.bench_perf import default_threads, table_placement
+    from dlrmkit.device import table_placement
+    from dlrmkit.perf.bench_perf import default_threads
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
     assert default_threads(0) == 1
@@ -137,7 +140,7 @@ def test_fbgemm_embeddings_match_native():
     ok, why = fbgemm_available()
     if not ok:
         pytest.skip(f"needs fbgemm-gpu-cpu: {why}")
-    from dlrmkit.bench import random_batches
+    from dlrmkit.perf.workload import random_batches
     from dlrmkit.model.dlrm import DLRM, ModelConfig
     from dlrmkit.perf.fbgemm_embedding import FbgemmEmbeddings
 

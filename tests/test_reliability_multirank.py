@@ -1,4 +1,4 @@
-"""Issue 6 under torchrun (gloo, CPU, 1 thread per rank): a checkpoint written by 2 ranks
+"""Checkpoints and faults under torchrun (gloo, CPU, 1 thread per rank): a checkpoint written by 2 ranks
 column-wise loads into 3 ranks row-wise and into one process with the same AUC/log loss, and a
 job survives the SIGKILL of rank 1 with --max-restarts=1 (docs/RELIABILITY.md)."""
 

@@ -111,7 +111,7 @@ def test_train_tiny_preset_reaches_optimal_auc(tiny_preset_run):
     assert "test AUC" in result.out and f"{m['auc']:.4f}" in result.out
 
 
-# ---- checkpoints and --resume on the small session dataset ------------------------------------------
+# ---- checkpoints and --resume on the shared tiny dataset ------------------------------------------
 
 
 def test_resume_continues_from_checkpoint_step(tiny_data, tmp_path):

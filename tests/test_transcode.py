@@ -3,7 +3,6 @@ the ids equal those of the Criteo path (one shared encoder)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa

@@ -8,50 +8,15 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
-from dlrmkit.model.embedding import JaggedIds
-from dlrmkit.precision import autocast, compute_dtype
+from dlrmkit.precision import compute_dtype
 from dlrmkit.optim.build import build_optimizers
-
-BENCH_MODELS: dict[str, ModelConfig] = {
-    "small": ModelConfig(13, [1_000_000] * 8, 16, [512, 256, 64, 16], [512, 256, 1]),
-    "mlperf-shape": ModelConfig(13, [200_000] * 26, 128, [512, 256, 128], [1024, 1024, 512, 256, 1]),
-}
-
-
-@dataclass
-class RandomBatch:
-    dense: torch.Tensor
-    ids: JaggedIds
-    labels: torch.Tensor
-
-
-def random_batches(cfg: ModelConfig, batch_size: int, count: int, seed: int, max_bag: int = 10) -> list[RandomBatch]:
-    """`count` batches made up front, so the timed loop measures training only."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    sizes = torch.tensor(cfg.table_sizes, dtype=torch.int64)
-    for _ in range(count):
-        t = len(cfg.table_sizes)
-        lengths = torch.randint(1, max_bag + 1, (t, batch_size), generator=gen)
-        per_table = lengths.sum(1)
-        values = (torch.rand(int(per_table.sum()), generator=gen) * torch.repeat_interleave(sizes, per_table)).long()
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.flatten().cumsum(0)])
-        out.append(
-            RandomBatch(
-                torch.rand(batch_size, cfg.num_numerical, generator=gen),
-                JaggedIds(values, offsets, batch_size),
-                torch.randint(0, 2, (batch_size,), generator=gen).float(),
-            )
-        )
-    return out
-
+from dlrmkit.perf.workload import BENCH_MODELS, RandomBatch, random_batches
+from dlrmkit.train.step import training_step
 
 def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, int]]:
     """(batch count, m, k, n) of every matrix multiply in one training step: forward, grad-input
@@ -107,26 +72,6 @@ def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, win
         if after_window is not None:
             after_window()
     return rates
-
-
-def training_step(model: DLRM, optimizers: list, precision: str = "fp32", amp=None, move=None):
-    """One BCE training step of `model` on a RandomBatch, as the trainer takes it. `amp()` is the
-    autocast context (default: CPU autocast at `precision`); `move(batch)`, if given, copies the
-    batch where the model is first (perf/device.py)."""
-    amp = amp or (lambda: autocast(precision))
-
-    def step(batch: RandomBatch) -> None:
-        if move is not None:
-            batch = move(batch)
-        with amp():
-            loss = F.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for opt in optimizers:
-            opt.step()
-
-    return step
 
 
 def fp32_sgd_step(cfg: ModelConfig, args: argparse.Namespace):
@@ -204,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size <= 0 or args.steps <= 0 or args.windows <= 0:
         raise DlrmkitError("--batch-size, --steps and --windows must be positive")
     from dlrmkit.parallel.dist import launched_by_torchrun
-    from dlrmkit.perf import device as gpu
+    from dlrmkit import device as dev
+    from dlrmkit.perf import gpu_step as gpu
     from dlrmkit.perf.bench_perf import collect_profile, default_threads, perf_extras, prepare_model
 
     torch.set_num_threads(default_threads(args.threads))
@@ -212,19 +158,19 @@ def run(args: argparse.Namespace) -> int:
     wants_baselines = bool(args.compare_fp32 or getattr(args, "reference", False))
     profiling = bool(getattr(args, "profile", False) or getattr(args, "plot", None))
     cpu_only = parallel or wants_baselines or profiling or getattr(args, "embedding_backend", "native") == "fbgemm"
-    device = torch.device("cpu") if cpu_only and args.device == "auto" else gpu.resolve_device(args.device)
+    device = torch.device("cpu") if cpu_only and args.device == "auto" else dev.resolve_device(args.device)
     gpu.check_device_options(device, parallel, wants_baselines, profiling)
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)
     prepare_model(args, model, parallel=parallel, device=device)
-    from dlrmkit.parallel.bench_parallel import parallel_setup  # torchrun: shard the model
+    from dlrmkit.perf.bench_parallel import parallel_setup  # torchrun: shard the model
 
     par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
     batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
-    batches = gpu.pin_batches(batches, device)
+    batches = dev.pin_batches(batches, device)
     ids_device = device if args._placement[0] == "device" else torch.device("cpu")
     local_step = (gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device, batches)
                   if device.type == "cuda" else training_step(model, optimizers, args.precision))
@@ -246,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     base_rates: dict[str, list[float]] = {name: [] for name in baselines}
     # with --compare-fp32 at a lower precision, the fp32 GEMMs too (after the run's own, before the
     # baselines' windows): how much faster this CPU runs the model's GEMMs (MLPs and interaction) at
-    # that precision, what the GEMM part of a step can gain over fp32 (issue 5's ratio)
+    # that precision, what the GEMM part of a step can gain over fp32 (the bf16/fp32 GEMM ratio)
     fp32_gemm_times: list[float] = []
     time_fp32_gemms = "fp32" in baselines and compute_dtype(args.precision) != torch.float32
 
@@ -257,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         for name, base_step in baselines.items():
             base_rates[name].extend(timed_windows(base_step, batches, 0, args.steps, 1))
 
-    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, after_window, gpu.synchronizer(device))
+    rates = timed_windows(step, batches, args.warmup, args.steps, args.windows, after_window, dev.synchronizer(device))
     if par is not None:  # global samples/s: every rank steps its slice of the global batch together
         rates = [r * args.batch_size / len(batches[0].labels) for r in rates]
     rate = statistics.median(rates)
@@ -281,11 +227,11 @@ def run(args: argparse.Namespace) -> int:
         "compute_bound_fraction": fraction,
         "window_compute_bounds": [world * local_batch / g for g in gemm_times],
         "world_size": par.ctx.world_size if par else 1,
-        "device": gpu.device_name(device),
+        "device": dev.device_name(device),
         "sharding": args.sharding if par else "none",
     }
     collect_profile(args, model, optimizers, step, batches, par, result)  # all ranks, before shutdown
-    if par is not None and args.breakdown:  # dlrmkit.parallel.bench_parallel: bytes/step, step breakdown
+    if par is not None and args.breakdown:  # dlrmkit.perf.bench_parallel: bytes/step, step breakdown
         par.report(step, batches, args, result)
     if par is not None:
         from dlrmkit.parallel.dist import shutdown

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
     "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
     "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
-    "plan": ("dlrmkit.parallel.plan_cli", "plan how embedding tables are sharded over ranks"),
+    "plan": ("dlrmkit.plan_cli", "plan how embedding tables are sharded over ranks"),
     "report": ("dlrmkit.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
     "tune": ("dlrmkit.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
     "export": ("dlrmkit.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),

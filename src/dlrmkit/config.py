@@ -3,7 +3,7 @@ the table sizes always come from the dataset (or from the benchmark's own shape)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
@@ -101,7 +101,6 @@ class TrainConfig:
     backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl with --device cuda, else gloo)
     device: str = "cpu"  # cpu | cuda | auto (the GPU if there is one); under torchrun GPU LOCAL_RANK
     table_placement: str = "auto"  # one process on a GPU: auto | device | host (tables in host memory)
-    extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

@@ -16,7 +16,7 @@ table sizes as well as of rows (generation runs in chunks of `chunk_rows`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 from tqdm import tqdm
@@ -25,7 +25,7 @@ from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.data.synthetic_shapes import SYNTH_PRESETS, SynthConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.metrics import roc_auc
+from dlrmkit.metrics import roc_auc
 
 __all__ = ["SYNTH_PRESETS", "SynthConfig", "Teacher", "generate", "STORED_MAX_ROWS"]
 

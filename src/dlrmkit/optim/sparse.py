@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
+from dlrmkit.optim.split_sgd_kernel import fused_sgd_bag_step
+
 
 def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(row indices [n], gradient rows [n, dim]) of a sparse COO gradient."""
@@ -50,8 +52,6 @@ class SparseSGD(Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        from dlrmkit.optim.split_sgd_kernel import fused_sgd_bag_step
-
         for group in self.param_groups:
             for p in group["params"]:
                 for g in take_bag_grads(p):  # deferred table gradients: read by bag

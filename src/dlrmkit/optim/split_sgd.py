@@ -14,34 +14,12 @@ fp32 in order (index_add_, exactly as SparseSGD updates an fp32 table), and is s
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch.optim import Optimizer
 
+from dlrmkit.optim.bf16_split import join_fp32, split_fp32, truncate_to_bf16  # noqa: F401 (part of this module's API)
 from dlrmkit.optim.sparse import clear_bag_grads, take_bag_grads
 from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_dense_step, fused_sparse_step
-
-if sys.byteorder != "little":  # the int16 pair views below assume little-endian words
-    raise ImportError("split-SGD needs a little-endian machine")
-
-
-def split_fp32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(top half as bf16, bottom half as int16) of an fp32 tensor, bit for bit. On a
-    little-endian machine an fp32 is the int16 pair (low, high): a view, then two copies."""
-    pairs = w.detach().float().contiguous().view(torch.int16).view(*w.shape, 2)
-    return pairs[..., 1].contiguous().view(torch.bfloat16), pairs[..., 0].contiguous()
-
-
-def join_fp32(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
-    """The fp32 tensor whose top half is `hi` (bf16) and bottom half `lo` (int16): one copy."""
-    return torch.stack((lo, hi.view(torch.int16)), dim=-1).view(torch.float32).view(hi.shape)
-
-
-def truncate_to_bf16(w: torch.Tensor) -> torch.Tensor:
-    """bf16 of the top 16 bits of each fp32 value (what split-SGD's forward sees)."""
-    return split_fp32(w)[0]
-
 
 class SplitSGD(Optimizer):
     """Plain SGD on split bf16/int16 weights. Taking ownership of `params`: on construction each

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from dlrmkit.optim.bf16_split import join_fp32, split_fp32
+
 log = logging.getLogger(__name__)
 
 
@@ -96,8 +98,6 @@ def _self_check(op) -> bool:
 def _self_check_dense(op) -> bool:
     """The dense op bit-exact against SplitSGD's pure-torch dense step (join, add_, split), at sizes
     with and without a vector tail, bf16 and fp32 gradients."""
-    from dlrmkit.optim.split_sgd import join_fp32, split_fp32
-
     gen = torch.Generator().manual_seed(2)
     for n in (1, 15, 16, 17, 100, 40_000):
         w = torch.randn(n, generator=gen) * 3
@@ -165,7 +165,7 @@ def cpu_isa_level(cpuinfo: str = "/proc/cpuinfo") -> int | None:
 
 def _warn_if_slow_clone() -> None:
     """A kernel running a narrower clone than the CPU has is correct but several times slower (the
-    model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, fifth session): say so."""
+    model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, row kernels): say so."""
     level, cpu = int(torch.ops.dlrmkit_split_sgd.isa_level()), cpu_isa_level()
     if cpu is not None and cpu > max(level, 0):
         why = ("the compiler made no ISA clones (GCC >= 12 with glibc on x86-64 does)" if level == -1

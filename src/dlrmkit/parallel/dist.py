@@ -29,18 +29,6 @@ class DistContext:
     device: torch.device = torch.device("cpu")
     cpu_group: object | None = None  # group for CPU-tensor collectives; None: the default group
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1 or (dist.is_available() and dist.is_initialized())
-
-    def barrier(self) -> None:
-        if dist.is_initialized():
-            dist.barrier()
-
 
 def check_backend(backend: str | None, device_type: str) -> str:
     """The backend for tensors on `device_type` ('cpu' or 'cuda'): the default, or the one asked

@@ -295,7 +295,7 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
 
     if not launched_by_torchrun():
         return DistContext(), None, None
-    from dlrmkit.perf.device import resolve_device
+    from dlrmkit.device import resolve_device
 
     device = resolve_device(getattr(cfg, "device", None) or "cpu").type
     ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0), device)
@@ -374,7 +374,7 @@ class TrainerParallel(HybridParallel):
         """AUC and log loss over the whole test set: each rank predicts its slice of every
         batch, then all ranks gather all predictions."""
         from dlrmkit.parallel.loader import DistBatchLoader
-        from dlrmkit.train.metrics import log_loss, roc_auc
+        from dlrmkit.metrics import log_loss, roc_auc
 
         was = self.model.training
         self.model.eval()

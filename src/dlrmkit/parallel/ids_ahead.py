@@ -5,7 +5,8 @@ knows) are launched as an async collective from the main thread and waited for a
 step: no Python thread, no hand-off. Jagged ids need two dependent all-to-alls (bag lengths,
 then ids), so a worker thread runs them. Collectives of one group must be issued in the same
 order on every rank: the step's all-to-alls and all-reduces use the default group from the main
-thread, this group's are issued in batch order, on every rank alike."""
+thread, this group's are issued in batch order, on every rank alike. Measured: docs/BENCHMARKS.md
+(2 ranks against one process)."""
 
 from __future__ import annotations
 

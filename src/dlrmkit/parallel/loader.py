@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.data.loader import Batch, BatchLoader, pin_batch, prefetched, to_batch
-from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
+from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.dist import batch_slice, batch_split
 from dlrmkit.parallel.sharded_embedding import DistIds

@@ -140,11 +140,6 @@ class ShardedEmbedding(nn.Module):
         """Where the shards, the lookups and the pooled output live."""
         return self.mp_target.device
 
-    @property
-    def bytes_sent(self) -> int:
-        """All-to-all bytes this rank sent (ids, pooled forward and backward) since the last reset."""
-        return sum(v for k, v in list(self.stats.bytes.items()) if k != "allreduce")
-
     # ---- init ------------------------------------------------------------------------------
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator) -> None:
@@ -192,14 +187,6 @@ class ShardedEmbedding(nn.Module):
                 off = int(self.dp_table.row_offsets[j])
                 full[t] = self.dp_table.weight[off : off + self.table_sizes[t]].detach().cpu().clone()
         return full
-
-    def single_device_state(self) -> EmbeddingCollection:
-        """An EmbeddingCollection holding the gathered tables (for single-format checkpoints)."""
-        emb = EmbeddingCollection(self.table_sizes, self.dims)
-        with torch.no_grad():
-            for t, w in enumerate(self.gather_tables()):
-                table_weight(emb, t).copy_(w)
-        return emb
 
     # ---- gradients -------------------------------------------------------------------------
     def replicated_parameters(self) -> list[nn.Parameter]:

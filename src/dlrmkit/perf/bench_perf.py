@@ -1,5 +1,5 @@
 """The performance options of `dlrmkit bench`, kept out of bench.py: thread defaults, optional
-kernels (FBGEMM embeddings, torch.compile of the dense part), table placement checks, and the
+kernels (FBGEMM embeddings, torch.compile of the dense part), table placement, and the
 extras that run after the timed windows (--reference, --profile, --plot)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import os
 
 import torch
 
+from dlrmkit.device import place_tables
 from dlrmkit.errors import DlrmkitError
 
 
@@ -45,41 +46,11 @@ def default_threads(requested: int) -> int:
     return max(1, cores // max(local, 1))
 
 
-def table_placement(requested: str, table_bytes: int, device: torch.device | str = "cuda") -> tuple[str, str]:
-    """(placement, reason). On the CPU every table lives in host memory; on a GPU, `auto` puts
-    the tables on the device when they (with their optimizer state, counted in `table_bytes`) fit
-    in 80% of its free memory, else in host memory; the rest is for activations and graphs."""
-    if not torch.cuda.is_available() or torch.device(device).type == "cpu":
-        if requested == "device":
-            raise DlrmkitError("--table-placement device needs --device cuda and a CUDA GPU")
-        return "host", "no CUDA GPU in use: tables and MLPs run on the CPU"
-    if requested != "auto":
-        return requested, "as requested"
-    free, _ = torch.cuda.mem_get_info(torch.device(device))
-    if table_bytes <= 0.8 * free:
-        return "device", f"tables {table_bytes / 2**30:.1f} GiB fit in the GPU's {free / 2**30:.1f} GiB free"
-    return "host", f"tables {table_bytes / 2**30:.1f} GiB exceed 80% of the GPU's {free / 2**30:.1f} GiB free"
-
-
-def place_tables(model: torch.nn.Module, device: torch.device, requested: str, accumulator: bool) -> tuple[str, str]:
-    """--table-placement chosen (table_placement) and applied: on a GPU the model moves there
-    (perf.device.place_model) and TF32 is enabled. With `accumulator`, the tables' optimizer keeps
-    an fp32 value per weight (Adagrad), counted with them. Call it before the optimizers are built."""
-    table_bytes = sum(p.numel() * (p.element_size() + (4 if accumulator else 0)) for p in model.embeddings.parameters())
-    placement = table_placement(requested, table_bytes, device)
-    if device.type == "cuda":
-        from dlrmkit.perf.device import place_model
-        from dlrmkit.precision import enable_tf32
-
-        place_model(model, device, placement[0])
-        enable_tf32(device)
-    return placement
-
-
 def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool,
-                  device: torch.device = torch.device("cpu")) -> None:
+                  device: torch.device | None = None) -> None:
     """Applies --table-placement (on a GPU), --embedding-backend and --compile to the model before
     its optimizers are built."""
+    device = device if device is not None else torch.device("cpu")
     args._placement = place_tables(model, device, getattr(args, "table_placement", "auto"),
                                    getattr(args, "optimizer", "sgd") == "adagrad")
     if getattr(args, "embedding_backend", "native") == "fbgemm":

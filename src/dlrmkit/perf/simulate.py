@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from dlrmkit.errors import DlrmkitError
 
@@ -187,7 +187,3 @@ def format_table(results: list[dict]) -> str:
         lines.append(f"{r['world_size']:>6} {r['batch_size']:>8} {r['step_s'] * 1e3:>9.3f} {r['samples_per_s']:>14,.0f} "
                      f"{100 * r['comm_share']:>5.1f}%  " + "/".join(f"{v * 1e3:.3f}" for v in p.values()))
     return "\n".join(lines)
-
-
-def profile_dict(hw: HardwareProfile) -> dict:
-    return asdict(hw)

@@ -9,25 +9,25 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import asdict
 from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
-from dlrmkit.config import TrainConfig, get_preset, resolve_run
+from dlrmkit.config import TrainConfig, resolve_run
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
+from dlrmkit.device import batch_to, place_tables, resolve_device
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.precision import autocast
+from dlrmkit.precision import autocast, enable_tf32
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point
-from dlrmkit.train.metrics import log_loss, roc_auc
+from dlrmkit.train.step import training_step
+from dlrmkit.metrics import log_loss, roc_auc
 
 
 @torch.no_grad()
@@ -84,6 +84,9 @@ class Trainer:
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
+        self.step_fn = training_step(self.model, self.optimizers, cfg.precision, move=self.move,
+                                     amp=lambda: autocast(cfg.precision, self.device.type),
+                                     loss_ok=self.loss_is_finite)
         self.loader = (self.par.loader(self.train_set, cfg) if self.par else
                        BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                                    pin_memory=self.device.type == "cuda"))
@@ -110,10 +113,6 @@ class Trainer:
         """(device, (table placement, why) or None, how a batch gets there or None) for --device:
         under torchrun HybridParallel already moved the model; one process here puts the MLPs on
         the GPU and the tables there or in host memory (--table-placement, as bench does)."""
-        from dlrmkit.perf.bench_perf import place_tables
-        from dlrmkit.perf.device import batch_to, resolve_device
-        from dlrmkit.precision import enable_tf32
-
         device = self.dist.device if self.par is not None else resolve_device(cfg.device)
         if device.type == "cpu":
             if cfg.table_placement == "device":
@@ -135,21 +134,9 @@ class Trainer:
         if self.par is not None:
             return self.par.train_step(self, batch)
         self.schedule.apply(self.optimizers, self.step)
-        if self.move is not None:
-            batch = self.move(batch)
-        with autocast(self.cfg.precision, self.device.type):
-            logits = self.model(batch.dense, batch.ids)
-            loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
-        if not self.loss_is_finite(loss):  # skipped: no update, the batch still counts as a step
-            self.step += 1
-            return loss.detach()
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for opt in self.optimizers:
-            opt.step()
+        loss = self.step_fn(batch)  # a skipped non-finite loss still counts as a step
         self.step += 1
-        return loss.detach()
+        return loss
 
     def save_is_due(self) -> bool:
         """--checkpoint-every-seconds: rank 0's clock decides, so every rank saves at the same step."""

@@ -1,8 +1,8 @@
-"""`dlrmkit bench --device cuda`: the single-process step on a CUDA GPU (issue 7's GPU path).
+"""`dlrmkit bench --device cuda`: the single-process step on a CUDA GPU.
 
 The model stays the single-device DLRM; this module places it from outside. The MLPs and the
 interaction go to the GPU. The tables go there too, or stay in host memory when they do not fit
-(`--table-placement`, bench_perf.table_placement). Host tables are looked up on the CPU, and a
+(`--table-placement`, dlrmkit.device.table_placement). Host tables are looked up on the CPU, and a
 forward hook copies the pooled embeddings to the GPU. Autograd's copy brings their gradient back
 to host memory, where the fused CPU kernel updates the rows. Batches wait in pinned host memory
 and are copied without blocking; each step starts the next batch's copy on a side stream, so it
@@ -17,26 +17,15 @@ docs/BENCHMARKS.md says they are not yet measured.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import torch
 
-from dlrmkit.data.loader import pin_batch
+from dlrmkit.device import batch_to
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.embedding import JaggedIds
 from dlrmkit.precision import compute_dtype
-
-
-def resolve_device(requested: str) -> torch.device:
-    """`auto` is the GPU when there is one, else the CPU; `cuda` without a GPU is an error."""
-    if requested not in ("auto", "cpu", "cuda"):
-        raise DlrmkitError(f"--device must be auto, cpu or cuda, got '{requested}'")
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise DlrmkitError("--device cuda needs a CUDA GPU; torch sees none here")
-    return torch.device(requested)
+from dlrmkit.train.step import training_step
 
 
 def check_device_options(device: torch.device, parallel: bool, baselines: bool, profile: bool) -> None:
@@ -50,42 +39,6 @@ def check_device_options(device: torch.device, parallel: bool, baselines: bool, 
     if profile:
         raise DlrmkitError("--device cuda: --profile/--plot not yet (its phase shares are CPU time ranges, "
                            "which do not wait for the GPU)")
-
-
-def place_model(model: torch.nn.Module, device: torch.device, placement: str) -> None:
-    """Moves all but the tables to `device`, and the tables too when `placement` is 'device';
-    host tables hand their pooled output to the device through a forward hook. Call it before the
-    optimizers are built, so their state is made where the parameters live."""
-    if device.type == "cpu":
-        return
-    tables = model.embeddings
-    if placement == "device" and not tables.uniform:
-        raise DlrmkitError("--table-placement device: tables of mixed widths not yet (their ids are split on the CPU)")
-    for child in model.children():
-        if child is not tables:
-            child.to(device)
-    if placement == "device":
-        tables.to(device)
-    else:
-        tables.register_forward_hook(lambda module, inputs, out: out.to(device, non_blocking=True))
-
-
-def pin_batches(batches: list, device: torch.device) -> list:
-    """The batches in pinned host memory (page-locked), so each step's copy to the GPU can run
-    without blocking; unchanged on the CPU."""
-    if device.type == "cpu":
-        return batches
-    return [pin_batch(b) for b in batches]
-
-
-def batch_to(batch, device: torch.device, ids_device: torch.device):
-    """Non-blocking copies of a pinned batch: dense features and labels to `device`, ids to where
-    the tables are."""
-    ids = batch.ids
-    if ids_device.type != "cpu":
-        ids = ids.to(ids_device, non_blocking=True)  # one-hot tensor or JaggedIds
-    return dataclasses.replace(batch, dense=batch.dense.to(device, non_blocking=True), ids=ids,
-                               labels=batch.labels.to(device, non_blocking=True))
 
 
 class Prefetcher:
@@ -129,10 +82,8 @@ def gpu_autocast(precision: str):
 
 def gpu_training_step(model, optimizers: list, precision: str, device: torch.device, ids_device: torch.device,
                       batches: list | None = None) -> Callable:
-    """bench.training_step on the GPU: the pinned batch is copied in (the next of `batches`
+    """train.step.training_step on the GPU: the pinned batch is copied in (the next of `batches`
     prefetched on a side stream, when given), then the same BCE step."""
-    from dlrmkit.bench import training_step
-
     move = (Prefetcher(batches, device, ids_device) if batches and device.type == "cuda"
             else (lambda batch: batch_to(batch, device, ids_device)))
     return training_step(model, optimizers, precision, amp=lambda: gpu_autocast(precision), move=move)
@@ -152,11 +103,3 @@ def graph_mlps(model, batch, precision: str, device: torch.device, ids_device: t
         torch.cuda.make_graphed_callables(modules, samples)
     torch.cuda.synchronize(device)
 
-
-def synchronizer(device: torch.device) -> Callable[[], None] | None:
-    """What the timers call before reading the clock: the GPU's queue must be drained first."""
-    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
