@@ -50,7 +50,7 @@ def test_manifest_has_logical_tables_and_checksums(tiny_data, tmp_path):
     assert any(k.startswith("dense_opt.") for k in manifest["tensors"])
     assert "rng.0" in manifest["tensors"]
     files = set(os.listdir(path)) - {ckpt.MANIFEST}
-    assert files == set(manifest["files"]) and ".metadata" in files
+    assert files == {"metadata.json", "data_0.bin"} == set(manifest["files"])  # no pickled .metadata
     for name, info in manifest["files"].items():
         assert info["sha256"] == ckpt.file_digest(os.path.join(path, name))
 
@@ -128,7 +128,7 @@ def test_checkpoint_every_seconds(tiny_data, tmp_path):
 
 # ---- corrupt checkpoints --------------------------------------------------------------------------
 def _data_file(path):
-    return next(os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".distcp"))
+    return next(os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".bin"))
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
@@ -150,7 +150,7 @@ def test_corrupt_checkpoint_is_one_line_error(tiny_data, tmp_path, damage):
         needles = [target, "missing"]
     else:
         target = os.path.join(path, ckpt.MANIFEST)
-        open(target, "w").write('{"format": "dlrmkit-checkpoint/1", "step": ')
+        open(target, "w").write('{"format": "dlrmkit-checkpoint/2", "step": ')
         needles = [target, "manifest"]
     evaluate = run_cli_subprocess if damage == "flip" else run_cli  # one real CLI process is enough
     assert_one_line_error(evaluate("evaluate", "--data", tiny_data, "--checkpoint", c), *needles)

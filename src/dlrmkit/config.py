@@ -88,6 +88,7 @@ class TrainConfig:
     progress: bool = True
     threads: int = 0  # 0: torch's default
     keep_checkpoints: int = 2  # newest checkpoints kept in checkpoint_dir
+    final_checkpoint: bool = True  # save a checkpoint when training ends (into checkpoint_dir)
     checkpoint_every_seconds: float = 0.0  # also checkpoint when this much time passed (0: off)
     skip_nonfinite: int = 0  # batches with NaN/Inf loss skipped before stopping
     collective_timeout: float = 1800.0  # torchrun: seconds before a stuck collective fails

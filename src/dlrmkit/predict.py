@@ -133,11 +133,14 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
         raise DlrmkitError(f"{data}: made by '{generator or 'unknown'}', not by preprocess/transcode, so there is "
                            f"no raw row format to read")
     vocab = Vocabulary.load(data)
-    model, cfg = load_single_process_model(checkpoint)
+
+    def check(cfg: Any) -> None:  # before the model is built
+        if vocab.cardinalities != list(cfg.table_sizes):
+            raise DlrmkitError(f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
+                               f"({vocab.cardinalities}); pass the --data the model was trained on")
+
+    model, cfg = load_single_process_model(checkpoint, check)
     model.eval()
-    if vocab.cardinalities != list(cfg.table_sizes):
-        raise DlrmkitError(f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
-                           f"({vocab.cardinalities}); pass the --data the model was trained on")
     if generator.startswith("dlrmkit preprocess criteo"):
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:

@@ -26,21 +26,24 @@ def run(args: argparse.Namespace) -> int:
 
     from dlrmkit.parallel.dist import launched_by_torchrun
 
+    spec = FeatureSpec.from_yaml(args.data)
+    dataset = SplitBinaryDataset(spec, args.mapping)
+
+    def check(cfg) -> None:  # before the model is built: a wrong pairing costs nothing
+        if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
+            raise DlrmkitError(
+                f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
+                f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
+            )
+
     par = None
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.train.checkpoint import load_parallel_model
 
-        model, cfg, par = load_parallel_model(args.checkpoint, args)
+        model, cfg, par = load_parallel_model(args.checkpoint, args, check)
     else:
-        model, cfg = load_single_process_model(args.checkpoint)
-    spec = FeatureSpec.from_yaml(args.data)
-    dataset = SplitBinaryDataset(spec, args.mapping)
-    if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
-        raise DlrmkitError(
-            f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
-            f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
-        )
-    metrics = par.evaluate(dataset, args.batch_size) if par else evaluate_model(model, dataset, args.batch_size)
+        model, cfg = load_single_process_model(args.checkpoint, check)
+    metrics = par.evaluate(dataset, args.batch_size) if par else evaluate_model(model, dataset, args.batch_size, progress=True)
     result = {**metrics, "rows": len(dataset), "world_size": par.ctx.world_size if par else 1}
     if par is not None:
         from dlrmkit.parallel.dist import shutdown

@@ -94,6 +94,24 @@ def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
     return run
 
 
+def share_checkpoint_dir(run: RunDir, trainer: Any) -> None:
+    """Under torchrun without --run-dir or --checkpoint-dir, ranks learn rank 0's run folder
+    (the process group exists now) and checkpoint into its `checkpoints/`, as one process does;
+    the ranks must share that folder (one machine, or a shared filesystem)."""
+    if trainer.cfg.checkpoint_dir is not None or trainer.cfg.resume or trainer.dist.world_size == 1:
+        return
+    import torch.distributed as dist
+
+    box = [os.path.abspath(run.path) if is_rank_zero() else None]
+    dist.broadcast_object_list(box, src=0, group=trainer.dist.cpu_group)
+    trainer.cfg.checkpoint_dir = run.checkpoint_dir = os.path.join(box[0], "checkpoints")
+    if is_rank_zero():
+        info_path = run.file("run.json")
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+        write_json(info_path, {**info, "checkpoint_dir": run.checkpoint_dir})
+
+
 def write_plan(run: RunDir, trainer: Any) -> None:
     """plan.json: the model shape, and the sharding plan when the trainer has one."""
     if not is_rank_zero():

@@ -37,13 +37,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: each epoch end)")
     p.add_argument("--eval-batch-size", type=int, default=16384, help="batch size for evaluation (default 16384)")
     p.add_argument("--target-auc", type=float, help="stop as soon as an evaluation reaches this AUC")
-    p.add_argument("--checkpoint-dir", help="write checkpoints (and log.jsonl) here")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (default: at the end)")
+    p.add_argument("--checkpoint-dir", help="write checkpoints (and log.jsonl) here; a folder holding another "
+                   "run's checkpoints needs --resume (default: <run folder>/checkpoints)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: only at the end)")
     p.add_argument("--checkpoint-every-seconds", type=float, default=0.0,
                    help="also checkpoint when this many seconds passed since the last one (default: off)")
     p.add_argument("--collective-timeout", type=float, default=1800.0,
                    help="under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)")
-    p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept in --checkpoint-dir (default 2)")
+    p.add_argument("--keep", type=int, default=2,
+                   help="checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest others (default 2)")
+    p.add_argument("--no-final-checkpoint", action="store_true",
+                   help="do not save a checkpoint when training ends (default: save one into --checkpoint-dir, "
+                        "else <run folder>/checkpoints, in one process and under torchrun alike)")
     p.add_argument("--skip-nonfinite", type=int, default=0,
                    help="skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir, if any")
@@ -87,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_every=args.checkpoint_every, resume=args.resume, metrics_json=args.metrics_json,
         log_jsonl=args.log_jsonl, seed=args.seed, shuffle=not args.no_shuffle, progress=not args.no_progress,
         threads=args.threads, keep_checkpoints=getattr(args, "keep", 2),
+        final_checkpoint=not getattr(args, "no_final_checkpoint", False),
         checkpoint_every_seconds=getattr(args, "checkpoint_every_seconds", 0.0),
         skip_nonfinite=getattr(args, "skip_nonfinite", 0),
         collective_timeout=getattr(args, "collective_timeout", 1800.0), log_every=getattr(args, "log_every", 50),
@@ -128,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         summary_writer_class()  # a missing package is an error before training, not after
     run_folder = run_dir.setup(args, cfg)
     trainer = Trainer(cfg)
+    run_dir.share_checkpoint_dir(run_folder, trainer)
     run_dir.write_plan(run_folder, trainer)
     try:
         metrics = trainer.fit()

@@ -32,13 +32,16 @@ from dlrmkit.metrics import log_loss, roc_auc
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
-            move: Callable[[Batch], Batch] | None = None) -> tuple[np.ndarray, np.ndarray]:
+            move: Callable[[Batch], Batch] | None = None, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Click probabilities and labels for every row of `dataset`, in order; `move` takes each
-    batch to where the model is (a GPU)."""
+    batch to where the model is (a GPU). `progress`: a bar on a terminal once it takes over 2 s."""
     was_training = model.training
     model.eval()
     probs, labels = [], []
-    for batch in BatchLoader(dataset, batch_size).epoch(0):
+    loader = BatchLoader(dataset, batch_size)
+    batches = tqdm(loader.epoch(0), total=len(loader), desc="evaluating", unit="batch", delay=2.0, leave=False,
+                   disable=None if progress else True, dynamic_ncols=True)
+    for batch in batches:
         moved = move(batch) if move is not None else batch
         probs.append(torch.sigmoid(model(moved.dense, moved.ids).float()).cpu().numpy())
         labels.append(batch.labels.numpy())
@@ -49,14 +52,18 @@ def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int
 
 
 def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
-                   move: Callable[[Batch], Batch] | None = None) -> dict[str, float]:
-    probs, labels = predict(model, dataset, batch_size, move)
+                   move: Callable[[Batch], Batch] | None = None, progress: bool = False) -> dict[str, float]:
+    probs, labels = predict(model, dataset, batch_size, move, progress)
     return {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
 
 
 class Trainer:
     def __init__(self, cfg: TrainConfig):
-        cfg.resolved()  # option errors before the dataset is opened
+        cfg = cfg.resolved()  # option errors before the dataset is opened
+        if cfg.checkpoint_dir:  # before any expensive work
+            if not cfg.resume:
+                ckpt.check_fresh_directory(cfg.checkpoint_dir)
+            ckpt.check_writable_directory(cfg.checkpoint_dir)
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
@@ -92,6 +99,8 @@ class Trainer:
                                    pin_memory=self.device.type == "cuda"))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
+        self.last_saved_step: int | None = None
+        self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses: deque[float] = deque(maxlen=100)
@@ -173,18 +182,45 @@ class Trainer:
         meta = ckpt.checkpoint_meta(
             self.model_cfg, self.cfg, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
             best_auc=self.best_auc, skipped_nonfinite=self.skipped_nonfinite, **extras,
+            dataset={"path": os.path.abspath(self.cfg.data), "fingerprint": self.fingerprint()},
         )
-        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints)
-        self.last_save_time = time.monotonic()
+        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints,
+                                    show=self.cfg.progress)
+        self.last_save_time, self.last_saved_step = time.monotonic(), self.step
         return path
+
+    def fingerprint(self) -> str:
+        """The train dataset's fingerprint (dlrmkit.data.fingerprint), computed once."""
+        if not hasattr(self, "_fingerprint"):
+            from dlrmkit.data.fingerprint import dataset_fingerprint
+
+            self._fingerprint = dataset_fingerprint(self.spec)
+        return self._fingerprint
+
+    def save_final(self) -> None:
+        """The end-of-run checkpoint (unless --no-final-checkpoint), with a line on screen."""
+        if not self.cfg.checkpoint_dir or not self.cfg.final_checkpoint or self.last_saved_step == self.step:
+            return
+        t0 = time.monotonic()
+        path = self.save()
+        if self.dist.rank == 0:
+            size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+            print(f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
+                  f"--no-final-checkpoint skips it)", file=sys.stderr)
 
     def load(self, path: str) -> None:
         path = ckpt.resolve_checkpoint(path)
-        meta = ckpt.verify_checkpoint(path)
-        saved = ModelConfig(**meta["model_config"])
+        meta = ckpt.verify_checkpoint(path, show=self.cfg.progress)
+        saved = ckpt.model_config_of(path, meta)
         if saved != self.model_cfg:
             raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {self.model_cfg}")
-        ckpt.restore_model_state(path, meta, self.model, self.optimizers)
+        data = meta.get("dataset")
+        if isinstance(data, dict) and data.get("fingerprint") != self.fingerprint():
+            raise DlrmkitError(f"{path}: checkpoint was trained on {data.get('path')} (fingerprint "
+                               f"{str(data.get('fingerprint'))[:12]}), but --data {self.cfg.data} is another dataset "
+                               f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
+                               f"fresh --checkpoint-dir")
+        ckpt.restore_model_state(path, meta, self.model, self.optimizers, show=self.cfg.progress)
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best_auc = meta["best_auc"]
         self.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
@@ -200,7 +236,8 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
             result = (self.par.evaluate(self.test_set, self.cfg.eval_batch_size) if self.par else
-                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move))
+                      evaluate_model(self.model, self.test_set, self.cfg.eval_batch_size, self.move,
+                                     self.eval_progress))
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
@@ -269,9 +306,9 @@ class Trainer:
                     if cfg.target_auc is not None and auc >= cfg.target_auc:
                         stop = True
         bar.close()
+        self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
         last = self.last_eval[1] if self.last_eval and self.last_eval[0] == self.step else self.evaluate()
-        if cfg.checkpoint_dir:
-            self.save()
+        self.save_final()
         metrics: dict[str, Any] = {
             "auc": last["auc"],
             "logloss": last["logloss"],
