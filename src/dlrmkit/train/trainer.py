@@ -20,7 +20,7 @@ from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import batch_to, place_tables, resolve_device
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast, enable_tf32
