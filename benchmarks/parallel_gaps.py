@@ -19,8 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
-from dlrmkit.bench import BENCH_MODELS
-from parallel_pingpong import sharded_training  # benchmarks/, on sys.path when run as a script
+from parallel_pingpong import MODELS, sharded_training  # benchmarks/, on sys.path when run as a script
 
 
 def top_level(events: list[dict]) -> list[dict]:
@@ -47,16 +46,22 @@ def summary(tops: list[dict], steps: int, rows: int) -> tuple[list[str], float, 
     return lines, sum(covered.values()) / steps / 1e3, sum(gaps.values()) / steps / 1e3
 
 
+def collectives(events: list[dict]) -> dict[str, int]:
+    """Collective launches (c10d ops, on any thread) by name."""
+    return dict(collections.Counter(e["name"] for e in events if e["name"].startswith("c10d::")).most_common())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small", choices=list(BENCH_MODELS))
+    p.add_argument("--model", default="small", choices=list(MODELS))
+    p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data")
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--sharding", default="table_wise")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rows", type=int, default=10, help="ops and gaps listed per rank")
     a = p.parse_args()
     torch.set_num_threads(1)
-    par, step, batches = sharded_training(BENCH_MODELS[a.model], a.batch_size, a.sharding, seed=0)
+    par, step, batches = sharded_training(MODELS[a.model], a.batch_size, a.sharding, seed=0, one_hot=a.one_hot)
     for i in range(10):
         step(batches[i % 4])
     dist.barrier()
@@ -72,6 +77,8 @@ def main() -> None:
             trace = json.load(f)["traceEvents"]
     events = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     lines, busy, idle = summary(top_level(events), a.steps, a.rows)
+    lines.append("  collectives launched per step (all threads): " + ", ".join(
+        f"{k} {v / a.steps:g}" for k, v in collectives(events).items()))
     text = "\n".join([f"rank {par.ctx.rank}: wall {wall:.2f} ms/step; top-level events {busy:.2f} ms; "
                       f"gaps {idle:.2f} ms"] + lines)
     texts = [None] * par.ctx.world_size

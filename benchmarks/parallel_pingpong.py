@@ -22,11 +22,24 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.bench import BENCH_MODELS, random_batches
+from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
+from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.train.step import training_step
-from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.perf.bench_parallel import parallel_setup
 from dlrmkit.perf.bench_perf import prepare_model
+
+
+# the bench models plus train's criteo-kaggle preset on Criteo Kaggle's tables (2.2 GB of fp32 weights)
+MODELS = {**BENCH_MODELS, "criteo-kaggle": ModelConfig(13, KAGGLE_TABLE_SIZES, 16, [512, 256, 64, 16], [512, 256, 1])}
+
+
+def one_hot_batches(cfg: ModelConfig, batch_size: int, count: int, seed: int) -> list:
+    """random_batches with one id per (sample, table), as [B, T] tensors (Criteo's shape)."""
+    out = random_batches(cfg, batch_size, count, seed, max_bag=1)
+    for x in out:
+        x.ids = x.ids.values.view(-1, batch_size).t().contiguous()
+    return out
 
 
 def window(step, batches, steps: int, start: int) -> float:
@@ -43,7 +56,7 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
 
     dist.barrier()
     if rank == 0:
-        torch.set_num_threads(2)
+        torch.set_num_threads(a.single_threads)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             window(single_step, single_batches, a.profile, 0)
         torch.set_num_threads(1)
@@ -58,7 +71,8 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
-def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True):
+def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True,
+                     one_hot: bool = False):
     """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
     shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
     args = argparse.Namespace(compile=compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
@@ -69,12 +83,14 @@ def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bo
     if par is None:
         raise SystemExit("run under torchrun")
     opts = build_optimizers(model, "sgd", args.lr)
-    return par, lambda batch: par.step(batch, opts), par.batches(cfg, batch_size, 4, seed)
+    return par, lambda batch: par.step(batch, opts), (par.batches(cfg, batch_size, 4, seed, one_hot=True) if one_hot else par.batches(cfg, batch_size, 4, seed))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small", choices=list(BENCH_MODELS))
+    p.add_argument("--model", default="small", choices=list(MODELS))
+    p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data (default: "
+                   "bags of 1-10 ids)")
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--sharding", default="table_wise")
     p.add_argument("--pairs", type=int, default=30)
@@ -82,6 +98,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--single-threads", type=int, default=2, help="intra-op threads of the single process (default 2: "
+                   "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)")
     p.add_argument("--pin", action="store_true", help="pin each rank's main thread to core RANK during 2-rank windows")
     p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
                    help="exchange the next batch's ids during the step (the default, as training does)")
@@ -89,10 +107,10 @@ def main() -> None:
                    help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops")
     a = p.parse_args()
     args = argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
-    cfg = BENCH_MODELS[a.model]
+    cfg = MODELS[a.model]
 
     torch.set_num_threads(1)
-    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead)
+    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead, a.one_hot)
     if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")
 
@@ -102,8 +120,8 @@ def main() -> None:
         single.reset_parameters(a.seed)
         prepare_model(args, single, parallel=False)
         single_step = training_step(single, build_optimizers(single, "sgd", args.lr))
-        single_batches = random_batches(cfg, a.batch_size, 4, a.seed)
-        torch.set_num_threads(2)
+        single_batches = (one_hot_batches if a.one_hot else random_batches)(cfg, a.batch_size, 4, a.seed)
+        torch.set_num_threads(a.single_threads)
         window(single_step, single_batches, a.warmup, 0)
         torch.set_num_threads(1)
     window(par_step, par_batches, a.warmup, 0)
@@ -112,7 +130,7 @@ def main() -> None:
     for i in range(a.pairs):
         dist.barrier()
         if rank == 0:
-            torch.set_num_threads(2)
+            torch.set_num_threads(a.single_threads)
             one = a.batch_size * a.steps / window(single_step, single_batches, a.steps, i * a.steps)
             torch.set_num_threads(1)
             dist.barrier()
@@ -131,7 +149,7 @@ def main() -> None:
             ratios.append(two / one)
             singles.append(one)
             pairs_rates.append(two)
-            print(f"pair {i + 1}: 1 process x 2 threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
+            print(f"pair {i + 1}: 1 process x {a.single_threads} threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
                   f"{two:,.0f} samples/s, ratio {two / one:.3f}", flush=True)
     if a.profile:
         profile_both(a, rank, single_step if rank == 0 else None, single_batches if rank == 0 else None,
@@ -140,7 +158,8 @@ def main() -> None:
     dist.all_reduce(cpu)
     if rank == 0:
         print(f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
-              f"{statistics.median(singles):,.0f}, median 2-rank {statistics.median(pairs_rates):,.0f} samples/s; "
+              f"{statistics.median(singles):,.0f} ({a.single_threads} threads), median 2-rank "
+              f"{statistics.median(pairs_rates):,.0f} samples/s; "
               f"median ratio {statistics.median(ratios):.3f} (quartiles "
               f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
               f"{100 * float(cpu):.1f}% of a core while waiting")

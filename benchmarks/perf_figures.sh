@@ -32,8 +32,8 @@ done
 echo "### threads: 1 vs default (cores / LOCAL_WORLD_SIZE)"
 $DL bench --model small $COMMON --threads 1 2>&1 | quiet | head -1
 echo "### simulator vs published NVIDIA DLRM figures (A100-80GB)"
-$DL plan --preset criteo-1tb-mlperf --simulate --precision fp32 --anchors --json "$OUT/sim-fp32.json"
-$DL plan --preset criteo-1tb-mlperf --simulate --precision amp --json "$OUT/sim-amp.json"
+$DL plan --tables-preset criteo-1tb-mlperf --simulate --precision fp32 --anchors --json "$OUT/sim-fp32.json"
+$DL plan --tables-preset criteo-1tb-mlperf --simulate --precision amp --json "$OUT/sim-amp.json"
 .venv/bin/python -m dlrmkit.perf.plots "$OUT/sim-amp.json" "$OUT/sim-amp-scaling.png"
 echo "### summary"
 .venv/bin/python - "$OUT" <<'PY'

@@ -15,9 +15,20 @@ class FakeBatch:
 
 
 class FakeSharded:
-    def __init__(self):
+    def __init__(self, fast: bool = False):
         self.calls: list = []
         self.threads: set = set()
+        self.fast = fast
+        self.waited: list = []
+
+    def one_hot_fast(self, ids) -> bool:
+        return self.fast
+
+    def exchange_started(self, local, sizes, group=None, kind="ids"):
+        """The fast path: launched now (recorded), landed when the returned function runs."""
+        self.calls.append(local)
+        self.threads.add(threading.current_thread().name)
+        return lambda: self.waited.append(local) or ("exchanged", local, group, kind)
 
     def exchange(self, ids, group=None, kind="ids"):
         self.calls.append(ids)
@@ -25,8 +36,15 @@ class FakeSharded:
         return ("exchanged", ids, group, kind)
 
 
-def ahead() -> tuple[IdsAhead, FakeSharded]:
-    sharded = FakeSharded()
+@dataclass
+class FakeIds:
+    local: object
+    batch_sizes: tuple = (1, 1)
+    global_ids: object = None
+
+
+def ahead(fast: bool = False) -> tuple[IdsAhead, FakeSharded]:
+    sharded = FakeSharded(fast)
     a = IdsAhead(sharded)
     a.group, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
     return a, sharded
@@ -40,7 +58,7 @@ def test_pipeline_yields_every_batch_in_order_exchanged_one_ahead():
         seen.append(got.ids)
         # when batch i is handed out, batch i+1's exchange was already submitted
         if a.pending is not None:
-            a.pending[1].result()  # let it finish, to look at the calls
+            a.pending[1]()  # let it finish, to look at the calls
         assert sharded.calls == list(range(min(got.ids[1] + 2, 5)))
     assert seen == [("exchanged", i, "group", "ids_ahead") for i in range(5)]
     assert sharded.threads == {"test-ids-ahead"}  # never on the training thread
@@ -56,3 +74,16 @@ def test_take_of_an_unexpected_batch_lands_the_pending_one_first():
     assert a.pending is None
     a.close()
     assert a.pool is None
+
+
+def test_one_hot_ids_are_launched_from_the_training_thread_one_ahead():
+    """The fast path needs no worker: each batch's all-to-all is launched (async) one step
+    ahead from the training thread and waited for when the batch is taken."""
+    a, sharded = ahead(fast=True)
+    batches = [FakeBatch(FakeIds(i)) for i in range(4)]
+    for i, got in enumerate(a.pipeline(iter(batches))):
+        assert got.ids.global_ids == ("exchanged", i, "group", "ids_ahead")
+        assert sharded.calls == list(range(min(i + 2, 4)))  # the next one already launched
+        assert sharded.waited == list(range(i + 1))  # this one landed, the next still in flight
+    assert sharded.threads == {threading.current_thread().name}
+    a.close()

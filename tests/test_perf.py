@@ -115,10 +115,10 @@ def test_simulator_monotonic_and_sane():
 
 def test_plan_simulate_cli(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["plan", "--preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--json", str(out)]) == 0
+    assert main(["plan", "--tables-preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--json", str(out)]) == 0
     assert "samples/s" in capsys.readouterr().out
     assert json.loads(out.read_text())["runs"][0]["world_size"] == 8
-    assert main(["plan", "--preset", "criteo-kaggle"]) == 2  # no --world-size, no --simulate
+    assert main(["plan", "--tables-preset", "criteo-kaggle"]) == 2  # no --world-size, no --simulate
 
 
 def test_threads_default_and_placement(monkeypatch):

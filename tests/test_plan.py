@@ -18,7 +18,7 @@ def test_113b_preset_shape():
 
 def test_113b_fits_on_8_devices(cli, tmp_path):
     out = tmp_path / "plan.json"
-    r = cli("plan", "--preset", "criteo-1tb-113b", "--world-size", "8", "--device-memory", "80GiB", "--json", out)
+    r = cli("plan", "--tables-preset", "criteo-1tb-113b", "--world-size", "8", "--device-memory", "80GiB", "--json", out)
     assert r.code == 0, r.err
     plan = ShardingPlan.load(str(out))
     stats = plan.rank_stats()
@@ -27,7 +27,7 @@ def test_113b_fits_on_8_devices(cli, tmp_path):
 
 
 def test_113b_fails_on_4_devices_with_one_line(cli):
-    r = cli("plan", "--preset", "criteo-1tb-113b", "--world-size", "4", "--device-memory", "80GiB")
+    r = cli("plan", "--tables-preset", "criteo-1tb-113b", "--world-size", "4", "--device-memory", "80GiB")
     assert r.code == 2
     line = r.err.strip()
     assert "\n" not in line and "table" in line and "GiB" in line and "80.0 GiB" in line

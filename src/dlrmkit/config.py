@@ -144,3 +144,26 @@ class TrainConfig:
         p = get_preset(self.preset)
         return replace(p, **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp")
                              if getattr(self, k) is not None})
+
+
+def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) -> tuple[TrainConfig, ModelConfig]:
+    """The resolved config and the model `dlrmkit train` builds for a dataset with these tables.
+    `train` and `plan --data` both call this, so the plan shows the run train would make."""
+    resolved = cfg.resolved()
+    model = replace(
+        model_config(resolved.model_preset(), num_numerical, cardinalities),
+        wide=bool(resolved.wide), numerical_transform=resolved.numerical_transform or "none",
+        embedding_init_scale=resolved.embedding_init_scale if resolved.embedding_init_scale is not None else 1.0,
+    )
+    return resolved, model
+
+
+def table_state_per_weight(cfg: TrainConfig) -> float:
+    """Optimizer values the tables keep per weight value, for memory plans: Adagrad one per
+    weight, row-wise Adagrad one per row, SGD and split-SGD none (split-SGD's bf16 weight plus
+    int16 bottom half make the 4 bytes of an fp32 weight)."""
+    from dlrmkit.optim.build import resolve_embedding_optimizer
+
+    emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
+    dim = cfg.embedding_dim or get_preset(cfg.preset).embedding_dim
+    return {"adagrad": 1.0, "rowwise-adagrad": 1.0 / dim}.get(emb, 0.0)

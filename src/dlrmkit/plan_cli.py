@@ -1,5 +1,7 @@
 """Plan how embedding tables are sharded over ranks: per rank its shards, memory, lookups and
-bytes sent per step. Exits 2 with one line naming the table that does not fit."""
+bytes sent per step. Exits 2 with one line naming the table that does not fit. With --data the
+model and batch are resolved exactly as `dlrmkit train --data` resolves them (same preset,
+same options, dlrmkit.config.resolve_run), so the plan is the one a torchrun job then uses."""
 
 from __future__ import annotations
 
@@ -8,20 +10,32 @@ import argparse
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 
+LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no training recipe to take it from)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.config import PRESETS
+    from dlrmkit.optim.build import EMBEDDING_OPTIMIZERS, OPTIMIZERS
     from dlrmkit.parallel.plan import PRESET_TABLES
 
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
-    src.add_argument("--data", help="dataset folder: table sizes from its feature_spec.yaml")
+    src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
+    src.add_argument("--data", help="dataset folder: the model and batch `train --data` would use")
+    src.add_argument("--tables-preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
     src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
-    p.add_argument("--dim", type=ct.dim, help="embedding dim with --data (default 128)")
+    p.add_argument("--preset", help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
+                   "train: auto, the recipe chosen from the dataset)")
+    p.add_argument("--embedding-dim", "--dim", dest="embedding_dim", type=ct.dim,
+                   help="with --data: embedding width (default: the preset's, as train)")
     p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
     p.add_argument("--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
-    p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="global batch size (default 65536)")
-    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"], help="auto (default), table_wise, column_wise, row_wise, data_parallel")
-    p.add_argument("--optimizer", choices=["sgd", "adagrad"], default="sgd", help="sgd: no state; adagrad: one value per weight")
+    p.add_argument("--batch-size", type=ct.batch_size, help=f"global batch size (default: with --data the preset's, as "
+                   f"train; else {LEGACY_BATCH})")
+    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
+                   help="auto (default), table_wise, column_wise, row_wise, data_parallel")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="as train's --optimizer (with --data default: the "
+                   "preset's; else sgd); the tables' optimizer state counts in memory")
+    p.add_argument("--embedding-optimizer", choices=list(EMBEDDING_OPTIMIZERS),
+                   help="as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: one per row)")
     p.add_argument("--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)")
     p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...
@@ -29,15 +43,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_simulate_arguments(p)
 
 
+def check_legacy(args: argparse.Namespace) -> None:
+    """`--preset` names train's presets here too; table-size presets moved to --tables-preset."""
+    from dlrmkit.config import PRESETS
+    from dlrmkit.parallel.plan import PRESET_TABLES
+
+    if args.preset is not None and args.data is None:
+        hint = (f"; for the table sizes of '{args.preset}' use --tables-preset {args.preset}"
+                if args.preset in PRESET_TABLES else "")
+        raise DlrmkitError(f"--preset names train's model and recipe preset and needs --data{hint}")
+    if args.preset is not None and args.preset not in PRESETS:
+        hint = f" (table sizes: --tables-preset {args.preset})" if args.preset in PRESET_TABLES else ""
+        raise DlrmkitError(f"unknown --preset '{args.preset}' (choose from: {', '.join(PRESETS)}){hint}")
+    if not (args.data or args.tables_preset or args.tables):
+        raise DlrmkitError("give --data, --tables-preset or --tables")
+    if args.embedding_dim is not None and args.data is None:
+        raise DlrmkitError("--embedding-dim applies with --data (--tables gives ROWSxDIM, --tables-preset its own)")
+
+
+def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object]:
+    """(table sizes, dim, resolved TrainConfig) exactly as `train --data` resolves them: the same
+    preset (`auto`: the recipe chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
+    from dataclasses import fields
+
+    from dlrmkit.config import AUTO, TrainConfig, resolve_run
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.train import recipe
+
+    spec, train, _ = open_dataset(args.data)
+    names = [f.name for f in fields(TrainConfig)]
+    chosen = argparse.Namespace(**dict.fromkeys(names), data=args.data, preset=args.preset or AUTO,
+                                batch_size=args.batch_size, optimizer=args.optimizer,
+                                embedding_optimizer=args.embedding_optimizer, embedding_dim=args.embedding_dim,
+                                sharding=args.sharding)
+    if chosen.preset == AUTO:
+        recipe.apply(chosen, recipe.choose(spec, train))
+    cfg = TrainConfig(**{k: v for k, v in vars(chosen).items() if k in names and v is not None})
+    cfg, model = resolve_run(cfg, spec.cardinalities, train.num_numerical)
+    return model.table_sizes, model.table_dim, cfg
+
+
 def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
     from dlrmkit.parallel.plan import PRESET_TABLES
 
-    if args.preset:
-        return PRESET_TABLES[args.preset]
-    if args.data:
-        from dlrmkit.data.feature_spec import FeatureSpec
-
-        return list(FeatureSpec.from_yaml(args.data).cardinalities), args.dim or 128
+    if args.tables_preset:
+        return PRESET_TABLES[args.tables_preset]
     rows, dims = [], set()
     items = args.tables.split(",")
     if len(items) > 100_000:
@@ -58,13 +108,23 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.parallel.plan import make_plan
-
     from dlrmkit.atomic_io import check_not_inside, check_output_file
+    from dlrmkit.config import TrainConfig, table_state_per_weight
+    from dlrmkit.optim.build import resolve_embedding_optimizer
+    from dlrmkit.parallel.plan import make_plan
 
     check_not_inside(args.json, "--json", {"--data": args.data})
     check_output_file(args.json, "--json")
-    rows, dim = table_shapes(args)
+    check_legacy(args)
+    if args.data:
+        rows, dim, cfg = resolved_from_data(args)
+        args.batch_size = cfg.batch_size
+    else:
+        rows, dim = table_shapes(args)
+        args.batch_size = args.batch_size or LEGACY_BATCH
+        cfg = TrainConfig(data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer,
+                          embedding_dim=dim)
+    state = table_state_per_weight(cfg)
     if args.simulate:
         from dlrmkit.perf.simulate_cli import run_simulate
 
@@ -73,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError("--world-size is required (or give --simulate)")
     memory = args.device_memory
     plan = make_plan(rows, dim, args.world_size, args.sharding, memory, args.batch_size,
-                     optimizer_state=1 if args.optimizer == "adagrad" else 0, min_rows_sharded=args.min_rows_sharded)
+                     optimizer_state=state, min_rows_sharded=args.min_rows_sharded)
+    if args.data:
+        emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
+        print(f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim {dim}, "
+              f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state:g} state values per weight)")
     print(plan.report())
     if args.json:
         plan.save(args.json)

@@ -6,48 +6,79 @@ Criteo data. The teacher has a DLRM-like structure: a linear term in the numeric
 a bias per category, and pairwise dot products between a projection of the numerical features
 and per-category latent vectors. Labels are drawn from its click probability; the Bayes-optimal
 AUC (the AUC of the true probabilities on the test rows) is stored in the dataset metadata.
+
+Tables up to `STORED_MAX_ROWS` keep their teacher parameters in arrays and draw ids from the
+exact Zipf distribution. Larger tables (Criteo's 10M-40M-row ones) would need gigabytes for
+that, so their parameters are a counter-based hash of (seed, table, id) turned into normal
+values, and their ids come from the continuous Zipf's inverse CDF: memory stays independent of
+table sizes as well as of rows (generation runs in chunks of `chunk_rows`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
+from tqdm import tqdm
 
 from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryWriter
+from dlrmkit.data.synthetic_shapes import SYNTH_PRESETS, SynthConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.metrics import roc_auc
 
+__all__ = ["SYNTH_PRESETS", "SynthConfig", "Teacher", "generate", "STORED_MAX_ROWS"]
 
-@dataclass
-class SynthConfig:
-    table_sizes: list[int]
-    num_numerical: int
-    rows: int
-    test_rows: int
-    zipf_alpha: float = 1.1
-    latent_dim: int = 4
-    bias_std: float = 0.6
-    latent_std: float = 0.45
-    dense_weight_std: float = 0.5
-    click_rate: float = 0.25
-    chunk_rows: int = 1 << 18
+STORED_MAX_ROWS = 1 << 21  # above this, a table's teacher parameters are hashed, not stored
+_M1, _M2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
 
-SYNTH_PRESETS: dict[str, SynthConfig] = {
-    "tiny": SynthConfig([3, 8, 20, 50, 120, 300], num_numerical=4, rows=150_000, test_rows=20_000, latent_std=0.3),
-    "small": SynthConfig(
-        [int(round(x)) for x in np.geomspace(3, 200_000, 26)], num_numerical=13, rows=500_000, test_rows=50_000,
-        # 26 tables give 351 latent pairs and 26 biases: smaller per-term scales keep the logit's
-        # spread (std ~1.8) like tiny's, so labels stay learnable (optimal AUC ~0.86, not 0.99)
-        latent_std=0.17, bias_std=0.25,
-    ),
-}
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection of uint64 whose outputs look independent."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _unit(h: np.ndarray) -> np.ndarray:
+    """uint64 hashes -> uniform floats in (0, 1)."""
+    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+
+
+class HashedTable:
+    """Teacher parameters of one large table, computed per id: normal(0, std) bias and latent
+    values from a hash of (key, id, component) via Box-Muller. Costs no memory per row."""
+
+    def __init__(self, key: int, latent_dim: int, bias_std: float, latent_std: float):
+        self.key, self.k, self.bias_std, self.latent_std = np.uint64(key), latent_dim, bias_std, latent_std
+
+    def _normal(self, ids: np.ndarray, component: int) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            base = _mix(ids.astype(np.uint64) * _GOLDEN + self.key + np.uint64(2 * component + 1))
+            u1, u2 = _unit(base), _unit(_mix(base + _GOLDEN))
+        return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+    def bias(self, ids: np.ndarray) -> np.ndarray:
+        return self.bias_std * self._normal(ids, 0)
+
+    def latent(self, ids: np.ndarray) -> np.ndarray:
+        return self.latent_std * np.stack([self._normal(ids, 1 + c) for c in range(self.k)], axis=1)
+
+
+def zipf_continuous(u: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    """Ids in [0, n) from uniforms `u` by the inverse CDF of the continuous power law
+    x^-alpha on [1, n+1): close to the discrete Zipf, with no per-row table."""
+    if abs(alpha - 1.0) < 1e-9:
+        x = np.exp(u * np.log(n + 1.0))
+    else:
+        a = 1.0 - alpha
+        x = (1.0 + u * ((n + 1.0) ** a - 1.0)) ** (1.0 / a)
+    return np.minimum(np.floor(x).astype(np.int64) - 1, n - 1).clip(0)
 
 
 class Teacher:
-    """The hidden model. All parameters come from one seeded generator."""
+    """The hidden model. All parameters come from one seeded generator (hashed tables from
+    keys it draws)."""
 
     def __init__(self, cfg: SynthConfig, seed: int):
         rng = np.random.default_rng([seed, 1])
@@ -55,34 +86,50 @@ class Teacher:
         k = cfg.latent_dim
         self.dense_w = rng.normal(0, cfg.dense_weight_std / np.sqrt(max(cfg.num_numerical, 1)), cfg.num_numerical)
         self.dense_proj = rng.normal(0, 1.0 / np.sqrt(max(cfg.num_numerical, 1)), (cfg.num_numerical, k))
-        self.bias = [rng.normal(0, cfg.bias_std, n) for n in cfg.table_sizes]
-        self.latent = [rng.normal(0, cfg.latent_std, (n, k)) for n in cfg.table_sizes]
+        stored = [n <= STORED_MAX_ROWS for n in cfg.table_sizes]
+        self.bias = [rng.normal(0, cfg.bias_std, n) if s else None for n, s in zip(cfg.table_sizes, stored)]
+        self.latent = [rng.normal(0, cfg.latent_std, (n, k)) if s else None for n, s in zip(cfg.table_sizes, stored)]
+        keys = np.random.default_rng([seed, 5]).integers(0, 2**63, len(cfg.table_sizes))
+        self.hashed = [None if s else HashedTable(int(key), k, cfg.bias_std, cfg.latent_std)
+                       for s, key in zip(stored, keys)]
         self.cdfs = []
-        for n in cfg.table_sizes:
-            w = (np.arange(1, n + 1, dtype=np.float64)) ** -cfg.zipf_alpha
-            self.cdfs.append(np.cumsum(w) / w.sum())
+        for n, s in zip(cfg.table_sizes, stored):
+            if s:
+                w = (np.arange(1, n + 1, dtype=np.float64)) ** -cfg.zipf_alpha
+                self.cdfs.append(np.cumsum(w) / w.sum())
+            else:
+                self.cdfs.append(None)
         self.offset = 0.0
 
     def sample_features(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Numerical features (float16, log-scaled like preprocessed counts) and Zipf ids."""
         dense = np.log1p(rng.gamma(0.7, 3.0, (n, self.cfg.num_numerical))).astype(np.float16)
         ids = np.empty((n, len(self.cdfs)), dtype=np.int64)
-        for t, cdf in enumerate(self.cdfs):
-            ids[:, t] = np.minimum(np.searchsorted(cdf, rng.random(n)), len(cdf) - 1)
+        for t, (cdf, size) in enumerate(zip(self.cdfs, self.cfg.table_sizes)):
+            if cdf is not None:
+                ids[:, t] = np.minimum(np.searchsorted(cdf, rng.random(n)), len(cdf) - 1)
+            else:
+                ids[:, t] = zipf_continuous(rng.random(n), size, self.cfg.zipf_alpha)
         return dense, ids
 
     def logits(self, dense: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        x = dense.astype(np.float64)
-        x = x - 1.0  # centre the log-scaled features
+        """Linear and bias terms plus the sum of all pairwise dots of the T+1 latent vectors,
+        as (|sum f|^2 - sum |f|^2) / 2: memory [n, k], not [n, T+1, T+1]."""
+        x = dense.astype(np.float64) - 1.0  # centre the log-scaled features
         logit = x @ self.dense_w + self.offset
-        feats = [np.tanh(x @ self.dense_proj)]
+        f = np.tanh(x @ self.dense_proj)
+        total, squares = f.copy(), (f * f).sum(axis=1)
         for t in range(ids.shape[1]):
-            logit += self.bias[t][ids[:, t]]
-            feats.append(self.latent[t][ids[:, t]])
-        f = np.stack(feats, axis=1)  # [n, T+1, k]
-        gram = np.einsum("nik,njk->nij", f, f)
-        iu = np.triu_indices(f.shape[1], 1)
-        return logit + gram[:, iu[0], iu[1]].sum(axis=1)
+            hashed = self.hashed[t]
+            if hashed is None:
+                logit += self.bias[t][ids[:, t]]
+                f = self.latent[t][ids[:, t]]
+            else:
+                logit += hashed.bias(ids[:, t])
+                f = hashed.latent(ids[:, t])
+            total += f
+            squares += (f * f).sum(axis=1)
+        return logit + 0.5 * ((total * total).sum(axis=1) - squares)
 
     def calibrate(self, rng: np.random.Generator) -> None:
         """Shift the logit so the mean click probability is the configured click rate."""
@@ -98,20 +145,28 @@ class Teacher:
         self.offset = (lo + hi) / 2
 
 
-def generate(out_dir: str, cfg: SynthConfig, seed: int = 0, preset: str = "custom", overwrite: bool = False) -> FeatureSpec:
+def generate(out_dir: str, cfg: SynthConfig, seed: int = 0, preset: str = "custom", overwrite: bool = False,
+             progress: bool | None = None) -> FeatureSpec:
+    """Writes the dataset chunk by chunk (memory: the teacher's stored tables, one chunk, and
+    the test rows' probabilities for the optimal AUC). `progress`: None shows a bar on a terminal."""
     if cfg.rows <= 0 or cfg.test_rows <= 0:
         raise DlrmkitError(f"--rows and --test-rows must be positive (got {cfg.rows}, {cfg.test_rows})")
+    if not cfg.table_sizes or min(cfg.table_sizes) < 1:
+        raise DlrmkitError(f"every table needs at least 1 row (got {cfg.table_sizes})")
     from dlrmkit.data.output_dir import output_lock
 
     with output_lock(out_dir):  # one writer per --out
-        return _generate(out_dir, cfg, seed, preset, overwrite)
+        return _generate(out_dir, cfg, seed, preset, overwrite, progress)
 
 
-def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite: bool) -> FeatureSpec:
+def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite: bool,
+              progress: bool | None) -> FeatureSpec:
     teacher = Teacher(cfg, seed)
     teacher.calibrate(np.random.default_rng([seed, 2]))
     writer = SplitBinaryWriter(out_dir, cfg.num_numerical, cfg.table_sizes, overwrite=overwrite)
     test_probs, test_labels = [], []
+    bar = tqdm(total=cfg.rows + cfg.test_rows, unit="row", unit_scale=True, desc="synth", dynamic_ncols=True,
+               disable=None if progress is None else not progress, leave=False)
     try:
         for mapping, rows, stream in ((TRAIN, cfg.rows, 3), (TEST, cfg.test_rows, 4)):
             rng = np.random.default_rng([seed, stream])
@@ -124,6 +179,8 @@ def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite:
                 if mapping == TEST:
                     test_probs.append(probs)
                     test_labels.append(labels)
+                bar.update(n)
+        bar.close()
         labels = np.concatenate(test_labels)
         metadata = {
             "generator": "dlrmkit synth",
@@ -135,5 +192,6 @@ def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite:
         }
         return writer.finish(metadata)
     except BaseException:
+        bar.close()
         writer.abort()
         raise

@@ -46,10 +46,10 @@ def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], 
 
 
 def all_to_all_started(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
-                       stats: CommStats | None, kind: str):
+                       stats: CommStats | None, kind: str, group=None):
     """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
     received elements only after wait() returns; wait() also records the exposed seconds."""
-    return _launch(x, send_counts, recv_counts, dtype, stats, kind)
+    return _launch(x, send_counts, recv_counts, dtype, stats, kind, group)
 
 
 def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,

@@ -19,6 +19,7 @@ from torch.profiler import record_function
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import DistContext
+from dlrmkit.parallel.grad_buckets import GradBuckets, nonzero_rows
 from dlrmkit.parallel.plan import ShardingPlan, make_plan
 from dlrmkit.parallel.sharded_embedding import ShardedEmbedding
 
@@ -38,7 +39,8 @@ class ParallelConfig:
     ids_ahead: bool = True  # with overlap: exchange the next batch's ids during this step (gloo; parallel/ids_ahead.py)
 
 
-def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int) -> ShardingPlan:
+def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int,
+               optimizer_state: float = 0) -> ShardingPlan:
     cfg = model.cfg
     if pcfg.plan_path:
         plan = ShardingPlan.load(pcfg.plan_path)
@@ -48,71 +50,7 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
     if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
         memory = int(0.8 * torch.cuda.get_device_properties(ctx.device).total_memory)
     return make_plan(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.sharding, batch_size=batch_size,
-                     min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory)
-
-
-class GradBuckets:
-    """Overlapped gradient all-reduce: dense parameters in buckets (in reverse order, as
-    backward produces their gradients); a hook launches a bucket's async all-reduce as soon as
-    its last gradient is accumulated, so communication runs while backward continues.
-    `finish` waits for all of them (and launches any bucket whose gradients never came)."""
-
-    def __init__(self, params: list[torch.nn.Parameter], bucket_bytes: int, dtype: torch.dtype | None,
-                 stats: comm.CommStats):
-        self.dtype, self.stats, self.buckets = dtype, stats, [[]]
-        size = 0
-        for p in reversed(params):
-            if size >= bucket_bytes:
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += p.numel() * p.element_size()
-        self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
-        self.ready = [0] * len(self.buckets)
-        self.works: list = []
-        self.enabled = True
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._hook)
-
-    def _hook(self, p: torch.nn.Parameter) -> None:
-        if not self.enabled:
-            return
-        b = self.bucket_of[id(p)]
-        self.ready[b] += 1
-        if self.ready[b] == len(self.buckets[b]):
-            self._launch(b)
-
-    def _launch(self, b: int) -> None:
-        import torch.distributed as dist
-
-        ps = self.buckets[b]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
-        wire = flat if self.dtype is None else flat.to(self.dtype)
-        self.ready[b] = -1  # launched
-        self.works.append((b, flat, wire, dist.all_reduce(wire, async_op=True)))
-
-    def launch_pending(self) -> None:
-        """Launches the buckets whose gradients never all came (no wait)."""
-        for b in range(len(self.buckets)):
-            if self.ready[b] != -1:
-                self._launch(b)
-
-    def finish(self) -> None:
-        self.launch_pending()
-        t0 = time.perf_counter()
-        for b, flat, wire, work in self.works:
-            with record_function("allreduce wait (gradient bucket)"):  # shows in profiles as all-reduce
-                work.wait()
-            if wire is not flat:
-                flat.copy_(wire)
-            offset = 0
-            for p in self.buckets[b]:
-                n = p.numel()
-                p.grad = flat[offset : offset + n].view_as(p)
-                offset += n
-            self.stats.add("allreduce", comm.ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()))
-        self.stats.add("allreduce", 0, time.perf_counter() - t0)  # exposed (not overlapped) time
-        self.works, self.ready = [], [0] * len(self.buckets)
+                     min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory, optimizer_state=optimizer_state)
 
 
 class HybridParallel:
@@ -179,33 +117,50 @@ class HybridParallel:
         return self.backward_step(logits, labels, global_batch, [])
 
     def backward_step(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int, optimizers: list,
-                      should_step=None) -> float:
+                      should_step=None, gate_early: bool = True) -> float:
         """loss_backward, then the optimizers' steps (all of them or none: `should_step(loss)`
         decides, e.g. on a non-finite loss). Optimizers whose parameters take no all-reduce (the
         model-parallel tables') step while the dense gradients' all-reduce is still in flight;
-        the others after it. Returns the global mean loss."""
+        the others after it. Overlapped, the loss sum and the replicated tables' gradients travel
+        in the dense gradients' last all-reduce; with `gate_early` False (should_step can only
+        raise, not skip) the tables step before the loss is known, so they keep overlapping that
+        all-reduce (on a non-finite local loss a rank leaves its tables alone). Returns the
+        global mean loss."""
         loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-        # the loss sum travels during backward (no collective to wait for after it)
         total = loss_sum.detach().reshape(1).clone()
-        work = dist.all_reduce(total, async_op=True) if self.ctx.world_size > 1 else None
+        overlapped = self.buckets is not None and self.buckets.enabled
+        # blocking mode: the loss sum travels during backward (no collective to wait for after it)
+        work = dist.all_reduce(total, async_op=True) if self.ctx.world_size > 1 and not overlapped else None
         t0 = time.perf_counter()
         (loss_sum / global_batch).backward()
         self.stats.add("backward", 0, time.perf_counter() - t0)
-        if self.buckets is not None and self.buckets.enabled:
-            self.buckets.launch_pending()
+        reps, rep_grads = self.replicated_grads()
+        rep_rest = None
+        if overlapped:
+            rest = self.buckets.launch_pending([total] + rep_grads)
+            if any(t is total for t in rest):  # a wire dtype would round the loss: its own collective
+                work = dist.all_reduce(total, async_op=True)
+            rep_rest = [t for t in rest if t is not total]
+        reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
+        early = [o for o in optimizers if self.overlapping and
+                 not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+        gated = gate_early and should_step is not None
+        finished = overlapped and gated and work is None
+        if finished:
+            self.buckets.finish()  # the loss decides before any update
         if work is not None:
             with record_function("allreduce wait (loss)"):
                 work.wait()
-        loss = float(total) / global_batch
-        go = should_step is None or should_step(loss)
-        reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in self.sharded.replicated_parameters()}
-        early = [o for o in optimizers if self.overlapping and
-                 not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+        known = work is not None or (overlapped and gated) or self.ctx.world_size == 1
+        go = should_step is None or not known or should_step(float(total) / global_batch)
         t0 = time.perf_counter()
-        for opt in early if go else []:
+        for opt in early if go and (known or bool(torch.isfinite(loss_sum))) else []:
             opt.step()
         self.stats.add("optimizer", 0, time.perf_counter() - t0)
-        self.reduce_gradients()
+        self.reduce_gradients((reps, rep_grads, rep_rest, finished))
+        loss = float(total) / global_batch
+        if not known and should_step is not None:
+            go = should_step(loss)
         t0 = time.perf_counter()
         for opt in optimizers if go else []:
             if not any(opt is o for o in early):
@@ -213,19 +168,28 @@ class HybridParallel:
         self.stats.add("optimizer", 0, time.perf_counter() - t0)
         return loss
 
-    def reduce_gradients(self) -> None:
+    def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
+        """The replicated tables and their gradients as dense tensors (summed over ranks in place)."""
+        reps = self.sharded.replicated_parameters()
+        return reps, [p.grad.to_dense() if p.grad is not None and p.grad.is_sparse else
+                      (p.grad if p.grad is not None else torch.zeros_like(p)) for p in reps]
+
+    def reduce_gradients(self, taken: tuple | None = None) -> None:
+        """Sums dense and replicated gradients over ranks. `taken`: backward_step's (replicated
+        tables, their dense gradients, those of them not launched with the buckets (None: all,
+        blocking mode), whether the buckets are already finished)."""
         t0 = time.perf_counter()
-        reps = [p for p in self.sharded.replicated_parameters()]
-        rep_grads = [p.grad.to_dense() if p.grad is not None and p.grad.is_sparse else
-                     (p.grad if p.grad is not None else torch.zeros_like(p)) for p in reps]
+        reps, rep_grads, rest, finished = taken if taken is not None else (*self.replicated_grads(), None, False)
         if self.buckets is not None and self.buckets.enabled:
-            self.buckets.finish()
+            if not finished:
+                self.buckets.finish()
             grads = []
         else:
             grads = [p.grad for p in self.model.dense_parameters() if p.grad is not None]
-        comm.all_reduce_sum(grads + rep_grads, self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+        comm.all_reduce_sum(grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes,
+                            self.pcfg.comm_dtype, self.stats)
         for p, g in zip(reps, rep_grads):
-            p.grad = g.to_sparse(1)  # rows nobody touched drop out: the sparse optimizers skip them
+            p.grad = nonzero_rows(g)  # rows nobody touched drop out: the sparse optimizers skip them
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)
 
 
@@ -249,7 +213,10 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange",
                           comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)
-    plan = build_plan(model, ctx, pcfg, cfg.batch_size)
+    from dlrmkit.config import TrainConfig, table_state_per_weight
+
+    state = table_state_per_weight(cfg) if isinstance(cfg, TrainConfig) else 0  # evaluate: no optimizer
+    plan = build_plan(model, ctx, pcfg, cfg.batch_size, state)
     return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
 
 
@@ -279,6 +246,19 @@ class TrainerParallel(HybridParallel):
             out["bytes_read_per_step"] = loader.bytes_read / steps
         return out
 
+    def held_bytes(self, optimizers: list) -> dict:
+        """What every rank holds for its tables (shards and replicated tables) and their optimizer
+        state, next to the plan's memory per rank: `plan --data` shows the same figures."""
+        params = list(self.sharded.parameters())
+        ids = {id(p) for p in params}
+        tables = sum(p.numel() * p.element_size() for p in params)
+        state = sum(v.numel() * v.element_size() for opt in optimizers for p, st in opt.state.items()
+                    if id(p) in ids for v in st.values() if isinstance(v, torch.Tensor))
+        planned = self.plan.rank_stats()[self.ctx.rank]["memory"]
+        ranks = comm.all_gather_objects((tables, state, planned), self.ctx.cpu_group)
+        return {"rank_table_bytes": [t for t, _, _ in ranks], "rank_state_bytes": [s for _, s, _ in ranks],
+                "rank_planned_bytes": [p for _, _, p in ranks]}
+
     @staticmethod
     def global_size(batch) -> int:
         return sum(batch.ids.batch_sizes)
@@ -294,7 +274,8 @@ class TrainerParallel(HybridParallel):
             self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
             logits = self.model(batch.dense, batch.ids)
         loss = torch.tensor(self.backward_step(logits.float(), batch.labels, self.global_size(batch), trainer.optimizers,
-                                               lambda value: trainer.loss_is_finite(torch.tensor(value), agreed=True)))
+                                               lambda value: trainer.loss_is_finite(torch.tensor(value), agreed=True),
+                                               gate_early=trainer.cfg.skip_nonfinite > 0))
         trainer.step += 1
         self.steps_taken = getattr(self, "steps_taken", 0) + 1
         return loss

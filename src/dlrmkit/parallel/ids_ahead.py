@@ -1,9 +1,12 @@
 """The id all-to-all one batch ahead (torchrec's sparse-dist pipelining, on gloo): while step i
-trains, a worker thread exchanges the ids of batch i+1 on a process group of its own, so the
-step's forward starts at the lookups. Collectives of one group must be issued in the same order
-on every rank: the step's all-to-alls and all-reduces use the default group from the main
-thread, the worker issues only this group's, in batch order, on every rank alike. Measured:
-docs/BENCHMARKS.md (2 ranks against one process)."""
+trains, the ids of batch i+1 travel on a process group of their own, so the step's forward
+starts at the lookups. One-hot ids (the fast path: one all-to-all whose counts every rank
+knows) are launched as an async collective from the main thread and waited for at the next
+step: no Python thread, no hand-off. Jagged ids need two dependent all-to-alls (bag lengths,
+then ids), so a worker thread runs them. Collectives of one group must be issued in the same
+order on every rank: the step's all-to-alls and all-reduces use the default group from the main
+thread, this group's are issued in batch order, on every rank alike. Measured: docs/BENCHMARKS.md
+(2 ranks against one process)."""
 
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ class IdsAhead:
         self.sharded = sharded
         self.group = None  # made at first use (dist.new_group), from the main thread of every rank
         self.pool: DaemonWorker | None = None
-        self.pending: tuple[object, Future] | None = None
+        self.pending: tuple[object, Callable[[], DistIds]] | None = None
 
     @classmethod
     def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
@@ -81,9 +84,16 @@ class IdsAhead:
             current = self.pending[1]
         else:
             self.drain()
-            current = self.pool.submit(self._exchange, batch.ids)
-        self.pending = (following, self.pool.submit(self._exchange, following.ids)) if following is not None else None
-        return with_ids(batch, current.result())
+            current = self._start(batch.ids)
+        self.pending = (following, self._start(following.ids)) if following is not None else None
+        return with_ids(batch, current())
+
+    def _start(self, ids: DistIds) -> Callable[[], DistIds]:
+        """Launches the exchange of `ids`; returns the function that waits for it."""
+        if self.sharded.one_hot_fast(ids):
+            wait = self.sharded.exchange_started(ids.local, ids.batch_sizes, self.group, kind="ids_ahead")
+            return lambda: dataclasses.replace(ids, global_ids=wait())
+        return self.pool.submit(self._exchange, ids).result
 
     def pipeline(self, batches: Iterator) -> Iterator:
         """`batches` with ids exchanged, each one's exchange running during the previous step."""
@@ -97,7 +107,7 @@ class IdsAhead:
     def drain(self) -> None:
         """Waits for the exchange started ahead (every rank started it) and drops it."""
         if self.pending is not None:
-            self.pending[1].result()
+            self.pending[1]()
             self.pending = None
 
     def close(self) -> None:

@@ -41,7 +41,7 @@ class ShardingPlan:
     batch_size: int = 65536
     device_memory: int | None = None  # bytes per rank the plan was made for
     bytes_per_value: int = 4
-    optimizer_state: int = 0  # optimizer values per weight value (sgd 0, adagrad 1)
+    optimizer_state: float = 0  # optimizer values per weight value (sgd 0, adagrad 1, row-wise adagrad 1/dim)
     notes: list[str] = field(default_factory=list)
 
     # ---- JSON --------------------------------------------------------------------------
@@ -54,7 +54,7 @@ class ShardingPlan:
             tables = [TablePlan(int(t["rows"]), int(t["dim"]), str(t["strategy"]), [Shard(**s) for s in t["shards"]])
                       for t in d["tables"]]
             plan = cls(int(d["world_size"]), tables, int(d.get("batch_size", 65536)), d.get("device_memory"),
-                       int(d.get("bytes_per_value", 4)), int(d.get("optimizer_state", 0)), list(d.get("notes", [])))
+                       int(d.get("bytes_per_value", 4)), float(d.get("optimizer_state", 0)), list(d.get("notes", [])))
         except (KeyError, TypeError, ValueError) as exc:
             raise DlrmkitError(f"{source}: not a sharding plan ({type(exc).__name__}: {exc})") from exc
         plan.validate(source)
@@ -181,10 +181,10 @@ def _disjoint(shards: list[Shard]) -> bool:
     return True
 
 
-def shard_memory(s: Shard, tp: TablePlan, batch_size: int, bytes_per_value: int, optimizer_state: int) -> int:
+def shard_memory(s: Shard, tp: TablePlan, batch_size: int, bytes_per_value: int, optimizer_state: float) -> int:
     """Weights and optimizer state, plus the shard's per-step buffers: pooled output and its
     gradient for the batch it looks up, and its ids."""
-    weights = s.rows * s.cols * bytes_per_value * (1 + optimizer_state)
+    weights = int(s.rows * s.cols * bytes_per_value * (1 + optimizer_state))
     return weights + batch_size * (2 * s.cols * bytes_per_value + 8)
 
 
@@ -245,7 +245,7 @@ def make_plan(
     strategy: str = "auto",
     device_memory: int | None = None,
     batch_size: int = 65536,
-    optimizer_state: int = 0,
+    optimizer_state: float = 0,
     min_rows_sharded: int = data_parallel.MIN_ROWS_SHARDED,
     bytes_per_value: int = 4,
 ) -> ShardingPlan:

@@ -205,12 +205,30 @@ class ShardedEmbedding(nn.Module):
     def exchange_ids(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids") -> torch.Tensor:
         """Fast path, one-hot ids and no row split: [G, tables of this rank]; each rank sends
         the ids of its samples to every rank that holds shards of their tables."""
+        return self.exchange_started(local, sizes, group, kind)()
+
+    def one_hot_fast(self, ids: DistIds) -> bool:
+        """Whether `ids` take the fast path's single all-to-all (counts known without asking)."""
+        return (isinstance(ids.local, torch.Tensor) and not self.bucketed and any(self.widths)
+                and ids.global_ids is None and ids.bags is None)
+
+    def exchange_started(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids"):
+        """The fast path's all-to-all launched (gloo runs it in its own threads): a function
+        that waits for it and returns [G, tables of this rank]."""
         sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
         send_counts = [len(x) for x in sends]
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind,
-                              group=group if group is not None else self.cpu_group)
-        return out.view(sum(sizes), len(self.id_tables))
+        if not dist.is_initialized() or self.world_size == 1:
+            out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind)
+            return lambda: out.view(sum(sizes), len(self.id_tables))
+        out, wait = comm.all_to_all_started(torch.cat(sends), send_counts, recv_counts, None, self.stats, kind,
+                                            group if group is not None else self.cpu_group)
+
+        def result() -> torch.Tensor:
+            wait()
+            return out.view(sum(sizes), len(self.id_tables))
+
+        return result
 
     def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per key, the bag lengths [B] and the in-range ids (relative to the range start) of

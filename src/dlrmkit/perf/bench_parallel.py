@@ -41,14 +41,19 @@ def slice_jagged(ids: JaggedIds, a: int, b: int) -> JaggedIds:
 
 
 class BenchParallel(HybridParallel):
-    def batches(self, cfg: ModelConfig, global_batch: int, count: int, seed: int) -> list[LocalBatch]:
-        """The single-process bench's batches (same seed), each rank keeping its slice."""
+    def batches(self, cfg: ModelConfig, global_batch: int, count: int, seed: int,
+                one_hot: bool = False) -> list[LocalBatch]:
+        """The single-process bench's batches (same seed), each rank keeping its slice;
+        `one_hot`: one id per (sample, table) as [B, T] tensors, as Criteo datasets give."""
         from dlrmkit.perf.workload import random_batches
 
         n, r = self.ctx.world_size, self.ctx.rank
         sizes, (a, b) = batch_split(global_batch, n), batch_slice(global_batch, r, n)
-        self.cycle = [LocalBatch(x.dense[a:b], DistIds(slice_jagged(x.ids, a, b), sizes), x.labels[a:b])
-                      for x in random_batches(cfg, global_batch, count, seed)]
+        def local_ids(ids: JaggedIds):
+            return ids.values.view(-1, global_batch).t()[a:b].contiguous() if one_hot else slice_jagged(ids, a, b)
+
+        self.cycle = [LocalBatch(x.dense[a:b], DistIds(local_ids(x.ids), sizes), x.labels[a:b])
+                      for x in random_batches(cfg, global_batch, count, seed, max_bag=1 if one_hot else 10)]
         return self.cycle
 
     def step(self, batch: LocalBatch, optimizers) -> None:

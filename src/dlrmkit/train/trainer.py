@@ -9,19 +9,18 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from dlrmkit.config import TrainConfig, model_config
+from dlrmkit.config import TrainConfig, resolve_run
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import batch_to, place_tables, resolve_device
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast, enable_tf32
@@ -61,9 +60,7 @@ def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_si
 
 class Trainer:
     def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg = cfg.resolved()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        cfg = cfg.resolved()  # option errors before the dataset is opened
         if cfg.checkpoint_dir:  # before any expensive work
             if not cfg.resume:
                 ckpt.check_fresh_directory(cfg.checkpoint_dir)
@@ -76,11 +73,11 @@ class Trainer:
         if self.val_set is None and cfg.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         self.best = BestWeights()
-        self.model_cfg: ModelConfig = replace(
-            model_config(cfg.model_preset(), self.train_set.num_numerical, self.spec.cardinalities),
-            wide=bool(cfg.wide), numerical_transform=cfg.numerical_transform or "none",
-            embedding_init_scale=cfg.embedding_init_scale if cfg.embedding_init_scale is not None else 1.0,
-        )
+        # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
+        self.cfg, self.model_cfg = resolve_run(cfg, self.spec.cardinalities, self.train_set.num_numerical)
+        cfg = self.cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         from dlrmkit.parallel.dist import launched_by_torchrun
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
@@ -364,5 +361,7 @@ class Trainer:
         }
         if "optimal_auc" in self.spec.metadata:
             metrics["optimal_auc"] = float(self.spec.metadata["optimal_auc"])
+        if self.par is not None:  # per rank: bytes of tables and their optimizer state, held and planned
+            metrics.update(self.par.held_bytes(self.optimizers))
         self.log({"event": "end", **metrics})
         return metrics

@@ -1,0 +1,66 @@
+"""`plan --data D` resolves the model and batch as `train --data D` does, and its memory per
+rank matches what a torchrun job then holds for its tables and their optimizer state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlrmkit.data.synthetic import generate
+from dlrmkit.data.synthetic_shapes import config_for_tables
+from dlrmkit.parallel.plan import ShardingPlan
+from parallel_util import torchrun
+
+
+@pytest.fixture(scope="module")
+def wide_data(tmp_path_factory):
+    """Tables large enough to be sharded (the planner replicates tables under 2,048 rows)."""
+    out = tmp_path_factory.mktemp("plan") / "wide"
+    generate(str(out), config_for_tables([60_000, 25_000, 9_000, 300, 40], rows=3000, test_rows=1000, num_numerical=4),
+             seed=0, progress=False)
+    return out
+
+
+def test_plan_data_resolves_as_train(cli, wide_data):
+    r = cli("plan", "--data", wide_data, "--world-size", "2")
+    assert r.code == 0, r.err
+    assert "preset tiny, embedding dim 16, global batch 256, tables' optimizer sgd (0 state values per weight)" in r.out
+    r = cli("plan", "--data", wide_data, "--world-size", "2", "--preset", "mlperf", "--optimizer", "adagrad")
+    assert "preset mlperf, embedding dim 128, global batch 65536, tables' optimizer adagrad (1 state" in r.out
+    r = cli("plan", "--data", wide_data, "--world-size", "2", "--preset", "criteo-kaggle", "--embedding-dim", "8",
+            "--batch-size", "64", "--embedding-optimizer", "rowwise-adagrad")
+    assert "preset criteo-kaggle, embedding dim 8, global batch 64, tables' optimizer rowwise-adagrad (0.125" in r.out
+
+
+def test_old_preset_usage_names_the_new_flag(cli):
+    r = cli("plan", "--preset", "criteo-1tb-mlperf", "--world-size", "8")
+    assert r.code == 2 and "--tables-preset criteo-1tb-mlperf" in r.err and len(r.err.strip().splitlines()) == 1
+    r = cli("plan", "--tables", "1000x16", "--preset", "tiny", "--world-size", "2")
+    assert r.code == 2 and "--preset" in r.err and "--data" in r.err
+    ok = cli("plan", "--tables-preset", "criteo-kaggle", "--world-size", "2")
+    assert ok.code == 0 and "global batch 65536" in ok.out
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+def test_planned_bytes_match_a_torchrun_job(cli, wide_data, tmp_path, optimizer):
+    plan_json = tmp_path / "plan.json"
+    r = cli("plan", "--data", wide_data, "--world-size", "2", "--optimizer", optimizer, "--json", plan_json)
+    assert r.code == 0, r.err
+    metrics, run = tmp_path / "m.json", tmp_path / "run"
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", wide_data, "--optimizer", optimizer, "--max-steps", "3",
+                    "--no-progress", "--metrics-json", metrics, "--run-dir", run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = ShardingPlan.load(str(plan_json))
+    used = ShardingPlan.from_dict(json.loads((run / "plan.json").read_text())["sharding_plan"])
+    assert planned.to_dict() == used.to_dict()  # the very plan train made
+    m = json.loads(metrics.read_text())
+    stats = planned.rank_stats()
+    for rank in range(2):
+        held = m["rank_table_bytes"][rank] + m["rank_state_bytes"][rank]
+        assert m["rank_planned_bytes"][rank] == stats[rank]["memory"]
+        assert abs(held - stats[rank]["memory"]) <= 0.1 * stats[rank]["memory"], (rank, held, stats[rank]["memory"])
+    if optimizer == "adagrad":
+        assert m["rank_state_bytes"] == m["rank_table_bytes"]
+    else:
+        assert m["rank_state_bytes"] == [0, 0]
