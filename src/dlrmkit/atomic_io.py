@@ -47,13 +47,17 @@ def _check_parent(path: str, what: str) -> None:
         raise DlrmkitError(f"{what} {path}: cannot write in {base} (permission denied or read-only)")
 
 
-def check_output_file(path: str | None, what: str) -> None:
-    """A file `path` can be (re)placed: not a folder, its folder creatable and writable."""
+def check_output_file(path: str | None, what: str, append: bool = False) -> None:
+    """A file `path` can be (re)placed: not a folder, its folder creatable and writable. A file
+    only appended to (`append`, e.g. a log) may also be a device such as /dev/null; one that is
+    replaced by rename may not (the rename would replace the device itself)."""
     if not path:
         return
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
     if os.path.lexists(path) and not os.path.isfile(path) and not os.path.islink(path):
+        if append and os.access(path, os.W_OK):
+            return
         raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
     _check_parent(path, what)
 
@@ -64,7 +68,7 @@ def check_output_dir(path: str | None, what: str) -> None:
         return
     if os.path.lexists(path):
         if not os.path.isdir(path):
-            raise DlrmkitError(f"{what} {path}: is a file, a folder is needed")
+            raise DlrmkitError(f"{what} {path}: is a file, a folder is needed (cannot write there)")
         if not os.access(path, os.W_OK | os.X_OK):
             raise DlrmkitError(f"{what} {path}: cannot write in it (permission denied or read-only)")
         return

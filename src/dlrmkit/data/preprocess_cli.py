@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)")
     p.add_argument("--spark-master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
-    p.add_argument("--force", action="store_true", help="replace an output folder that holds another dataset")
+    p.add_argument("--force", action="store_true", help="replace an output folder that holds another dataset (never a folder holding other files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frequency-threshold", type=ct.frequency_threshold, default=1, help="categories seen fewer than K times share id 0")
     p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
     p.add_argument("--log-transform", action="store_true", help="numerical: negative -> 0, then log(1+x)")
-    p.add_argument("--force", action="store_true", help="replace an existing output folder")
+    p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -142,7 +142,7 @@ def check_outputs(args: argparse.Namespace) -> None:
                          ("--checkpoint-dir", args.checkpoint_dir), ("--run-dir", args.run_dir)):
         check_not_inside(path, option, data)
     check_output_file(args.metrics_json, "--metrics-json")
-    check_output_file(args.log_jsonl, "--log-jsonl")
+    check_output_file(args.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(args.checkpoint_dir, "--checkpoint-dir")
     check_output_dir(args.run_dir, "--run-dir")
     check_output_dir(getattr(args, "tensorboard", None), "--tensorboard")
