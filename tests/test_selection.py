@@ -28,7 +28,7 @@ def write_csv(path, rows: int, seed: int = 0) -> None:
         for i in range(rows):
             a, b, c = rng.integers(0, 20), rng.integers(0, 50), rng.integers(0, 5)
             p = 1 / (1 + np.exp(-(0.3 * (a % 5) - 0.6 + 0.5 * (c == 2))))
-            w.writerow([int(rng.random() < p), rng.integers(0, 100000), round(float(rng.normal()), 3),
+            w.writerow([int(rng.random() < p), rng.integers(0, 60000), round(float(rng.normal()), 3),
                         f"a{a}", f"b{b}", f"c{c}" if i % 7 else ""])
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from dlrmkit import cli_types as ct
+from dlrmkit.atomic_io import check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
 
 RESULT_FILE = "baseline.json"
@@ -24,11 +26,11 @@ RESULT_FILE = "baseline.json"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
-    p.add_argument("--c", type=float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)")
-    p.add_argument("--val-fraction", type=float,
+    p.add_argument("--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)")
+    p.add_argument("--val-fraction", type=ct.float_range(0.0, 1.0, hi_open=True),
                    help="validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)")
-    p.add_argument("--max-iter", type=int, default=200, help="L-BFGS iterations at most (default 200)")
-    p.add_argument("--batch-size", type=int, default=65536, help="rows per streamed batch (default 65536)")
+    p.add_argument("--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)")
+    p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
     p.add_argument("--out", help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
 
 
@@ -197,17 +199,18 @@ def read_baseline(data: str) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.data):
+        raise DlrmkitError(f"--data {args.data}: no such dataset folder")
+    out = args.out or os.path.join(args.data, RESULT_FILE)
+    if out != "none":
+        check_output_file(out, "--out")  # before the fit: a bad path is found now
     result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size)
     fmt = lambda x: "n/a" if math.isnan(x) else f"{x:.4f}"  # noqa: E731
     print(f"logistic regression (C={args.c}) on {result['train_rows']:,} train rows; validation: {result['validation']}; "
           f"the test figure refits on all {result['test_fit_rows']:,} training rows (C is fixed, nothing is selected)")
     print(f"val AUC {fmt(result['val_auc'])}  val logloss {fmt(result['val_logloss'])}  "
           f"test AUC {fmt(result['test_auc'])}  test logloss {fmt(result['test_logloss'])}")
-    out = args.out or os.path.join(args.data, RESULT_FILE)
     if out != "none":
-        tmp = out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        os.replace(tmp, out)
+        write_json(out, result)  # temporary name, then renamed; NaN as null
         print(f"wrote {out}")
     return 0

@@ -72,10 +72,10 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
 
     spec, train, _ = open_dataset(args.data)
     names = [f.name for f in fields(TrainConfig)]
-    chosen = argparse.Namespace(**dict.fromkeys(names), data=args.data, preset=args.preset or AUTO,
-                                batch_size=args.batch_size, optimizer=args.optimizer,
-                                embedding_optimizer=args.embedding_optimizer, embedding_dim=args.embedding_dim,
-                                sharding=args.sharding)
+    chosen = argparse.Namespace(**{**dict.fromkeys(names), "data": args.data, "preset": args.preset or AUTO,
+                                   "batch_size": args.batch_size, "optimizer": args.optimizer,
+                                   "embedding_optimizer": args.embedding_optimizer,
+                                   "embedding_dim": args.embedding_dim, "sharding": args.sharding})
     if chosen.preset == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
     cfg = TrainConfig(**{k: v for k, v in vars(chosen).items() if k in names and v is not None})
@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
                      optimizer_state=state, min_rows_sharded=args.min_rows_sharded)
     if args.data:
         emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
-        print(f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim {dim}, "
+        width = f" (table width {dim} with the wide term)" if dim != cfg.embedding_dim else ""
+        print(f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
+              f"{cfg.embedding_dim}{width}, "
               f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state:g} state values per weight)")
     print(plan.report())
     if args.json:

@@ -26,7 +26,7 @@ from dlrmkit.data.feature_spec import SPEC_FILE
 from dlrmkit.errors import DatasetError, DlrmkitError
 
 MARKER = ".dlrmkit-partial"  # inside a temporary folder this code created
-EXTRA_ENTRIES = {SPEC_FILE, "vocabulary"}
+EXTRA_ENTRIES = {SPEC_FILE, "vocabulary", "baseline.json"}  # baseline.json: `dlrmkit baseline`
 
 
 def _inside(path: str, folder: str) -> bool:
