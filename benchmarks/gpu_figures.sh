@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's GPU check, for a session that is lent a CUDA GPU (the device tool's `run`, whose calls
+# The GPU figures and tests, for a machine with a CUDA GPU (the device tool's `run`, whose calls
 # last at most 10 minutes: run the two parts as two calls, `bash benchmarks/gpu_figures.sh $OUT tests`
 # and `bash benchmarks/gpu_figures.sh $OUT figures`, each a few minutes on one H100).
 #   tests:   the GPU tests (the GPU step against the CPU step, bench and train on the GPU, train

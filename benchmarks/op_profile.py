@@ -1,5 +1,5 @@
 """Op-level profile of one `dlrmkit bench` configuration: the ops that take a step's time (self
-CPU, summed over 4 profiled steps), after a plain timing of 10 steps. What the issue 5/7 notes in
+CPU, summed over 4 profiled steps), after a plain timing of 10 steps. What the profile notes in
 docs/BENCHMARKS.md quote as "profile before/after".
 
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/op_profile.py mlperf-shape bf16 split-sgd [--no-compile]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hybrid-parallel figures for docs/BENCHMARKS.md (issue 4): run on a quiet machine from the repo root.
+# Hybrid-parallel figures for docs/BENCHMARKS.md: run on a quiet machine from the repo root.
 # Prints, for each strategy, global samples/s at world sizes 1 and 2 (1 thread per rank), the
 # single-process 2-thread throughput in the same run (the 0.9x check for table-wise), bytes/step
 # against the analytic minimum, and the step breakdowns (blocking and overlapped all-reduce).

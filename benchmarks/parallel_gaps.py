@@ -1,7 +1,7 @@
 """Where a hybrid-parallel step waits: per rank, the step's wall time, the time covered by
 top-level profiler events on the main thread (ops, and the named collective waits
 "all_to_all wait (...)" / "allreduce wait (...)"), and the uncovered gaps, each named by the
-events around it. What located the waits that issue 4's notes in docs/BENCHMARKS.md quote.
+events around it. What located the waits that docs/BENCHMARKS.md quotes.
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 benchmarks/parallel_gaps.py [--sharding table_wise]
 """

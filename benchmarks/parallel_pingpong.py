@@ -1,4 +1,4 @@
-"""Issue 4's 0.9x check in one run, robust to this VM's drift (its speed moves 10-20% within
+"""2 ranks against one process in one run, robust to this VM's drift (its speed moves 10-20% within
 minutes): two torchrun ranks hold both the sharded 2-rank model and, on rank 0, the single-process
 model. Windows alternate: rank 0 trains the single-process model on 2 threads while rank 1 waits
 in a barrier, then both ranks train the table-wise model on 1 thread each; same random data, same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's check, robust to this VM's drift: alternate single-process 2-thread and torchrun
+# 2 ranks against one process, robust to this VM's drift: alternate single-process 2-thread and torchrun
 # 2 ranks x 1 thread table-wise runs of `dlrmkit bench --model small` (same data, same global
 # batch) PAIRS times and print each pair's ratio and the median ratio.
 # Usage: bash benchmarks/parallel_ratio.sh [PAIRS]   (about 3 min per pair on 2 cores)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 figures, for the lead to run on a quiet machine (nothing else running). Prints:
+# Single-process performance figures, to run on a quiet machine (nothing else running). Prints:
 # mlperf-shape and small fp32 vs the plain-PyTorch reference loop (same run, same batches),
 # bf16 + split-SGD vs the reference, fp32 fraction of the compute bound, profile shares of
 # the default path and of the optional kernels (FBGEMM TBE, torch.compile), and the simulator

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 scaling figures on this machine: strong scaling (global batch 2048 at every world size)
+# Scaling figures on this machine: strong scaling (global batch 2048 at every world size)
 # and weak scaling (1024 samples per rank) of `dlrmkit bench --model small`, 1 thread per rank,
 # gloo, for world sizes 1, 2 and 4 per strategy. This VM has 2 cores, so world size 4 is
 # OVERSUBSCRIBED (2 ranks per core) and flagged as such. Writes OUTDIR/scaling.json (one record
