@@ -59,7 +59,9 @@ def test_max_restarts_survives_sigkill_of_rank_1(tiny_data, tmp_path):
            "--checkpoint-dir", str(c), "--checkpoint-every", "5", "--resume", "--metrics-json", str(m)]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Signals.SIGKILL" in proc.stderr or "SIGKILL" in proc.stderr or "exitcode: -9" in proc.stderr
+    # torchrun saw the worker group fail and restarted it (it names rank 1's SIGKILL, or rank 0's error
+    # when rank 0 noticed the lost peer first)
+    assert any(s in proc.stderr for s in ("SIGKILL", "exitcode: -9", "will restart worker group")), proc.stderr[-3000:]
     result = read(m)
     assert result["steps"] == 12
     # the restart resumed from step 5: it trained steps 5..11 (7 batches of 250), not 12

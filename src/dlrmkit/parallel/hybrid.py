@@ -199,9 +199,11 @@ def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tup
     return np.concatenate([p for p, _ in parts]), np.concatenate([l for _, l in parts])
 
 
-def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
+def setup_parallel(model: DLRM, cfg, optimizer_state: float = 0.0
+                   ) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
     """For the trainer: under torchrun, a process group, a plan and the sharded model;
-    otherwise (DistContext(), None, None) and training stays single-process."""
+    otherwise (DistContext(), None, None) and training stays single-process. `optimizer_state`:
+    values the tables' optimizer keeps per weight, counted in the plan's memory (0: evaluation)."""
     from dlrmkit.parallel.dist import init_distributed, launched_by_torchrun
 
     if not launched_by_torchrun():
@@ -213,10 +215,7 @@ def setup_parallel(model: DLRM, cfg) -> tuple[DistContext, "TrainerParallel | No
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange",
                           comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)
-    from dlrmkit.config import TrainConfig, table_state_per_weight
-
-    state = table_state_per_weight(cfg) if isinstance(cfg, TrainConfig) else 0  # evaluate: no optimizer
-    plan = build_plan(model, ctx, pcfg, cfg.batch_size, state)
+    plan = build_plan(model, ctx, pcfg, cfg.batch_size, optimizer_state)
     return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
 
 

@@ -31,7 +31,8 @@ import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train import ckpt_storage as storage
-from dlrmkit.train.ckpt_state import checkpoint_meta, model_state, restore_model_state  # noqa: F401 (re-exported)
+from dlrmkit.train import ckpt_state
+from dlrmkit.train.ckpt_state import checkpoint_meta, model_state  # noqa: F401 (re-exported)
 from dlrmkit.train.ckpt_state import quiet as _quiet
 from dlrmkit.train.faults import fault_point
 
@@ -372,6 +373,12 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             if isinstance(cause, DlrmkitError):
                 raise DlrmkitError(str(cause)) from None
             raise DlrmkitError(f"{path}: checkpoint could not be read ({storage.os_error(cause)})") from None
+
+
+def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module, optimizers: list,
+                        show: bool = True) -> None:
+    """Load checkpoint `path` into a live model and its optimizers (ckpt_state.restore_model_state)."""
+    ckpt_state.restore_model_state(path, manifest, model, optimizers, load_into, show)
 
 
 # ---- single-process use (evaluate, export, predict, tests) -------------------------------------------

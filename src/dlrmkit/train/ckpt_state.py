@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -148,9 +148,10 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
 
 
 def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module,
-                        optimizers: list[torch.optim.Optimizer], show: bool = True) -> None:
+                        optimizers: list[torch.optim.Optimizer], load: Callable[..., None], show: bool = True) -> None:
     """Load checkpoint `path` (verified, with its `manifest`) into a live model and optimizers,
-    creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds."""
+    creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds. `load`
+    reads the stored tensors into the state (checkpoint.load_into: the storage lives there)."""
     saved_opts = manifest.get("optimizers")
     now = [type(o).__name__ for o in optimizers]
     if saved_opts is not None and saved_opts != now:
@@ -173,9 +174,7 @@ def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Mod
         rng_key = "rng.0"  # more ranks now than at save time: take rank 0's stream
     rng = tensors.pop(f"rng.{_rank()}")
     tensors[rng_key] = rng
-    from dlrmkit.train.checkpoint import load_into  # (checkpoint imports this module)
-
-    load_into(path, tensors, manifest, show)
+    load(path, tensors, manifest, show)
     torch.set_rng_state(tensors[rng_key])
     for name, value in manifest.get("optimizer_scalars", {}).items():
         fqn, k = name.rsplit(".", 1)

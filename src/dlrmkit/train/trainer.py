@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from dlrmkit.config import TrainConfig, resolve_run
+from dlrmkit.config import TrainConfig, resolve_run, table_state_per_weight
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import batch_to, place_tables, resolve_device
@@ -92,7 +92,7 @@ class Trainer:
         if cfg.batch_size < world:
             raise DlrmkitError(f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
                                f"needs at least one sample per step; use --batch-size {world} or more")
-        self.dist, self.par, self.plan = setup_parallel(self.model, cfg)
+        self.dist, self.par, self.plan = setup_parallel(self.model, cfg, table_state_per_weight(cfg))
         self.device, self.placement, self.move = self.place(cfg)
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr, cfg.embedding_weight_decay or 0.0)
