@@ -18,7 +18,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/dlrmkit synth --preset tiny --out $(DEMO_DATA) --force
-	mkdir -p runs/demo
+	rm -rf runs/demo && mkdir -p runs/demo  # a fresh demo run each time (train refuses another run's checkpoints)
 	$(VENV)/bin/dlrmkit train --data $(DEMO_DATA) --checkpoint-dir runs/demo --metrics-json runs/demo/metrics.json
 
 test: $(STAMP)
