@@ -199,11 +199,7 @@ def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
 
 def read_manifest(path: str) -> dict[str, Any]:
     fp = os.path.join(path, MANIFEST)
-    try:
-        with open(fp, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise DlrmkitError(f"{fp}: unreadable checkpoint manifest ({type(exc).__name__}: {str(exc)[:100]})") from None
+    manifest = storage.read_json(fp, "checkpoint manifest")
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
         raise DlrmkitError(f"{fp}: not a {FORMAT} manifest")
     if not isinstance(manifest.get("tensors"), dict) or not isinstance(manifest.get("model_config"), dict):

@@ -192,15 +192,20 @@ def _ints(value: Any, n: int | None, where: str) -> list[int]:
     return value
 
 
+def read_json(fp: str, what: str) -> Any:
+    """A checkpoint's JSON file (manifest or metadata), or one line naming it."""
+    try:
+        with open(fp, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DlrmkitError(f"{fp}: unreadable {what} ({type(exc).__name__}: {str(exc)[:100]})") from None
+
+
 def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict, list[int], torch.dtype]]]:
     """DCP Metadata from `path`/metadata.json, every field checked (types, dtypes from an
     allow-list, chunks inside their tensor, byte ranges matching the shape, plain file names)."""
     fp = os.path.join(path, METADATA)
-    try:
-        with open(fp, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise DlrmkitError(f"{fp}: unreadable checkpoint metadata ({type(exc).__name__})") from None
+    raw = read_json(fp, "checkpoint metadata")
     if not isinstance(raw, dict) or raw.get("format") != STORAGE_FORMAT or not isinstance(raw.get("tensors"), dict):
         raise DlrmkitError(f"{fp}: not {STORAGE_FORMAT} metadata")
     sd_md, storage = {}, {}
