@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.dist import batch_split
+from dlrmkit.parallel.plan_cost import CostModel
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, row_wise, table_wise
 
 GiB = 1 << 30
@@ -105,33 +105,14 @@ class ShardingPlan:
             raise DlrmkitError(f"{source}: tables {got[:4]}... do not match the model's {want[:4]}...")
 
     # ---- accounting ----------------------------------------------------------------------
+    @property
+    def cost(self) -> CostModel:
+        """The cost model of this plan's batch, value size and optimizer state."""
+        return CostModel(self.batch_size, self.bytes_per_value, self.optimizer_state)
+
     def rank_stats(self) -> list[dict]:
-        """Per rank: shards, memory (weights + optimizer state + batch buffers), lookups and
-        bytes sent per step (ids and pooled all-to-all, forward and backward, and all-reduce of
-        replicated tables; the MLPs' all-reduce is the same on every plan and left out)."""
-        n, g, b = self.world_size, self.batch_size, self.bytes_per_value
-        local = batch_split(g, n)
-        stats = [dict(rank=r, shards=[], memory=0, lookups=0, sent_bytes=0) for r in range(n)]
-        widths = [0] * n  # pooled columns each rank sends
-        id_cols = [set() for _ in range(n)]
-        for t, tp in enumerate(self.tables):
-            for s in tp.shards:
-                st = stats[s.rank]
-                st["shards"].append((t, s))
-                st["memory"] += shard_memory(s, tp, g, b, self.optimizer_state)
-                if tp.model_parallel:
-                    st["lookups"] += g
-                    widths[s.rank] += s.cols
-                    id_cols[s.rank].add(t)
-                else:
-                    st["lookups"] += local[s.rank]
-                    st["sent_bytes"] += int(2 * (n - 1) / n * tp.rows * tp.dim * b) if n > 1 else 0
-        total_w, total_ids = sum(widths), sum(len(c) for c in id_cols)  # O(ranks), not O(ranks^2)
-        for r, st in enumerate(stats):
-            others_w = total_w - widths[r]
-            others_ids = total_ids - len(id_cols[r])
-            st["sent_bytes"] += (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * 8
-        return stats
+        """Per rank: shards, memory, lookups and bytes sent per step (plan_cost.CostModel)."""
+        return self.cost.rank_stats(self.world_size, self.tables)
 
     def report(self) -> str:
         """A table: per rank its shards, memory, lookups and bytes sent per step."""
@@ -179,13 +160,6 @@ def _disjoint(shards: list[Shard]) -> bool:
             if a.row_start < b.row_end and b.row_start < a.row_end and a.col_start < b.col_end and b.col_start < a.col_end:
                 return False
     return True
-
-
-def shard_memory(s: Shard, tp: TablePlan, batch_size: int, bytes_per_value: int, optimizer_state: float) -> int:
-    """Weights and optimizer state, plus the shard's per-step buffers: pooled output and its
-    gradient for the batch it looks up, and its ids."""
-    weights = int(s.rows * s.cols * bytes_per_value * (1 + optimizer_state))
-    return weights + batch_size * (2 * s.cols * bytes_per_value + 8)
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -262,11 +236,9 @@ def make_plan(
         raise DlrmkitError(f"{len(table_sizes):,} tables on {n:,} ranks could need {most:,} shards, more than the "
                            f"planner handles ({MAX_SHARDS:,}); use fewer ranks (--world-size) or tables")
     plan = ShardingPlan(n, [], batch_size, device_memory, b, opt)
+    cost = plan.cost
+    weight = cost.weight_bytes
     cap = device_memory if device_memory is not None else math.inf
-
-    def weight(rows: int, cols: int) -> int:
-        return rows * cols * b * (1 + opt)
-
     kinds: list[str] = []
     for rows in table_sizes:
         if strategy == "auto":
@@ -280,7 +252,7 @@ def make_plan(
         for t in mp:
             splits[t] = min(n, column_wise.max_slices(dim)) if strategy == "column_wise" else max(1, min(n, table_sizes[t]))
     elif strategy == "auto" and mp:
-        dp_mem = sum(weight(table_sizes[t], dim) + batch_size * (2 * dim * b + 8) for t, k in enumerate(kinds) if k == "data_parallel")
+        dp_mem = sum(weight(table_sizes[t], dim) + cost.step_buffers(dim) for t, k in enumerate(kinds) if k == "data_parallel")
         share = sum(weight(table_sizes[t], dim) for t in mp) / n
         room = cap - dp_mem
         for t in mp:
@@ -315,7 +287,7 @@ def make_plan(
         if kind == "data_parallel":
             tp.shards = data_parallel.shards(rows, dim, n)
             for s in tp.shards:
-                load[s.rank] += shard_memory(s, tp, batch_size, b, opt)
+                load[s.rank] += cost.shard_memory(s)
         elif kind == "table_wise":
             shapes[t] = table_wise.shards(rows, dim, 0)
         elif kind == "column_wise":
@@ -326,18 +298,18 @@ def make_plan(
         if load[r] > cap:
             raise DlrmkitError(f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available")
     order = sorted(((t, s) for t, ss in shapes.items() for s in ss),
-                   key=lambda ts: (-shard_memory(ts[1], plan.tables[ts[0]], batch_size, b, opt), ts[0], ts[1].col_start, ts[1].row_start))
+                   key=lambda ts: (-cost.shard_memory(ts[1]), ts[0], ts[1].col_start, ts[1].row_start))
     used: dict[int, set[int]] = {t: set() for t in shapes}
     heap = [(load[r], r) for r in range(n)]  # (load, rank): the least-loaded rank in O(log n), so
     heapq.heapify(heap)  # planning time grows as shards x log(ranks), not shards x ranks
     for t, s in order:
         tp = plan.tables[t]
-        cost = shard_memory(s, tp, batch_size, b, opt)
-        if heap[0][0] + cost > cap:
+        need = cost.shard_memory(s)
+        if heap[0][0] + need > cap:
             free = cap - heap[0][0]
             raise DlrmkitError(
                 f"table {t} ({tp.rows:,} rows x {tp.dim}, {fmt_bytes(weight(tp.rows, tp.dim))}) does not fit: "
-                f"a {s.rows:,} x {s.cols} shard needs {fmt_bytes(cost)}, at most {fmt_bytes(max(free, 0))} of "
+                f"a {s.rows:,} x {s.cols} shard needs {fmt_bytes(need)}, at most {fmt_bytes(max(free, 0))} of "
                 f"{fmt_bytes(cap)} is free on any of the {n} ranks"
             )
         # the least-loaded rank that fits and holds no shard of this table yet (among the 64
@@ -345,8 +317,8 @@ def make_plan(
         skipped, chosen = [], None
         while heap and len(skipped) < 64:
             item = heapq.heappop(heap)
-            if item[0] + cost > cap or item[1] not in used[t]:
-                chosen = item if item[0] + cost <= cap else None
+            if item[0] + need > cap or item[1] not in used[t]:
+                chosen = item if item[0] + need <= cap else None
                 if chosen is None:
                     skipped.append(item)
                 break
@@ -356,7 +328,7 @@ def make_plan(
         for item in skipped:
             heapq.heappush(heap, item)
         r = chosen[1]
-        load[r] = chosen[0] + cost
+        load[r] = chosen[0] + need
         heapq.heappush(heap, (load[r], r))
         used[t].add(r)
         tp.shards.append(Shard(r, s.row_start, s.row_end, s.col_start, s.col_end))

@@ -1,0 +1,78 @@
+"""The planner's cost model, apart from its partitioning (dlrmkit.parallel.plan): what a shard
+costs the rank holding it in memory, and what each rank does per step (lookups, bytes sent).
+The planner sizes and places shards with these figures; `dlrmkit plan` prints them per rank,
+and the trainer compares the memory figure with what it holds (TrainerParallel.held_bytes).
+
+Memory counts weights, the tables' optimizer state (values per weight value) and the per-step
+buffers of a shard (pooled output and its gradient for the batch it looks up, and its ids).
+Bytes sent count the id all-to-all, the pooled all-to-all forward and backward, and the
+all-reduce of replicated tables; the MLPs' all-reduce is the same on every plan and left out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlrmkit.parallel.dist import batch_split
+from dlrmkit.parallel.sharding import Shard
+
+if TYPE_CHECKING:
+    from dlrmkit.parallel.plan import TablePlan
+
+ID_BYTES = 8  # an id on the wire and in a shard's id buffer (int64)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs for a global batch of `batch_size`, weights of `bytes_per_value` bytes, and
+    `optimizer_state` optimizer values per weight value (sgd 0, adagrad 1, row-wise adagrad 1/dim)."""
+
+    batch_size: int
+    bytes_per_value: int = 4
+    optimizer_state: float = 0
+
+    def weight_bytes(self, rows: int, cols: int) -> float:
+        """Weights and optimizer state of a rows x cols block (not rounded: sizes compared)."""
+        return rows * cols * self.bytes_per_value * (1 + self.optimizer_state)
+
+    def step_buffers(self, cols: int) -> int:
+        """Per-step buffers of a shard `cols` wide: pooled output and its gradient, and its ids."""
+        return self.batch_size * (2 * cols * self.bytes_per_value + ID_BYTES)
+
+    def shard_memory(self, s: Shard) -> int:
+        """Bytes a rank holds for shard `s`: weights, optimizer state and per-step buffers."""
+        weights = int(s.rows * s.cols * self.bytes_per_value * (1 + self.optimizer_state))
+        return weights + self.step_buffers(s.cols)
+
+    def replica_sync_bytes(self, rows: int, dim: int, world_size: int) -> int:
+        """Bytes a rank sends to all-reduce a replicated table's gradient (ring algorithm)."""
+        return int(2 * (world_size - 1) / world_size * rows * dim * self.bytes_per_value) if world_size > 1 else 0
+
+    def rank_stats(self, world_size: int, tables: list[TablePlan]) -> list[dict]:
+        """Per rank: its shards [(table, Shard)], memory, lookups and bytes sent per step. A
+        model-parallel shard looks up the global batch and sends its pooled columns to the
+        other ranks' samples (and receives theirs, and their ids, for its own samples); a
+        replica looks up the local batch and all-reduces its gradient."""
+        n, g, b = world_size, self.batch_size, self.bytes_per_value
+        local = batch_split(g, n)
+        stats = [dict(rank=r, shards=[], memory=0, lookups=0, sent_bytes=0) for r in range(n)]
+        widths = [0] * n  # pooled columns each rank sends
+        id_cols: list[set[int]] = [set() for _ in range(n)]
+        for t, tp in enumerate(tables):
+            for s in tp.shards:
+                st = stats[s.rank]
+                st["shards"].append((t, s))
+                st["memory"] += self.shard_memory(s)
+                if tp.model_parallel:
+                    st["lookups"] += g
+                    widths[s.rank] += s.cols
+                    id_cols[s.rank].add(t)
+                else:
+                    st["lookups"] += local[s.rank]
+                    st["sent_bytes"] += self.replica_sync_bytes(tp.rows, tp.dim, n)
+        total_w, total_ids = sum(widths), sum(len(c) for c in id_cols)  # O(ranks), not O(ranks^2)
+        for r, st in enumerate(stats):
+            others_w = total_w - widths[r]
+            others_ids = total_ids - len(id_cols[r])
+            st["sent_bytes"] += (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * ID_BYTES
+        return stats
