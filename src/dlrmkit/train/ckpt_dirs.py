@@ -1,0 +1,92 @@
+"""Where checkpoints are: a checkpoint directory holds `step_N` folders and a `latest` file
+naming the newest complete one (dlrmkit.train.checkpoint writes them). Finding, listing and
+pruning them, and checking a directory before training writes there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.ckpt_storage import os_error
+
+LATEST = "latest"
+MANIFEST = "manifest.json"
+
+def latest_checkpoint(directory: str) -> str | None:
+    """Path of the checkpoint `latest` names, or None when there is none yet."""
+    pointer = os.path.join(directory, LATEST)
+    if not os.path.exists(pointer):
+        return None
+    with open(pointer, encoding="utf-8") as f:
+        name = f.read().strip()
+    if not _is_step_name(name):
+        raise DlrmkitError(f"{pointer}: names {name[:60]!r}, not a step_N folder; write the name of one into it")
+    path = os.path.join(directory, name)
+    if not os.path.isdir(path):
+        raise DlrmkitError(f"{pointer} names '{name}', which does not exist in {directory}; "
+                           f"write the name of an existing step_N folder into it")
+    return path
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint folder itself, or a checkpoint directory whose `latest` names one."""
+    if os.path.exists(os.path.join(path, MANIFEST)):
+        return path
+    found = latest_checkpoint(path) if os.path.isdir(path) else None
+    if found is None:
+        raise DlrmkitError(f"{path}: no checkpoint there (expected {MANIFEST} or a '{LATEST}' pointer)")
+    return found
+
+
+def _is_step_name(name: str) -> bool:
+    return name.startswith("step_") and name[5:].isdigit()
+
+
+def existing_checkpoints(directory: str) -> list[str]:
+    """step_N folders and the `latest` pointer in `directory` (empty when it does not exist)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if n == LATEST or (_is_step_name(n)))
+
+
+def check_writable_directory(directory: str) -> None:
+    """Create `directory` and write a probe file there, so a checkpoint folder that cannot be
+    written fails before training, not at the first save."""
+    probe = os.path.join(directory, f".write-probe-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise DlrmkitError(f"--checkpoint-dir {directory}: cannot write there ({os_error(exc)})") from None
+
+
+def check_fresh_directory(directory: str) -> None:
+    """A run without --resume must not write into a folder holding another run's checkpoints:
+    pruning and `latest` would mix the two runs (and could delete the other run's newest)."""
+    found = existing_checkpoints(directory)
+    if found:
+        latest = os.path.join(directory, LATEST)
+        named = open(latest, encoding="utf-8").read().strip()[:40] if os.path.isfile(latest) else found[-1]
+        raise DlrmkitError(f"--checkpoint-dir {directory} already holds checkpoints of another run (latest: {named}); "
+                           f"pass --resume to continue it, or give a new or empty --checkpoint-dir")
+
+
+def latest_or_none(directory: str) -> str | None:
+    """The checkpoint `latest` names, or None when there is none or the pointer is unusable."""
+    try:
+        return latest_checkpoint(directory)
+    except (OSError, DlrmkitError):
+        return None
+
+
+def prune(directory: str, keep: int) -> None:
+    """Keep the checkpoint `latest` names and the newest others, `keep` in all."""
+    if keep <= 0:
+        return
+    current = os.path.basename(latest_or_none(directory) or "")
+    others = sorted((int(n[5:]), n) for n in existing_checkpoints(directory) if n not in (LATEST, current))
+    for _, name in others[: max(0, len(others) - (keep - 1 if current else keep))]:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
