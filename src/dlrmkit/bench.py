@@ -106,6 +106,8 @@ def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[Ran
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.parallel.options import SHARDINGS
+
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
     p.add_argument("--batch-size", type=ct.batch_size, default=2048, help="batch size (default 2048)")
     p.add_argument("--steps", type=ct.positive_int, default=10, help="steps per timed window (default 10)")
@@ -129,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
-    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
+    p.add_argument("--sharding", default="auto", choices=SHARDINGS,
                    help="under torchrun: table sharding (global samples/s reported)")
     p.add_argument("--backend", help="under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,

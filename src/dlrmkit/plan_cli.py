@@ -16,6 +16,7 @@ LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no trainin
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dlrmkit.config import PRESETS
     from dlrmkit.optim.build import EMBEDDING_OPTIMIZERS, OPTIMIZERS
+    from dlrmkit.parallel.options import SHARDINGS
     from dlrmkit.parallel.plan import PRESET_TABLES
 
     src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
@@ -30,8 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
     p.add_argument("--batch-size", type=ct.batch_size, help=f"global batch size (default: with --data the preset's, as "
                    f"train; else {LEGACY_BATCH})")
-    p.add_argument("--sharding", default="auto", choices=["auto", "table_wise", "column_wise", "row_wise", "data_parallel"],
-                   help="auto (default), table_wise, column_wise, row_wise, data_parallel")
+    p.add_argument("--sharding", default="auto", choices=SHARDINGS, help=f"{', '.join(SHARDINGS)} (default auto)")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="as train's --optimizer (with --data default: the "
                    "preset's; else sgd); the tables' optimizer state counts in memory")
     p.add_argument("--embedding-optimizer", choices=list(EMBEDDING_OPTIMIZERS),

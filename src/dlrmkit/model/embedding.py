@@ -85,6 +85,26 @@ def bag_of_each(offsets: torch.Tensor, n: int) -> torch.Tensor:
     starts.scatter_add_(0, offsets[1:-1], torch.ones(len(offsets) - 2, dtype=torch.int64, device=offsets.device))
     return starts[:n].cumsum(0)
 
+
+def regroup(values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bags reordered: new bag i is old bag order[i] (values moved with their bags)."""
+    starts = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=starts[1:])
+    new_lengths = lengths.index_select(0, order)
+    new_starts = torch.zeros(len(order) + 1, dtype=torch.int64)
+    torch.cumsum(new_lengths, 0, out=new_starts[1:])
+    n = int(new_starts[-1])
+    shift = (starts.index_select(0, order) - new_starts[:-1]).index_select(0, bag_of_each(new_starts, n))
+    return values.index_select(0, torch.arange(n) + shift), new_lengths
+
+
+def to_offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """Bag offsets [bags + 1] of bag lengths."""
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=out[1:])
+    return out
+
+
 INIT_CHUNK_ROWS = 1 << 16  # rows per independently seeded init chunk
 
 
@@ -222,6 +242,47 @@ def select_tables(ids: Ids, tables: list[int]) -> Ids:
     return JaggedIds(torch.cat(pieces), offsets, b)
 
 
+@dataclass(frozen=True)
+class TablePiece:
+    """Rows [row_start, row_end) x columns [col_start, col_end) of logical table `table`, as
+    an embedding module holds it (`logical_shards`). `rank`: the process holding it when the
+    table is split over processes (None: this process holds the whole table). `weight` and
+    `offset`: the piece is rows [offset, offset + rows) of that live weight (None on a piece
+    another process holds), so a row-sized optimizer state of the weight slices the same way."""
+
+    table: int
+    row_start: int
+    row_end: int
+    col_start: int
+    col_end: int
+    rank: int | None = None
+    weight: nn.Parameter | None = None
+    offset: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+    @property
+    def cols(self) -> int:
+        return self.col_end - self.col_start
+
+    def rows_of(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This piece's rows of `weight`, or of a tensor with one row per row of `weight`."""
+        return tensor[self.offset : self.offset + self.rows]
+
+    @property
+    def data(self) -> torch.Tensor:
+        """The piece of the live weight, a view outside autograd (in-place writes restore it)."""
+        return self.rows_of(self.weight.data)
+
+
+def fused_pieces(tables: list[int], fused: FusedTable) -> list[TablePiece]:
+    """Whole-table pieces of the tables `tables` fused in `fused`, in its order."""
+    return [TablePiece(t, 0, rows, 0, fused.dim, None, fused.weight, offset)
+            for t, offset, rows in zip(tables, fused.row_offsets.tolist(), fused.table_sizes)]
+
+
 class EmbeddingCollection(nn.Module):
     """All categorical tables of a model. forward(ids) -> [B, T, dim] when every table has the
     same width (what the dot interaction needs), else the concatenation [B, sum(dims)]."""
@@ -245,6 +306,10 @@ class EmbeddingCollection(nn.Module):
         base = draw_base_seed(generator)  # one draw: a sharded collection draws the same and inits its shards
         for group, table in zip(self.groups, self.tables):
             table.init_tables(base, group)
+
+    def logical_shards(self) -> list[TablePiece]:
+        """Every table as one whole piece of its fused weight (checkpoints save these)."""
+        return [p for group, table in zip(self.groups, self.tables) for p in fused_pieces(group, table)]
 
     def forward(self, ids: Ids) -> torch.Tensor:
         if self.uniform:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.plan_cost import CostModel
-from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, row_wise, table_wise
+from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, strategy as strategy_named
 
 GiB = 1 << 30
 MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million
@@ -31,7 +31,7 @@ class TablePlan:
 
     @property
     def model_parallel(self) -> bool:
-        return self.strategy != "data_parallel"
+        return strategy_named(self.strategy).model_parallel
 
 
 @dataclass
@@ -77,7 +77,8 @@ class ShardingPlan:
         return cls.from_dict(d, path)
 
     def validate(self, source: str = "plan") -> None:
-        """Every model-parallel table tiled exactly once; replicas full and on every rank."""
+        """Every model-parallel table tiled exactly once, every table's shards a layout of its
+        strategy (Strategy.check: e.g. replicas full and on every rank)."""
         for t, tp in enumerate(self.tables):
             where = f"{source}: table {t}"
             if tp.strategy not in STRATEGIES:
@@ -87,14 +88,12 @@ class ShardingPlan:
                     raise DlrmkitError(f"{where}: shard on rank {s.rank}, outside world size {self.world_size}")
                 if not (0 <= s.row_start < s.row_end <= tp.rows and 0 <= s.col_start < s.col_end <= tp.dim):
                     raise DlrmkitError(f"{where}: shard {s} outside the table's {tp.rows} rows x {tp.dim} columns")
-            if tp.strategy == "data_parallel":
-                if sorted(s.rank for s in tp.shards) != list(range(self.world_size)) or any(
-                    (s.rows, s.cols) != (tp.rows, tp.dim) for s in tp.shards
-                ):
-                    raise DlrmkitError(f"{where}: a data_parallel table needs one full shard on every rank")
-                continue
-            if sum(s.rows * s.cols for s in tp.shards) != tp.rows * tp.dim or not _disjoint(tp.shards):
+            if tp.model_parallel and (sum(s.rows * s.cols for s in tp.shards) != tp.rows * tp.dim
+                                      or not _disjoint(tp.shards)):
                 raise DlrmkitError(f"{where}: shards do not cover its {tp.rows} x {tp.dim} entries exactly once")
+            problem = strategy_named(tp.strategy).check(tp.rows, tp.dim, tp.shards, self.world_size)
+            if problem:
+                raise DlrmkitError(f"{where}: {problem}")
 
     def check_matches(self, table_sizes: list[int], dim: int, world_size: int, source: str = "plan") -> None:
         if self.world_size != world_size:
@@ -125,13 +124,13 @@ class ShardingPlan:
             desc = []
             for t, s in st["shards"]:
                 tp = self.tables[t]
-                if tp.strategy == "data_parallel":
+                if not tp.model_parallel:
                     continue
                 part = ""
                 if (s.rows, s.cols) != (tp.rows, tp.dim):
                     part = f"[{s.row_start}:{s.row_end},{s.col_start}:{s.col_end}]"
                 desc.append(f"t{t}{part}")
-            dp = sum(1 for t, _ in st["shards"] if self.tables[t].strategy == "data_parallel")
+            dp = sum(1 for t, _ in st["shards"] if not self.tables[t].model_parallel)
             if dp:
                 desc.append(f"+{dp} replicated")
             lines.append(f"{st['rank']:>4}  {fmt_bytes(st['memory']):>10}  {st['lookups']:>12,}  "
@@ -246,13 +245,13 @@ def make_plan(
         else:
             kinds.append(strategy)
     # split counts for model-parallel tables
-    mp = [t for t, k in enumerate(kinds) if k != "data_parallel"]
+    mp = [t for t, k in enumerate(kinds) if strategy_named(k).model_parallel]
     splits = {t: 1 for t in mp}
-    if strategy in ("column_wise", "row_wise"):
+    if strategy != "auto":
         for t in mp:
-            splits[t] = min(n, column_wise.max_slices(dim)) if strategy == "column_wise" else max(1, min(n, table_sizes[t]))
-    elif strategy == "auto" and mp:
-        dp_mem = sum(weight(table_sizes[t], dim) + cost.step_buffers(dim) for t, k in enumerate(kinds) if k == "data_parallel")
+            splits[t] = strategy_named(strategy).split_count(table_sizes[t], dim, n)
+    elif mp:
+        dp_mem = sum(weight(table_sizes[t], dim) + cost.step_buffers(dim) for t in range(len(kinds)) if t not in splits)
         share = sum(weight(table_sizes[t], dim) for t in mp) / n
         room = cap - dp_mem
         for t in mp:
@@ -284,16 +283,12 @@ def make_plan(
         rows = table_sizes[t]
         tp = TablePlan(rows, dim, kind, [])
         plan.tables.append(tp)
-        if kind == "data_parallel":
-            tp.shards = data_parallel.shards(rows, dim, n)
+        if not tp.model_parallel:  # on every rank
+            tp.shards = strategy_named(kind).shards(rows, dim, list(range(n)))
             for s in tp.shards:
                 load[s.rank] += cost.shard_memory(s)
-        elif kind == "table_wise":
-            shapes[t] = table_wise.shards(rows, dim, 0)
-        elif kind == "column_wise":
-            shapes[t] = column_wise.shards(rows, dim, list(range(splits[t])))
         else:
-            shapes[t] = row_wise.shards(rows, dim, list(range(splits[t])))
+            shapes[t] = strategy_named(kind).shards(rows, dim, list(range(splits[t])))
     for r in range(n):
         if load[r] > cap:
             raise DlrmkitError(f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available")

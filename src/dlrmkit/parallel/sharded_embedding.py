@@ -1,16 +1,19 @@
 """The sharded replacement for `model.embeddings`: same input (one-hot [B, T] ids or multi-hot
-JaggedIds) and output [local batch, tables, dim], computed by hybrid parallelism.
+JaggedIds) and output [local batch, tables, dim], computed by hybrid parallelism. This module
+orchestrates; what differs between strategies (which ids a shard receives, where its columns
+land, local lookups of replicated tables) is each strategy's (dlrmkit.parallel.sharding).
 
 Forward on each rank: (1) all-to-all of ids: each rank receives, for the global batch, the bags
-of ids of every (table, row range) it holds a shard of; row-wise shards get only the ids in
-their range ("bucketing"; bag lengths travel too, since a bag's in-range part can be any size);
-(2) sum-pooled lookups on local shards -> [global batch, local columns]; (3) one all-to-all that
-turns that into [local batch, columns of every shard]; (4) index_add places each shard's
-columns at (table, col) of the output: column slices land side by side, row-range partial sums
-add up (a reduce-scatter built from all-to-all, as gloo has none). Replicated (data-parallel)
-tables are looked up on the local batch. Backward is autograd's: the reverse all-to-all
+of ids of every (table, row range) it holds a shard of, as the table's strategy selects them
+(row-wise: only the ids in the range, with bag lengths: Strategy.select_ids); (2) sum-pooled
+lookups on local shards -> [global batch, local columns]; (3) one all-to-all that turns that
+into [local batch, columns of every shard]; (4) index_add adds each shard's columns at the
+output columns its strategy names (Strategy.columns: column slices land side by side, row-range
+partial sums add up, a reduce-scatter built from all-to-all, as gloo has none). Tables of a
+strategy that is not model-parallel (replicated) are looked up on the local batch by that
+strategy's module (Strategy.local_lookup). Backward is autograd's: the reverse all-to-all
 (comm.AllToAll), then the lookups' sparse gradients, so sparse optimizers update owned rows only.
-One-hot ids with no row-split table take a fast path: one id per (sample, table), no lengths.
+One-hot ids with no bucketing strategy take a fast path: one id per (sample, table), no lengths.
 
 On a GPU (the module moved there with .to), ids stay CPU tensors through step (1), on
 `cpu_group` (gloo, under NCCL), and go to the device for the lookups; the pooled all-to-alls
@@ -27,11 +30,11 @@ import torch.distributed as dist
 from torch import nn
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, bag_of_each, draw_base_seed,
-                                     init_table_block, select_tables)
+from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, TablePiece, draw_base_seed,
+                                     init_table_block, regroup, to_offsets)
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.plan import ShardingPlan
-from dlrmkit.parallel.sharding import Shard
+from dlrmkit.parallel.sharding import Shard, strategy
 
 Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank needs for some shards
 
@@ -65,33 +68,16 @@ def rank_keys(shards: list[tuple[int, Shard]]) -> list[Key]:
 
 def table_weight(emb: EmbeddingCollection, t: int) -> torch.Tensor:
     """View [rows, dim] of table t inside the fused weights of a single-device collection."""
-    for group, table in zip(emb.groups, emb.tables):
-        if t in group:
-            i = group.index(t)
-            off = int(table.row_offsets[i])
-            return table.weight[off : off + emb.table_sizes[t]]
+    for piece in emb.logical_shards():
+        if piece.table == t:
+            return piece.data
     raise IndexError(t)
 
 
-def regroup(values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bags reordered: new bag i is old bag order[i] (values moved with their bags)."""
-    starts = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=starts[1:])
-    new_lengths = lengths.index_select(0, order)
-    new_starts = torch.zeros(len(order) + 1, dtype=torch.int64)
-    torch.cumsum(new_lengths, 0, out=new_starts[1:])
-    n = int(new_starts[-1])
-    shift = (starts.index_select(0, order) - new_starts[:-1]).index_select(0, bag_of_each(new_starts, n))
-    return values.index_select(0, torch.arange(n) + shift), new_lengths
-
-
-def to_offsets(lengths: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=out[1:])
-    return out
-
-
 class ShardedEmbedding(nn.Module):
+    """This rank's shards of a ShardingPlan, and the exchanges that make their lookups the
+    single-device EmbeddingCollection's (see the module docstring)."""
+
     def __init__(self, plan: ShardingPlan, rank: int, comm_dtype: torch.dtype | None = None):
         super().__init__()
         dims = {tp.dim for tp in plan.tables}
@@ -108,8 +94,9 @@ class ShardedEmbedding(nn.Module):
         self.all_keys = [rank_keys(shards) for shards, _ in layouts]
         self.keys = self.all_keys[rank]
         self.widths = [sum(s.cols for _, s in shards) for shards, _ in layouts]
-        # row-split tables anywhere: ids are bucketed by row range (the general, jagged path)
-        self.bucketed = any(a != 0 or b != self.table_sizes[t] for keys in self.all_keys for t, a, b in keys)
+        self.strategies = [strategy(tp.strategy) for tp in plan.tables]
+        # a strategy that buckets ids by row range anywhere: the general, jagged path
+        self.bucketed = any(self.strategies[t].buckets(a, b, self.table_sizes[t]) for keys in self.all_keys for t, a, b in keys)
         # local lookups: one FusedTable per shard width
         self.group_keys: list[tuple[int, list[int]]] = []  # (width, indices into self.shards)
         for i, (_, s) in enumerate(self.shards):
@@ -122,14 +109,15 @@ class ShardedEmbedding(nn.Module):
         self.register_buffer("id_cols", torch.tensor([col[t] for t, _ in self.shards], dtype=torch.int64), persistent=False)
         self.shard_key = [key_of[(t, s.row_start, s.row_end)] for t, s in self.shards]
         # where each received column goes in the [L, T*dim] output, senders in rank order
-        target = [t * self.dim + c for shards, _ in layouts for t, s in shards for c in range(s.col_start, s.col_end)]
+        target = [c for shards, _ in layouts for t, s in shards for c in self.strategies[t].columns(t, s, self.dim)]
         self.register_buffer("mp_target", torch.tensor(target, dtype=torch.int64), persistent=False)
-        # replicated tables
-        self.dp_tables_idx = [t for t, tp in enumerate(plan.tables) if not tp.model_parallel]
-        self.dp_table = FusedTable([self.table_sizes[t] for t in self.dp_tables_idx], self.dim) if self.dp_tables_idx else None
-        dp_target = [t * self.dim + c for t in self.dp_tables_idx for c in range(self.dim)]
-        self.register_buffer("dp_target", torch.tensor(dp_target, dtype=torch.int64), persistent=False)
-        self.register_buffer("dp_cols", torch.tensor(self.dp_tables_idx, dtype=torch.int64), persistent=False)
+        # tables looked up where their samples are (replicated): one module per such strategy
+        local: dict[str, list[int]] = {}
+        for t, st in enumerate(self.strategies):
+            if not st.model_parallel:
+                local.setdefault(st.name, []).append(t)
+        self.local_lookups = nn.ModuleList(strategy(name).local_lookup(tables, self.table_sizes, self.dim)
+                                           for name, tables in local.items())
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
@@ -153,44 +141,56 @@ class ShardedEmbedding(nn.Module):
                 off = int(table.row_offsets[j])
                 init_table_block(table.weight[off : off + s.rows], base, t, self.table_sizes[t], self.dim,
                                  s.row_start, s.col_start)
-        if self.dp_table is not None:
-            self.dp_table.init_tables(base, self.dp_tables_idx)
+        for lookup in self.local_lookups:
+            lookup.init_tables(base)
 
     # ---- weights ---------------------------------------------------------------------------
+    def logical_shards(self) -> list[TablePiece]:
+        """Every table's pieces, table by table, for checkpoints: a model-parallel table as every
+        rank's shards (rank set; weight and offset on this rank's only), a replicated one whole
+        (rank None), in this rank's weights."""
+        here: dict[tuple[int, Shard], tuple[nn.Parameter, int]] = {}
+        for (_, idx), table in zip(self.group_keys, self.local_tables):
+            for j, i in enumerate(idx):
+                here[self.shards[i]] = (table.weight, int(table.row_offsets[j]))
+        whole = {p.table: p for lookup in self.local_lookups for p in lookup.logical_shards()}
+        out = []
+        for t, tp in enumerate(self.plan.tables):
+            if t in whole:
+                out.append(whole[t])
+                continue
+            for s in tp.shards:
+                weight, offset = here.get((t, s), (None, 0))
+                out.append(TablePiece(t, s.row_start, s.row_end, s.col_start, s.col_end, s.rank, weight, offset))
+        return out
+
     @torch.no_grad()
     def load_from(self, emb: EmbeddingCollection) -> None:
-        """Copy this rank's shards out of a single-device collection (same init on any plan)."""
-        for (w, idx), table in zip(self.group_keys, self.local_tables):
-            for j, i in enumerate(idx):
-                t, s = self.shards[i]
-                off = int(table.row_offsets[j])
-                table.weight[off : off + s.rows] = table_weight(emb, t)[s.row_start : s.row_end, s.col_start : s.col_end]
-        if self.dp_table is not None:
-            for j, t in enumerate(self.dp_tables_idx):
-                off = int(self.dp_table.row_offsets[j])
-                self.dp_table.weight[off : off + self.table_sizes[t]] = table_weight(emb, t)
+        """Copy this rank's pieces out of a single-device collection (same init on any plan)."""
+        full = {p.table: p.data for p in emb.logical_shards()}
+        for p in self.logical_shards():
+            if p.weight is not None:
+                p.data.copy_(full[p.table][p.row_start : p.row_end, p.col_start : p.col_end])
 
     @torch.no_grad()
     def gather_tables(self) -> list[torch.Tensor]:
         """Every table as one logical [rows, dim] tensor, on every rank (small models only:
         tests, and checkpoints written in the single-process format)."""
         full = [torch.zeros(r, self.dim) for r in self.table_sizes]  # in host memory, summed on cpu_group
-        for (w, idx), table in zip(self.group_keys, self.local_tables):
-            for j, i in enumerate(idx):
-                t, s = self.shards[i]
-                off = int(table.row_offsets[j])
-                full[t][s.row_start : s.row_end, s.col_start : s.col_end] = table.weight[off : off + s.rows].cpu()
-        mp = [full[t] for t, tp in enumerate(self.plan.tables) if tp.model_parallel]
-        comm.all_reduce_sum(mp, group=self.cpu_group)
-        if self.dp_table is not None:
-            for j, t in enumerate(self.dp_tables_idx):
-                off = int(self.dp_table.row_offsets[j])
-                full[t] = self.dp_table.weight[off : off + self.table_sizes[t]].detach().cpu().clone()
+        pieces = self.logical_shards()
+        for p in pieces:
+            if p.rank is not None and p.weight is not None:
+                full[p.table][p.row_start : p.row_end, p.col_start : p.col_end] = p.data.cpu()
+        comm.all_reduce_sum([full[t] for t, st in enumerate(self.strategies) if st.model_parallel], group=self.cpu_group)
+        for p in pieces:
+            if p.rank is None:
+                full[p.table] = p.data.cpu().clone()
         return full
 
     # ---- gradients -------------------------------------------------------------------------
     def replicated_parameters(self) -> list[nn.Parameter]:
-        return [self.dp_table.weight] if self.dp_table is not None else []
+        """Weights every rank holds a copy of: their gradients are summed over ranks."""
+        return [p for lookup in self.local_lookups for p in lookup.parameters()]
 
     # ---- forward ---------------------------------------------------------------------------
     def exchange(self, ids: DistIds, group=None, kind: str = "ids") -> DistIds:
@@ -203,7 +203,7 @@ class ShardedEmbedding(nn.Module):
         return replace(ids, bags=self.exchange_bags(ids.local, ids.batch_sizes, group, kind))
 
     def exchange_ids(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids") -> torch.Tensor:
-        """Fast path, one-hot ids and no row split: [G, tables of this rank]; each rank sends
+        """Fast path, one-hot ids and no bucketing: [G, tables of this rank]; each rank sends
         the ids of its samples to every rank that holds shards of their tables."""
         return self.exchange_started(local, sizes, group, kind)()
 
@@ -231,25 +231,21 @@ class ShardedEmbedding(nn.Module):
         return result
 
     def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per key, the bag lengths [B] and the in-range ids (relative to the range start) of
-        `ids`' samples: bucketing by row range, vectorized per key. Key i's ids are table
-        cols[i] of `ids` (default: its table index)."""
+        """Per key, the ids (relative to the range start) and bag lengths [B] of `ids`' samples
+        that the key's shards receive, as its table's strategy selects them (row-wise: bucketing
+        by row range, vectorized per key). Key i's ids are table cols[i] of `ids` (default: its
+        table index)."""
         jag = ids if isinstance(ids, JaggedIds) else JaggedIds.from_dense(ids)
-        b = jag.batch_size
+        b, one_hot = jag.batch_size, not isinstance(ids, JaggedIds)
         lengths = jag.offsets.diff().view(-1, b)
         bounds = jag.offsets[::b].tolist()
         values, lens = [], []
         for i, (t, a, e) in enumerate(keys):
             c = cols[i] if cols is not None else t
-            v = jag.values[bounds[c] : bounds[c + 1]]
-            if a == 0 and e == self.table_sizes[t]:
-                values.append(v)
-                lens.append(lengths[c])
-                continue
-            inside = (v >= a) & (v < e)
-            bag = torch.repeat_interleave(torch.arange(b), lengths[c]) if isinstance(ids, JaggedIds) else torch.arange(b)
-            values.append(v[inside] - a)
-            lens.append(torch.bincount(bag[inside], minlength=b))
+            v, l = self.strategies[t].select_ids(jag.values[bounds[c] : bounds[c + 1]], lengths[c], one_hot, a, e,
+                                                 self.table_sizes[t])
+            values.append(v)
+            lens.append(l)
         return values, lens
 
     def exchange_bags(self, local: Ids, sizes: list[int], group=None,
@@ -359,7 +355,7 @@ class ShardedEmbedding(nn.Module):
         return local, l, flat, waits or [], None
 
     def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
-        """Waits for the pooled all-to-all, places every shard's columns, adds replicated tables."""
+        """Waits for the pooled all-to-all, places every shard's columns, adds local lookups."""
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
         out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype, device=self.device)
         if flat is not None:
@@ -372,12 +368,8 @@ class ShardedEmbedding(nn.Module):
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)
-        if self.dp_table is not None:
-            if isinstance(local, JaggedIds):
-                dp = self.dp_table(select_tables(local, self.dp_tables_idx).to(self.device))
-            else:
-                dp = self.dp_table(local.to(self.device).index_select(1, self.dp_cols))
-            out = out.index_add(1, self.dp_target, dp.reshape(l, -1))
+        for lookup in self.local_lookups:
+            out = out.index_add(1, lookup.target, lookup(local).reshape(l, -1))
         return out.view(l, self.num_tables, self.dim)
 
     def _gather_sizes(self, local: int) -> list[int]:

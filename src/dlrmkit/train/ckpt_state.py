@@ -32,15 +32,6 @@ def quiet():
 
 
 # ---- the logical state of a DLRM and its optimizers -----------------------------------------------
-def _table_views(embeddings: torch.nn.Module) -> list[tuple[torch.nn.Parameter, int, int, int]]:
-    """(fused weight, table index, first row, rows) for each table of an EmbeddingCollection."""
-    out = []
-    for group, fused in zip(embeddings.groups, embeddings.tables):
-        for t, offset, rows in zip(group, fused.row_offsets.tolist(), fused.table_sizes):
-            out.append((fused.weight, t, offset, rows))
-    return out
-
-
 def _row_state_keys(emb: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> list[str]:
     """Optimizer state keys with one entry per table row (e.g. Adagrad's `sum`)."""
     keys: set[str] = set()
@@ -52,64 +43,79 @@ def _row_state_keys(emb: torch.nn.Module, optimizers: list[torch.optim.Optimizer
     return sorted(keys)
 
 
-def _sharded_table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
-    """table.<t>.* of a ShardedEmbedding: model-parallel tables as ShardedTensors whose local
-    shards are views of this rank's weights (global metadata comes from the plan, which every
-    rank knows, so no collective is needed); replicated tables as plain tensors (DCP writes one)."""
+def _table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
+    """table.<t>.* from the embedding module's logical pieces (`logical_shards()`, which every
+    embedding module provides): a table held whole as views of the live weights and of their
+    row-sized optimizer state; a table split over ranks as ShardedTensors whose local shards are
+    such views (global metadata from the pieces, which every rank knows: no collective), so each
+    rank writes its shards and DCP reshards on load."""
+    opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
+    keys = _row_state_keys(emb, optimizers)
+    by_table: dict[int, list[Any]] = {}
+    for piece in emb.logical_shards():
+        by_table.setdefault(piece.table, []).append(piece)
+    out: dict[str, Any] = {}
+    for t, pieces in by_table.items():
+        if pieces[0].rank is None:
+            whole = pieces[0]
+            out[f"table.{t}.weight"] = whole.data
+            state = opt_of[id(whole.weight)].state.get(whole.weight, {}) if id(whole.weight) in opt_of else {}
+            for k in keys:
+                if k in state:
+                    out[f"table.{t}.opt.{k}"] = whole.rows_of(state[k])
+        else:
+            with quiet():
+                out.update(_sharded_table(t, pieces, emb, keys, opt_of, optimizers))
+    return out
+
+
+def _sharded_table(t: int, pieces: list[Any], emb: Any, keys: list[str], opt_of: dict,
+                   optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
+    """table.<t>.weight and table.<t>.opt.<key> of a table split over ranks, as ShardedTensors."""
     from torch.distributed._shard.metadata import ShardMetadata
     from torch.distributed._shard.sharded_tensor import Shard as LocalShard
     from torch.distributed._shard.sharded_tensor import ShardedTensor
     from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
-    opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
-    keys = _row_state_keys(emb, optimizers)
     state_dims = {k: v.dim() for o in optimizers for p in emb.parameters()
                   for k, v in o.state.get(p, {}).items() if k in keys}
-    local: dict[int, list[tuple[Any, torch.nn.Parameter, int]]] = {}
-    for (_, idx), table in zip(emb.group_keys, emb.local_tables):
-        for j, i in enumerate(idx):
-            t, sh = emb.shards[i]
-            local.setdefault(t, []).append((sh, table.weight, int(table.row_offsets[j])))
     dev = str(emb.device)  # of this rank's shards (the only ones ShardedTensor checks); cpu or cuda:LOCAL_RANK
+    rows, dim = pieces[0].row_end, pieces[0].col_end
+    for p in pieces:
+        rows, dim = max(rows, p.row_end), max(dim, p.col_end)
 
-    def meta(sh: Any) -> ShardMetadata:
-        return ShardMetadata([sh.row_start, sh.col_start], [sh.rows, sh.cols], f"rank:{sh.rank}/{dev}")
+    def meta(p: Any) -> ShardMetadata:
+        return ShardMetadata([p.row_start, p.col_start], [p.rows, p.cols], f"rank:{p.rank}/{dev}")
+
+    def meta_1d(p: Any) -> ShardMetadata:
+        return ShardMetadata([p.row_start], [p.rows], meta(p).placement)
 
     out: dict[str, Any] = {}
-    for t, tp in enumerate(emb.plan.tables):
-        if tp.model_parallel:
-            gmeta = [meta(sh) for sh in tp.shards]
-            for key in ["weight"] + [f"opt.{k}" for k in keys]:
-                shards = []
-                one_d = key != "weight" and state_dims.get(key[4:]) == 1  # same on every rank: one optimizer
-                if one_d and any(sh.cols != emb.dim for sh in tp.shards):
-                    raise DlrmkitError(f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
-                                       f"has one copy per column shard and cannot be saved as one logical tensor; "
-                                       f"use --sharding row_wise/table_wise or an element-wise optimizer")
-                for sh, w, off in local.get(t, []):
-                    src = w.data if key == "weight" else opt_of[id(w)].state[w][key[4:]]
-                    m = meta(sh) if not one_d else ShardMetadata([sh.row_start], [sh.rows], meta(sh).placement)
-                    shards.append(LocalShard(src[off:off + sh.rows], m))
-                dtype = shards[0].tensor.dtype if shards else torch.float32  # no local shard: float32 state
-                size = torch.Size([tp.rows] if one_d else [tp.rows, emb.dim])
-                gm = gmeta if not one_d else [ShardMetadata([sh.row_start], [sh.rows], meta(sh).placement) for sh in tp.shards]
-                st_meta = ShardedTensorMetadata(gm, size, TensorProperties(dtype=dtype))
-                out[f"table.{t}.{key}"] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, st_meta)
-        else:
-            j = emb.dp_tables_idx.index(t)
-            w, off = emb.dp_table.weight, int(emb.dp_table.row_offsets[j])
-            out[f"table.{t}.weight"] = w.data[off:off + tp.rows]
-            for k in keys:
-                out[f"table.{t}.opt.{k}"] = opt_of[id(w)].state[w][k][off:off + tp.rows]
+    # this rank's pieces by (width, rows, columns): the order its data file has always held them in
+    local = sorted((p for p in pieces if p.weight is not None), key=lambda p: (p.cols, p.row_start, p.col_start))
+    for key in ["weight"] + [f"opt.{k}" for k in keys]:
+        one_d = key != "weight" and state_dims.get(key[4:]) == 1  # same on every rank: one optimizer
+        if one_d and any(p.cols != dim for p in pieces):
+            raise DlrmkitError(f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
+                               f"has one copy per column shard and cannot be saved as one logical tensor; "
+                               f"use --sharding row_wise/table_wise or an element-wise optimizer")
+        shards = []
+        for p in local:
+            src = p.weight.data if key == "weight" else opt_of[id(p.weight)].state[p.weight][key[4:]]
+            shards.append(LocalShard(p.rows_of(src), meta(p) if not one_d else meta_1d(p)))
+        dtype = shards[0].tensor.dtype if shards else torch.float32  # no local shard: float32 state
+        size = torch.Size([rows] if one_d else [rows, dim])
+        st_meta = ShardedTensorMetadata([meta_1d(p) if one_d else meta(p) for p in pieces], size,
+                                        TensorProperties(dtype=dtype))
+        out[f"table.{t}.{key}"] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, st_meta)
     return out
 
 
 def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tensors, extras): the flat logical state of a DLRM and its optimizers, as views into the
     live tensors (so loading into it restores them in place), and the JSON-able non-tensor part.
-
-    A sharded embedding module (dlrmkit.parallel) provides `checkpoint_tables(optimizers)`, which
-    returns the same `table.<t>.*` keys as ShardedTensors over its local shards."""
+    The tables come from `model.embeddings.logical_shards()` (EmbeddingCollection, or
+    dlrmkit.parallel's ShardedEmbedding), whatever fused layout or plan holds them."""
     emb = model.embeddings
     emb_params = {id(p) for p in emb.parameters()}
     names = {id(p): n for n, p in model.named_parameters()}
@@ -118,18 +124,7 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
     }
     tensors = {k: (v.data if isinstance(v, torch.nn.Parameter) else v) for k, v in tensors.items()}
     extras: dict[str, Any] = {"optimizers": [type(o).__name__ for o in optimizers], "optimizer_scalars": {}}
-    if hasattr(emb, "checkpoint_tables"):
-        tensors.update(emb.checkpoint_tables(optimizers))
-    elif hasattr(emb, "plan") and hasattr(emb, "local_tables"):  # dlrmkit.parallel.ShardedEmbedding
-        with quiet():
-            tensors.update(_sharded_table_state(emb, optimizers))
-    else:
-        for weight, t, lo, rows in _table_views(emb):
-            tensors[f"table.{t}.weight"] = weight.data[lo:lo + rows]
-            for opt in optimizers:
-                for key, value in opt.state.get(weight, {}).items():
-                    if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == weight.shape[0]:
-                        tensors[f"table.{t}.opt.{key}"] = value[lo:lo + rows]
+    tensors.update(_table_state(emb, optimizers))
     for opt in optimizers:
         for p, st in opt.state.items():
             if id(p) in emb_params:
