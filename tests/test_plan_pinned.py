@@ -8,6 +8,7 @@ and review its diff."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -98,4 +99,6 @@ def test_plan_command_prints_the_pinned_report(cli, args, name):
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({n: outcome(n) for n in CASES}, indent=0) + "\n", encoding="utf-8")
+    text = json.dumps({n: outcome(n) for n in CASES}, indent=1)
+    text = re.sub(r"\[\s+([-0-9, \n]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)  # a shard a line
+    GOLDEN.write_text(text + "\n", encoding="utf-8")
