@@ -41,8 +41,8 @@ class CostModel:
 
     def shard_memory(self, s: Shard) -> int:
         """Bytes a rank holds for shard `s`: weights, optimizer state and per-step buffers."""
-        weights = int(s.rows * s.cols * self.bytes_per_value * (1 + self.optimizer_state))
-        return weights + self.step_buffers(s.cols)
+        b, cols = self.bytes_per_value, s.cols  # called per shard, several times: kept to one call
+        return int(s.rows * cols * b * (1 + self.optimizer_state)) + self.batch_size * (2 * cols * b + ID_BYTES)
 
     def replica_sync_bytes(self, rows: int, dim: int, world_size: int) -> int:
         """Bytes a rank sends to all-reduce a replicated table's gradient (ring algorithm)."""
@@ -59,11 +59,12 @@ class CostModel:
         widths = [0] * n  # pooled columns each rank sends
         id_cols: list[set[int]] = [set() for _ in range(n)]
         for t, tp in enumerate(tables):
+            model_parallel = tp.model_parallel
             for s in tp.shards:
                 st = stats[s.rank]
                 st["shards"].append((t, s))
                 st["memory"] += self.shard_memory(s)
-                if tp.model_parallel:
+                if model_parallel:
                     st["lookups"] += g
                     widths[s.rank] += s.cols
                     id_cols[s.rank].add(t)

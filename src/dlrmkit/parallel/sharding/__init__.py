@@ -13,6 +13,7 @@ This package's own module imports no torch, so option parsers can list STRATEGIE
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,7 @@ class Strategy:
         raise NotImplementedError(f"{self.name} is model-parallel")
 
 
+@functools.cache  # a lookup of modules already imported (sys.modules): planning asks per shard
 def strategy(name: str) -> Strategy:
     """The strategy called `name` (one of STRATEGIES)."""
     if name not in STRATEGIES:
