@@ -242,7 +242,7 @@ def select_tables(ids: Ids, tables: list[int]) -> Ids:
     return JaggedIds(torch.cat(pieces), offsets, b)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: comparing the weights elementwise is never meant
 class TablePiece:
     """Rows [row_start, row_end) x columns [col_start, col_end) of logical table `table`, as
     an embedding module holds it (`logical_shards`). `rank`: the process holding it when the
