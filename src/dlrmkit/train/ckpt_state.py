@@ -51,6 +51,8 @@ def _table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str,
     rank writes its shards and DCP reshards on load."""
     opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
     keys = _row_state_keys(emb, optimizers)
+    state_dims = {k: v.dim() for o in optimizers for p in emb.parameters()  # same on every rank: one optimizer
+                  for k, v in o.state.get(p, {}).items() if k in keys}
     by_table: dict[int, list[Any]] = {}
     for piece in emb.logical_shards():
         by_table.setdefault(piece.table, []).append(piece)
@@ -65,24 +67,20 @@ def _table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str,
                     out[f"table.{t}.opt.{k}"] = whole.rows_of(state[k])
         else:
             with quiet():
-                out.update(_sharded_table(t, pieces, emb, keys, opt_of, optimizers))
+                out.update(_sharded_table(t, pieces, str(emb.device), keys, state_dims, opt_of))
     return out
 
 
-def _sharded_table(t: int, pieces: list[Any], emb: Any, keys: list[str], opt_of: dict,
-                   optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
-    """table.<t>.weight and table.<t>.opt.<key> of a table split over ranks, as ShardedTensors."""
+def _sharded_table(t: int, pieces: list[Any], dev: str, keys: list[str], state_dims: dict[str, int],
+                   opt_of: dict) -> dict[str, Any]:
+    """table.<t>.weight and table.<t>.opt.<key> of a table split over ranks, as ShardedTensors.
+    `dev`: this rank's device (cpu or cuda:LOCAL_RANK; ShardedTensor checks only local shards')."""
     from torch.distributed._shard.metadata import ShardMetadata
     from torch.distributed._shard.sharded_tensor import Shard as LocalShard
     from torch.distributed._shard.sharded_tensor import ShardedTensor
     from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
-    state_dims = {k: v.dim() for o in optimizers for p in emb.parameters()
-                  for k, v in o.state.get(p, {}).items() if k in keys}
-    dev = str(emb.device)  # of this rank's shards (the only ones ShardedTensor checks); cpu or cuda:LOCAL_RANK
-    rows, dim = pieces[0].row_end, pieces[0].col_end
-    for p in pieces:
-        rows, dim = max(rows, p.row_end), max(dim, p.col_end)
+    rows, dim = max(p.row_end for p in pieces), max(p.col_end for p in pieces)
 
     def meta(p: Any) -> ShardMetadata:
         return ShardMetadata([p.row_start, p.col_start], [p.rows, p.cols], f"rank:{p.rank}/{dev}")
@@ -94,7 +92,7 @@ def _sharded_table(t: int, pieces: list[Any], emb: Any, keys: list[str], opt_of:
     # this rank's pieces by (width, rows, columns): the order its data file has always held them in
     local = sorted((p for p in pieces if p.weight is not None), key=lambda p: (p.cols, p.row_start, p.col_start))
     for key in ["weight"] + [f"opt.{k}" for k in keys]:
-        one_d = key != "weight" and state_dims.get(key[4:]) == 1  # same on every rank: one optimizer
+        one_d = key != "weight" and state_dims.get(key[4:]) == 1
         if one_d and any(p.cols != dim for p in pieces):
             raise DlrmkitError(f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
                                f"has one copy per column shard and cannot be saved as one logical tensor; "
