@@ -57,13 +57,13 @@ class BenchParallel(HybridParallel):
                       for x in random_batches(cfg, global_batch, count, seed, max_bag=1 if one_hot else 10)]
         return self.cycle
 
-    def step(self, batch: LocalBatch, optimizers) -> None:
+    def step(self, batch: LocalBatch, optimizers) -> torch.Tensor:
         """One training step (dlrmkit.train.step, with this wrapper's hooks); bench walks
         `self.cycle` in order, so (as the trainer's loader does) the next batch's ids are
         exchanged during this step."""
         if getattr(self, "step_of", (None,))[0] is not optimizers:
             self.step_of = (optimizers, training_step(self.model, optimizers, hooks=self, move=self.ids_ahead))
-        self.step_of[1](batch)
+        return self.step_of[1](batch)
 
     def ids_ahead(self, batch: LocalBatch) -> LocalBatch:
         """`batch` with its ids exchanged (during the previous step) and the next one's started."""
