@@ -109,3 +109,17 @@ def test_train_loss_window_mean_and_first_nonfinite():
     tl.add(torch.tensor(0.2), 6)
     tl.add(torch.tensor(float("nan")), 7)
     assert tl.first_nonfinite() == (5, float("inf"))  # the first one, not the latest
+
+
+def test_train_loss_finds_the_first_nonfinite_across_folded_chunks():
+    from dlrmkit.train.train_loss import FOLD
+
+    tl = TrainLoss()
+    values = torch.rand(3 * FOLD + 17)
+    values[FOLD + 5] = float("-inf")
+    values[2 * FOLD + 1] = float("nan")
+    for i, v in enumerate(values):
+        tl.add(v, 1000 + i)
+    assert tl.first_nonfinite() == (1000 + FOLD + 5, float("-inf"))
+    assert tl.first_nonfinite() is None  # a check consumes what it checked
+    assert tl.mean() == pytest.approx(float(np.mean(values[-100:].tolist())))
