@@ -11,7 +11,16 @@ from collections import deque
 import numpy as np
 import torch
 
+from dlrmkit.errors import DlrmkitError
+
 FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bounded object count)
+
+
+def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> DlrmkitError:
+    """The one line for a NaN/Inf loss: its step, the last good checkpoint, what to try."""
+    where = f"; the last good checkpoint is {checkpoint_dir}/latest" if checkpoint_dir else ""
+    return DlrmkitError(f"loss is {value} at step {step}{where}; lower --lr, check the "
+                        f"data, or allow skipping with --skip-nonfinite N")
 
 
 class TrainLoss:
@@ -51,6 +60,12 @@ class TrainLoss:
             return None
         i = int(torch.argmax(bad.to(torch.uint8)))  # the first True
         return int(steps[i]), float(values[i])
+
+    def check_finite(self, checkpoint_dir: str | None) -> None:
+        """Raises for the first NaN/Inf loss added since the last check; one host sync."""
+        bad = self.first_nonfinite()
+        if bad is not None:
+            raise nonfinite_error(bad[1], bad[0], checkpoint_dir)
 
     def mean(self) -> float:
         """Mean of the recent losses (float64, as numpy sums them); one host sync. NaN when none."""

@@ -3,6 +3,7 @@ and metrics. One process here; parallel training reuses these pieces around a sh
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -26,8 +27,8 @@ from dlrmkit.precision import autocast, enable_tf32
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
-from dlrmkit.train.step import training_step
-from dlrmkit.train.train_loss import TrainLoss
+from dlrmkit.train.step import ONE_PROCESS, training_step
+from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 from dlrmkit.metrics import log_loss, roc_auc
 
 
@@ -97,11 +98,17 @@ class Trainer:
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr, cfg.embedding_weight_decay or 0.0)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
-        # the skip decision needs the loss on the host before the update: with --skip-nonfinite
-        # each step syncs for it; without, nothing waits for the loss (see track_loss)
-        self.step_fn = training_step(self.model, self.optimizers, cfg.precision, move=self.move,
+        if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
+            self.par.gate_early = cfg.skip_nonfinite > 0
+        # the skip decision needs the loss on the host before the update: one process with
+        # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
+        check_each_step = self.par is not None or cfg.skip_nonfinite > 0
+        self.step_fn = training_step(self.model, self.optimizers, cfg.precision,
+                                     move=self.par.to_device if self.par else self.move,
                                      amp=lambda: autocast(cfg.precision, self.device.type),
-                                     loss_ok=self.loss_is_finite if cfg.skip_nonfinite else None)
+                                     loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None)
+                                              if check_each_step else None),
+                                     hooks=self.par or ONE_PROCESS)
         self.loader = (self.par.loader(self.train_set, cfg) if self.par else
                        BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                                    pin_memory=self.device.type == "cuda"))
@@ -148,11 +155,11 @@ class Trainer:
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
-        if self.par is not None:
-            return self.par.train_step(self, batch)
         self.schedule.apply(self.optimizers, self.step)
         loss = self.step_fn(batch)  # a skipped non-finite loss still counts as a step
         self.step += 1
+        if self.par is not None:
+            self.par.steps_taken += 1
         return loss
 
     def save_is_due(self) -> bool:
@@ -179,15 +186,10 @@ class Trainer:
             return True
         self.skipped_nonfinite += 1
         if self.skipped_nonfinite > self.cfg.skip_nonfinite:
-            raise self.nonfinite_error(float(loss.detach()), self.step + 1)
+            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint_dir)
         self.log({"event": "skip_nonfinite", "step": self.step + 1, "loss": float(loss.detach()),
                   "skipped": self.skipped_nonfinite})
         return False
-
-    def nonfinite_error(self, value: float, step: int) -> DlrmkitError:
-        where = f"; the last good checkpoint is {self.cfg.checkpoint_dir}/latest" if self.cfg.checkpoint_dir else ""
-        return DlrmkitError(f"loss is {value} at step {step}{where}; lower --lr, check the "
-                            f"data, or allow skipping with --skip-nonfinite N")
 
     def track_loss(self, loss: torch.Tensor) -> None:
         """Adds the step's loss to the logged mean. With --skip-nonfinite the value is on the host
@@ -204,10 +206,8 @@ class Trainer:
         self.losses.add(loss, self.step)
 
     def check_loss(self) -> None:
-        """Raises for the first non-finite loss seen (skipping off); one host sync."""
-        bad = self.losses.first_nonfinite()
-        if bad is not None:
-            raise self.nonfinite_error(bad[1], bad[0])
+        """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
+        self.losses.check_finite(self.cfg.checkpoint_dir)
 
     # ---- state (dlrmkit.train.checkpoint: DCP, placement-free, checksummed) ----------------
     def save(self) -> str:
