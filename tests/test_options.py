@@ -131,3 +131,18 @@ def test_shared_options_keep_each_command_default_and_narrower_choices(capsys):
     assert parse("plan", "--dim", "8").embedding_dim == 8
     evaluate = parse("evaluate", "--data", "D", "--checkpoint", "C")
     assert (evaluate.sharding, evaluate.loader, evaluate.plan, evaluate.backend) == ("auto", "exchange", None, None)
+
+
+def test_choices_kept_torch_free_agree_with_the_modules_that_use_them():
+    """The parser is built before torch is imported, so a few choice lists live beside the
+    fields; they must name exactly what the torch-side code accepts."""
+    from dlrmkit.config import SHARDINGS
+    from dlrmkit.optim import build
+    from dlrmkit.parallel.sharding import STRATEGIES
+    from dlrmkit.precision import PRECISIONS
+
+    by_name = spec_map(TrainConfig)
+    assert by_name["precision"].option.choices == PRECISIONS
+    assert set(SHARDINGS) == {"auto", *STRATEGIES} and by_name["sharding"].option.choices == SHARDINGS
+    assert by_name["optimizer"].option.choices == build.OPTIMIZERS
+    assert by_name["embedding_optimizer"].option.choices == build.EMBEDDING_OPTIMIZERS
