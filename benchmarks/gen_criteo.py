@@ -6,7 +6,7 @@ Each category column draws from its Kaggle-sized vocabulary: 60% of the rows fro
 (exponent 0.9, the head: the top 1% of values take about half of those rows) and 40% uniformly
 (the tail of rare values). So the distinct values per column grow with the rows as in the
 real logs (at 45.8M rows they approach Kaggle's counts) and a frequency threshold drops most of
-the tail; the script prints the distinct values it wrote.
+the tail; the script prints the distinct values it wrote, and those written at least 3 times.
 
     python benchmarks/gen_criteo.py --rows 2000000 --out /tmp/criteo_2m.tsv
 """
@@ -45,8 +45,9 @@ def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None
         ids = np.where(rng.random(n) < HEAD_SHARE, zipf_continuous(rng.random(n), size, HEAD_EXPONENT),
                        rng.integers(0, size, n))
         missing = rng.random(n) < MISSING_CAT[j]
-        if seen is not None:
-            seen[j][ids[~missing]] = True
+        if seen is not None:  # occurrences per value, saturating at 255
+            values, counts = np.unique(ids[~missing], return_counts=True)
+            seen[j][values] = np.minimum(seen[j][values].astype(np.int64) + counts, 255).astype(np.uint8)
         # a fixed random 32-bit hex per id, as in Criteo's hashed values
         h = ((ids.astype(np.uint64) * np.uint64(2654435761) + np.uint64(j * 97)) % np.uint64(2**32)).astype(">u4")
         text = HEX[h.view(np.uint8).reshape(n, 4)].view("S8").ravel()
@@ -61,13 +62,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
-    seen = [np.zeros(size, dtype=bool) for size in VOCAB]  # 34 MB: which values were written
+    seen = [np.zeros(size, dtype=np.uint8) for size in VOCAB]  # 34 MB: occurrences of each value (to 255)
     options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
     with pacsv.CSVWriter(a.out, chunk(rng, 0).schema, write_options=options) as writer:
         for start in tqdm(range(0, a.rows, 100_000), unit="chunk", disable=None):
             writer.write_table(chunk(rng, min(100_000, a.rows - start), seen))
-    distinct = [int(s.sum()) for s in seen]
-    print(f"wrote {a.out}: {a.rows:,} rows; distinct categories {sum(distinct):,} (largest column {max(distinct):,})")
+    distinct = [int((s > 0).sum()) for s in seen]
+    kept = [int((s >= 3).sum()) for s in seen]
+    print(f"wrote {a.out}: {a.rows:,} rows; distinct categories {sum(distinct):,} (largest column {max(distinct):,}); "
+          f"seen at least 3 times (what preprocess --frequency-threshold 3 keeps) {sum(kept):,} (largest column {max(kept):,})")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,15 @@ def one_hot_batches(cfg: ModelConfig, batch_size: int, count: int, seed: int) ->
     return out
 
 
+def set_affinity(cores: set[int]) -> None:
+    """Every thread of this process (the main one, OpenMP's, gloo's) on `cores`."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:  # a thread that just ended
+            pass
+
+
 def window(step, batches, steps: int, start: int) -> float:
     """Seconds for `steps` steps (the caller synchronizes around it)."""
     t0 = time.perf_counter()
@@ -100,7 +109,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--single-threads", type=int, default=2, help="intra-op threads of the single process (default 2: "
                    "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)")
-    p.add_argument("--pin", action="store_true", help="pin each rank's main thread to core RANK during 2-rank windows")
+    p.add_argument("--pin", action="store_true", help="bind each rank (all its threads: compute and gloo's) to core "
+                   "RANK during 2-rank windows, as `taskset -c RANK` would for a whole run")
     p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
                    help="exchange the next batch's ids during the step (the default, as training does)")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
@@ -141,9 +151,10 @@ def main() -> None:
         dist.barrier()
         cores = os.sched_getaffinity(0)
         if a.pin:
-            os.sched_setaffinity(0, {sorted(cores)[rank % len(cores)]})
+            set_affinity({sorted(cores)[rank % len(cores)]})
         two = a.batch_size * a.steps / window(par_step, par_batches, a.steps, i * a.steps)
-        os.sched_setaffinity(0, cores)
+        if a.pin:
+            set_affinity(cores)
         dist.barrier()
         if rank == 0:
             ratios.append(two / one)

@@ -75,6 +75,9 @@ class HybridParallel:
         self.stats = sharded.stats
         self.buckets = None
         self.ahead = None
+        self.steps_taken = 0  # steps this process took (not those before a resume)
+        # False: the loss check can only raise, not skip a step, so tables step before it is known
+        self.gate_early = True
         if self.pcfg.ids_ahead:
             from dlrmkit.parallel.ids_ahead import IdsAhead
 
@@ -111,22 +114,48 @@ class HybridParallel:
         if self.overlapping:
             self.sharded.start(batch.ids)
 
+    @staticmethod
+    def global_size(batch) -> int:
+        """Samples in the global batch (every rank's local batch size travels with the ids)."""
+        return sum(batch.ids.batch_sizes)
+
+    # ---- the step's hooks: the methods of dlrmkit.train.step.StepHooks (duck-typed: parallel
+    # sits below train and imports nothing from it) -----------------------------------------
+    def before_forward(self, batch) -> None:
+        """Starts the lookups and their all-to-all: they travel while the bottom MLP runs."""
+        self.forward_start = time.perf_counter()
+        self.start_lookups(batch)
+
+    def loss(self, logits: torch.Tensor, batch) -> torch.Tensor:
+        """This rank's share of the global batch's mean loss: sum(local BCE) / global batch."""
+        self.stats.add("forward", 0, time.perf_counter() - self.forward_start)
+        self.loss_sum = F.binary_cross_entropy_with_logits(logits.float(), batch.labels, reduction="sum")
+        self.global_batch = self.global_size(batch)
+        return self.loss_sum / self.global_batch
+
+    def backward_and_update(self, loss: torch.Tensor, optimizers: list, loss_ok=None) -> torch.Tensor:
+        """Backward, gradients summed over ranks, updates; the global mean loss as a tensor."""
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        return self.backward_step(self.loss_sum, self.global_batch, optimizers, loss_ok, self.gate_early)
+
+    # ---- backward and the gradient reduction --------------------------------------------
     def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> float:
         """Back-propagates this rank's share of the global mean loss, sums dense gradients over
         ranks, and returns the global mean loss (the same value on every rank)."""
-        return self.backward_step(logits, labels, global_batch, [])
-
-    def backward_step(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int, optimizers: list,
-                      should_step=None, gate_early: bool = True) -> float:
-        """loss_backward, then the optimizers' steps (all of them or none: `should_step(loss)`
-        decides, e.g. on a non-finite loss). Optimizers whose parameters take no all-reduce (the
-        model-parallel tables') step while the dense gradients' all-reduce is still in flight;
-        the others after it. Overlapped, the loss sum and the replicated tables' gradients travel
-        in the dense gradients' last all-reduce; with `gate_early` False (should_step can only
-        raise, not skip) the tables step before the loss is known, so they keep overlapping that
-        all-reduce (on a non-finite local loss a rank leaves its tables alone). Returns the
-        global mean loss."""
         loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+        return float(self.backward_step(loss_sum, global_batch, []))
+
+    def backward_step(self, loss_sum: torch.Tensor, global_batch: int, optimizers: list,
+                      loss_ok=None, gate_early: bool = True) -> torch.Tensor:
+        """Backward of `loss_sum / global_batch`, then the optimizers' steps (all of them or none:
+        `loss_ok(global mean loss)` decides, e.g. on a non-finite loss). Optimizers whose
+        parameters take no all-reduce (the model-parallel tables') step while the dense
+        gradients' all-reduce is still in flight; the others after it. Overlapped, the loss sum
+        and the replicated tables' gradients travel in the dense gradients' last all-reduce; with
+        `gate_early` False (loss_ok can only raise, not skip) the tables step before the loss is
+        known, so they keep overlapping that all-reduce (on a non-finite local loss a rank leaves
+        its tables alone). Returns the global mean loss, a tensor (the same on every rank)."""
         total = loss_sum.detach().reshape(1).clone()
         overlapped = self.buckets is not None and self.buckets.enabled
         # blocking mode: the loss sum travels during backward (no collective to wait for after it)
@@ -144,7 +173,7 @@ class HybridParallel:
         reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
         early = [o for o in optimizers if self.overlapping and
                  not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
-        gated = gate_early and should_step is not None
+        gated = gate_early and loss_ok is not None
         finished = overlapped and gated and work is None
         if finished:
             self.buckets.finish()  # the loss decides before any update
@@ -152,15 +181,15 @@ class HybridParallel:
             with record_function("allreduce wait (loss)"):
                 work.wait()
         known = work is not None or (overlapped and gated) or self.ctx.world_size == 1
-        go = should_step is None or not known or should_step(float(total) / global_batch)
+        go = loss_ok is None or not known or loss_ok(total[0] / global_batch)
         t0 = time.perf_counter()
         for opt in early if go and (known or bool(torch.isfinite(loss_sum))) else []:
             opt.step()
         self.stats.add("optimizer", 0, time.perf_counter() - t0)
         self.reduce_gradients((reps, rep_grads, rep_rest, finished))
-        loss = float(total) / global_batch
-        if not known and should_step is not None:
-            go = should_step(loss)
+        loss = total[0] / global_batch
+        if not known and loss_ok is not None:
+            go = loss_ok(loss)
         t0 = time.perf_counter()
         for opt in optimizers if go else []:
             if not any(opt is o for o in early):
@@ -236,7 +265,7 @@ class TrainerParallel(HybridParallel):
         """Mean bytes per step so far on this rank: read from disk by the loader, and sent in
         all-to-alls (ids, pooled forward/backward) and gradient all-reduce (ring-algorithm
         bytes) by the model, for the trainer's JSON-lines log."""
-        steps = max(getattr(self, "steps_taken", 0) or steps, 1)  # steps of this process (not before a resume)
+        steps = max(self.steps_taken or steps, 1)  # steps of this process (not before a resume)
         sent = dict(self.stats.bytes)
         sent["ids"] = sent.get("ids", 0) + sent.pop("ids_ahead", 0)  # exchanged in forward or a batch ahead
         out = {f"bytes_{k}_per_step": v / steps for k, v in sent.items() if v}
@@ -257,27 +286,6 @@ class TrainerParallel(HybridParallel):
         ranks = comm.all_gather_objects((tables, state, planned), self.ctx.cpu_group)
         return {"rank_table_bytes": [t for t, _, _ in ranks], "rank_state_bytes": [s for _, s, _ in ranks],
                 "rank_planned_bytes": [p for _, _, p in ranks]}
-
-    @staticmethod
-    def global_size(batch) -> int:
-        return sum(batch.ids.batch_sizes)
-
-    def train_step(self, trainer, batch) -> torch.Tensor:
-        from dlrmkit.precision import autocast
-
-        trainer.schedule.apply(trainer.optimizers, trainer.step)
-        for opt in trainer.optimizers:
-            opt.zero_grad(set_to_none=True)
-        batch = self.to_device(batch)
-        with autocast(trainer.cfg.precision, self.ctx.device.type):
-            self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
-            logits = self.model(batch.dense, batch.ids)
-        loss = torch.tensor(self.backward_step(logits.float(), batch.labels, self.global_size(batch), trainer.optimizers,
-                                               lambda value: trainer.loss_is_finite(torch.tensor(value), agreed=True),
-                                               gate_early=trainer.cfg.skip_nonfinite > 0))
-        trainer.step += 1
-        self.steps_taken = getattr(self, "steps_taken", 0) + 1
-        return loss
 
     @torch.no_grad()
     def evaluate(self, dataset, batch_size: int) -> dict[str, float]:

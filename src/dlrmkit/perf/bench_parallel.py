@@ -18,6 +18,7 @@ from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, launched_by_torchrun
 from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig, build_plan
 from dlrmkit.parallel.sharded_embedding import DistIds, rank_keys, rank_layout
+from dlrmkit.train.step import training_step
 
 A2A = ("ids", "pooled_fwd", "pooled_bwd")
 
@@ -56,22 +57,23 @@ class BenchParallel(HybridParallel):
                       for x in random_batches(cfg, global_batch, count, seed, max_bag=1 if one_hot else 10)]
         return self.cycle
 
-    def step(self, batch: LocalBatch, optimizers) -> None:
-        """One training step; bench walks `self.cycle` in order, so (as the trainer's loader
-        does) the next batch's ids are exchanged during this step."""
+    def step(self, batch: LocalBatch, optimizers) -> torch.Tensor:
+        """One training step (dlrmkit.train.step, with this wrapper's hooks); bench walks
+        `self.cycle` in order, so (as the trainer's loader does) the next batch's ids are
+        exchanged during this step."""
+        if getattr(self, "step_of", (None,))[0] is not optimizers:
+            self.step_of = (optimizers, training_step(self.model, optimizers, hooks=self, move=self.ids_ahead))
+        return self.step_of[1](batch)
+
+    def ids_ahead(self, batch: LocalBatch) -> LocalBatch:
+        """`batch` with its ids exchanged (during the previous step) and the next one's started."""
         if self.ahead is not None and self.overlapping:
             cycle = getattr(self, "cycle", [])
             at = next((i for i, b in enumerate(cycle) if b is batch), None)
-            batch = self.ahead.take(batch, cycle[(at + 1) % len(cycle)] if at is not None else None)
-        elif self.ahead is not None:
+            return self.ahead.take(batch, cycle[(at + 1) % len(cycle)] if at is not None else None)
+        if self.ahead is not None:
             self.ahead.drain()  # blocking mode: ids exchanged in forward, nothing left in flight
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        self.start_lookups(batch)  # the pooled all-to-all travels while the bottom MLP runs
-        logits = self.model(batch.dense, batch.ids)
-        self.stats.add("forward", 0, time.perf_counter() - t0)
-        self.backward_step(logits, batch.labels, sum(batch.ids.batch_sizes), optimizers)
+        return batch
 
     # ---- figures ---------------------------------------------------------------------------
     def min_bytes(self, global_batch: int, mean_bag: float) -> dict[str, float]:

@@ -3,6 +3,7 @@ and metrics. One process here; parallel training reuses these pieces around a sh
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from dlrmkit.precision import autocast, enable_tf32
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
-from dlrmkit.train.step import training_step
+from dlrmkit.train.step import ONE_PROCESS, training_step
 from dlrmkit.metrics import log_loss, roc_auc
 
 
@@ -97,9 +98,13 @@ class Trainer:
         self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
                                            cfg.precision, cfg.lamb_lr, cfg.embedding_weight_decay or 0.0)
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
-        self.step_fn = training_step(self.model, self.optimizers, cfg.precision, move=self.move,
+        if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
+            self.par.gate_early = cfg.skip_nonfinite > 0
+        self.step_fn = training_step(self.model, self.optimizers, cfg.precision,
+                                     move=self.par.to_device if self.par else self.move,
                                      amp=lambda: autocast(cfg.precision, self.device.type),
-                                     loss_ok=self.loss_is_finite)
+                                     loss_ok=functools.partial(self.loss_is_finite, agreed=self.par is not None),
+                                     hooks=self.par or ONE_PROCESS)
         self.loader = (self.par.loader(self.train_set, cfg) if self.par else
                        BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
                                    pin_memory=self.device.type == "cuda"))
@@ -146,11 +151,11 @@ class Trainer:
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
-        if self.par is not None:
-            return self.par.train_step(self, batch)
         self.schedule.apply(self.optimizers, self.step)
         loss = self.step_fn(batch)  # a skipped non-finite loss still counts as a step
         self.step += 1
+        if self.par is not None:
+            self.par.steps_taken += 1
         return loss
 
     def save_is_due(self) -> bool:
