@@ -15,7 +15,7 @@ hypothesis = pytest.importorskip("hypothesis", reason="the fuzz tests need hypot
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dlrmkit.data.criteo import Bad, parse_block  # noqa: E402
+from dlrmkit.data.criteo_tsv import Bad, parse_block  # noqa: E402
 from dlrmkit.data.transcode import Report, TranscodeOptions, iter_clean  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"

@@ -106,34 +106,42 @@ def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[Ran
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from dlrmkit.parallel.options import SHARDINGS
+    """Options bench shares with train (validators, choices) come from TrainConfig's fields, with
+    bench's own defaults and help; the rest are bench's."""
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.options import add_options
 
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
-    p.add_argument("--batch-size", type=ct.batch_size, default=2048, help="batch size (default 2048)")
+    add_options(p, TrainConfig, {"batch_size": {"default": 2048, "help": "batch size (default 2048)"}})
     p.add_argument("--steps", type=ct.positive_int, default=10, help="steps per timed window (default 10)")
     p.add_argument("--windows", type=ct.positive_int, default=5, help="timed windows; the median is reported (default 5)")
     p.add_argument("--warmup", type=ct.nonneg_int, default=5, help="untimed warm-up steps (default 5)")
-    p.add_argument("--lr", type=ct.learning_rate, default=0.01, help="SGD learning rate (default 0.01)")
-    p.add_argument("--threads", type=ct.threads, default=0, help="intra-op threads (default: cores / LOCAL_WORLD_SIZE)")
-    p.add_argument("--seed", type=ct.seed, default=0, help="seed of the random data and weights (default 0)")
+    add_options(p, TrainConfig, {
+        "lr": {"default": 0.01, "help": "SGD learning rate (default 0.01)"},
+        "threads": {"help": "intra-op threads (default: cores / LOCAL_WORLD_SIZE)"},
+        "seed": {"help": "seed of the random data and weights (default 0)"},
+    })
     p.add_argument("--json", help="write the figures as one JSON object to this file")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="autocast precision (default fp32)")
-    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adagrad", "split-sgd", "lamb"],
-                   help="dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)")
+    add_options(p, TrainConfig, {
+        "precision": {"choices": ("fp32", "bf16"), "help": "autocast precision (default fp32)"},
+        "optimizer": {"default": "sgd", "help": "dense optimizer; split-sgd (needs --precision bf16) also updates "
+                                                "the tables (default sgd)"},
+    })
     p.add_argument("--compare-fp32", action="store_true",
                    help="also time the fp32 SGD model, one window after each of this run's, and print the "
                         "speed-up over it (median of the window ratios); at bf16 also how much faster the "
                         "model's GEMMs run than in fp32")
-    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
-                   help="where a single-process run trains: cpu (default, so the documented figures mean the same "
-                        "everywhere), cuda (MLPs on the GPU, tables there or in host memory per --table-placement, "
-                        "CUDA graphs), or auto: the GPU if there is one and no CPU-only option is given "
-                        "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)")
+    add_options(p, TrainConfig, {"device": {
+        "help": "where a single-process run trains: cpu (default, so the documented figures mean the same "
+                "everywhere), cuda (MLPs on the GPU, tables there or in host memory per --table-placement, "
+                "CUDA graphs), or auto: the GPU if there is one and no CPU-only option is given "
+                "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)"}})
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
-    p.add_argument("--sharding", default="auto", choices=SHARDINGS,
-                   help="under torchrun: table sharding (global samples/s reported)")
-    p.add_argument("--backend", help="under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)")
+    add_options(p, TrainConfig, {
+        "sharding": {"help": "under torchrun: table sharding (global samples/s reported)"},
+        "backend": {"help": "under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)"},
+    })
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="under torchrun: overlap communication with compute as training does (the default: ids a "
                         "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "

@@ -124,3 +124,13 @@ def byte_size(text: str) -> int:
     if unit not in units or not math.isfinite(value) or value <= 0 or value * units[unit] > 1 << 60:
         raise argparse.ArgumentTypeError(f"cannot read '{text}' as a memory size (write e.g. 80GiB)")
     return int(value * units[unit])
+
+
+def boolean(text: str) -> bool:
+    """true/false, yes/no, on/off, 1/0 (for options a recipe may set either way)."""
+    value = str(text).strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
+from dlrmkit.options import option
 
 
 @dataclass
@@ -41,6 +44,8 @@ PRESETS: dict[str, Preset] = {
 
 
 AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
+# the sharding strategies `--sharding` offers (dlrmkit.parallel.sharding, which imports torch)
+SHARDINGS = ("auto", "table_wise", "column_wise", "row_wise", "data_parallel")
 
 
 def get_preset(name: str) -> Preset:
@@ -65,57 +70,94 @@ def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> 
 
 @dataclass
 class TrainConfig:
-    """Everything `dlrmkit train` needs; unset fields fall back to the preset's recipe."""
+    """Everything `dlrmkit train` needs, and the one definition of its options: each field's
+    `option(...)` gives its flag, help, validator and choices (dlrmkit.options builds the parser
+    and checks `--config` files from them). Unset recipe fields fall back to the preset's."""
 
-    data: str
-    preset: str = "tiny"
-    batch_size: int | None = None
-    epochs: int | None = None
-    max_steps: int | None = None
-    lr: float | None = None
-    optimizer: str | None = None  # sgd | adagrad | split-sgd | lamb (dense part)
-    embedding_optimizer: str | None = None  # sgd | adagrad | rowwise-adagrad (default: the dense one's twin)
-    lamb_lr: float | None = None  # LAMB's peak LR when it differs from the embeddings' --lr
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 on CUDA only)
-    comm_dtype: str = "fp32"  # fp32 | bf16: wire format of all-to-alls and gradient all-reduces under torchrun
-    warmup_steps: int | None = None
-    decay_start: int | None = None
-    decay_steps: int | None = None
-    eval_every: int = 0  # steps; 0: only at the end of each epoch
-    eval_batch_size: int = 16384
-    target_auc: float | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0  # steps; 0: at the end only
-    resume: bool = False
-    metrics_json: str | None = None
-    log_jsonl: str | None = None
-    seed: int = 0
-    shuffle: bool = True
-    progress: bool = True
-    threads: int = 0  # 0: torch's default
-    keep_checkpoints: int = 2  # newest checkpoints kept in checkpoint_dir
-    final_checkpoint: bool = True  # save a checkpoint when training ends (into checkpoint_dir)
-    checkpoint_every_seconds: float = 0.0  # also checkpoint when this much time passed (0: off)
-    skip_nonfinite: int = 0  # batches with NaN/Inf loss skipped before stopping
-    collective_timeout: float = 1800.0  # torchrun: seconds before a stuck collective fails
-    log_every: int = 50  # steps between "train" records of the JSON-lines log
-    embedding_dim: int | None = None  # model shape overrides (default: the preset's); `dlrmkit tune` searches them
-    bottom_mlp: list[int] | None = None
-    top_mlp: list[int] | None = None
-    sharding: str = "auto"  # torchrun: auto | table_wise | column_wise | row_wise | data_parallel
-    plan: str | None = None  # torchrun: a saved ShardingPlan JSON to obey
-    loader: str = "exchange"  # torchrun: exchange | own-features | broadcast
-    backend: str | None = None  # torchrun: gloo | nccl | mpi (default: nccl with --device cuda, else gloo)
-    device: str = "cpu"  # cpu | cuda | auto (the GPU if there is one); under torchrun GPU LOCAL_RANK
-    table_placement: str = "auto"  # one process on a GPU: auto | device | host (tables in host memory)
+    data: str = option(help="dataset folder holding feature_spec.yaml (required, here or in --config)")
+    preset: str = option(AUTO, f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from "
+                         "the dataset's size and printed; docs/RECIPES.md)")  # in code, auto resolves as tiny
+    batch_size: int | None = option(None, "global batch size (default: the preset's)", parse=ct.batch_size)
+    epochs: int | None = option(None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int,
+                                group="length")
+    max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
+    lr: float | None = option(None, "learning rate (default: the preset's)", parse=ct.learning_rate)
+    optimizer: str | None = option(None, "dense (MLP) optimizer; split-sgd also updates the tables and needs "
+                                   "--precision bf16 (default: the preset's)", choices=OPTIMIZERS)
+    embedding_optimizer: str | None = option(None, "sparse optimizer of the tables (default: sgd, or adagrad with "
+                                             "--optimizer adagrad)", choices=EMBEDDING_OPTIMIZERS)
+    lamb_lr: float | None = option(None, "LAMB's peak LR (default --lr); the LR schedule scales both",
+                                   parse=ct.learning_rate)
+    precision: str = option("fp32", "autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not "
+                            "reach the tables) (default fp32)", choices=("fp32", "bf16", "fp16"))
+    comm_dtype: str = option("fp32", "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype "
+                             "(default fp32)", choices=("fp32", "bf16"))
+    warmup_steps: int | None = option(None, "linear LR warm-up steps (0: none)", parse=ct.nonneg_int)
+    decay_start: int | None = option(None, "step where polynomial LR decay starts (0: no decay)", parse=ct.nonneg_int)
+    decay_steps: int | None = option(None, "steps of polynomial (power 2) decay to 0", parse=ct.nonneg_int)
+    eval_every: int = option(0, "evaluate on the validation rows every N steps (default: each epoch end)",
+                             parse=ct.nonneg_int)
     # model selection (dlrmkit.train.selection): validation rows, early stop, best weights
-    val_fraction: float | None = None  # None: the val mapping, else the last 10% of train (<= 1M rows); 0: none
-    patience: int | None = None  # stop after this many evaluations without a better val AUC (0/None: never)
-    restore_best: bool | None = None  # end with the weights of the best val AUC
-    embedding_weight_decay: float | None = None  # lazy L2 on touched table rows (Adagrad tables)
-    wide: bool | None = None  # first-order term per id and numerical feature (model.config.ModelConfig.wide)
-    numerical_transform: str | None = None  # none | signed-log, applied by the model to numerical inputs
-    embedding_init_scale: float | None = None  # tables start at this fraction of the usual init (default 1)
+    val_fraction: float | None = option(None, "hold out the last F of the train mapping for model selection (default: "
+                                        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none)",
+                                        parse=ct.float_range(0.0, 1.0, hi_open=True))
+    patience: int | None = option(None, "stop after N evaluations without a better validation AUC (0: never)",
+                                  parse=ct.nonneg_int)
+    restore_best: bool | None = option(None, "end with the weights of the best validation AUC (true/false)")
+    embedding_weight_decay: float | None = option(None, "L2 on the table rows a batch touches (Adagrad tables)",
+                                                  parse=ct.nonneg_float)
+    wide: bool | None = option(None, "add a first-order term per id and numerical feature (Wide&Deep-style) "
+                               "(true/false)")
+    embedding_init_scale: float | None = option(None, "tables start at this fraction of the usual uniform "
+                                                "+-sqrt(1/rows) init (default 1)", parse=ct.positive_float)
+    numerical_transform: str | None = option(None, "applied by the model to numerical inputs (signed-log: sign(x) "
+                                             "log(1+|x|), for raw values)", choices=("none", "signed-log"))
+    eval_batch_size: int = option(16384, "batch size for evaluation (default 16384)", parse=ct.batch_size)
+    target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
+    checkpoint_dir: str | None = option(None, "write checkpoints (and log.jsonl) here; a folder holding another run's "
+                                        "checkpoints needs --resume (default: <run folder>/checkpoints)")
+    checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
+    checkpoint_every_seconds: float = option(0.0, "also checkpoint when this many seconds passed since the last one "
+                                             "(default: off)", parse=ct.nonneg_float)
+    collective_timeout: float = option(1800.0, "under torchrun: seconds a collective may wait for a peer before the "
+                                       "job fails (default 1800)", parse=ct.timeout)
+    keep_checkpoints: int = option(2, "checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest "
+                                   "others (default 2)", parse=ct.positive_int, flag="--keep")
+    final_checkpoint: bool = option(True, "do not save a checkpoint when training ends (default: save one into "
+                                    "--checkpoint-dir, else <run folder>/checkpoints, in one process and under "
+                                    "torchrun alike)", flag="--no-final-checkpoint", negate=True)
+    skip_nonfinite: int = option(0, "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping "
+                                 "(default 0)", parse=ct.nonneg_int)
+    resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
+    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file")
+    log_jsonl: str | None = option(None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)")
+    seed: int = option(0, "seed of initialization and batch order (default 0)", parse=ct.seed)
+    shuffle: bool = option(True, "read batches in file order", flag="--no-shuffle", negate=True)
+    threads: int = option(0, "intra-op threads (default: torch's choice)", parse=ct.threads)
+    progress: bool = option(True, "no progress bar", flag="--no-progress", negate=True)
+    run_dir: str | None = option(None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ "
+                                 "(default runs/<timestamp>)")
+    tensorboard: str | None = option(None, "at the end, also write the run's scalars as TensorBoard events into DIR",
+                                     metavar="DIR")
+    log_every: int = option(50, "steps between train-loss records in the log (default 50)", parse=ct.positive_int)
+    # model shape overrides (default: the preset's); `dlrmkit tune` searches them
+    embedding_dim: int | None = option(None, "embedding width (default: the preset's)", parse=ct.dim)
+    bottom_mlp: list[int] | None = option(None, "bottom MLP sizes, e.g. 64,16; must end at the embedding dim",
+                                          parse=ct.int_list)
+    top_mlp: list[int] | None = option(None, "top MLP sizes, e.g. 64,32,1; must end in 1", parse=ct.int_list)
+    device: str = option("cpu", "where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
+                         "(the GPU if torch sees one) (default cpu)", choices=("cpu", "cuda", "auto"))
+    table_placement: str = option("auto", "one process on a GPU: tables on the GPU, in host memory (looked up "
+                                  "there), or auto (the GPU when they fit in 80%% of its free memory) (default auto)",
+                                  choices=("auto", "device", "host"))
+    # torchrun (dlrmkit.parallel): how tables are sharded and batches read
+    sharding: str = option("auto", "under torchrun: how tables are sharded (default auto: the planner decides)",
+                           choices=SHARDINGS)
+    plan: str | None = option(None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
+    loader: str = option("exchange", "under torchrun: how ranks read batches (default exchange)",
+                         choices=("exchange", "own-features", "broadcast"))
+    backend: str | None = option(None, "under torchrun: process-group backend (default nccl with --device cuda, "
+                                 "else gloo)")
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

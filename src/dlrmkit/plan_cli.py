@@ -14,9 +14,8 @@ LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no trainin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from dlrmkit.config import PRESETS
-    from dlrmkit.optim.build import EMBEDDING_OPTIMIZERS, OPTIMIZERS
-    from dlrmkit.parallel.options import SHARDINGS
+    from dlrmkit.config import PRESETS, TrainConfig
+    from dlrmkit.options import add_options
     from dlrmkit.parallel.plan import PRESET_TABLES
 
     src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
@@ -25,17 +24,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
     p.add_argument("--preset", help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
                    "train: auto, the recipe chosen from the dataset)")
-    p.add_argument("--embedding-dim", "--dim", dest="embedding_dim", type=ct.dim,
-                   help="with --data: embedding width (default: the preset's, as train)")
+    add_options(p, TrainConfig, {"embedding_dim": {
+        "aliases": ["--dim"], "help": "with --data: embedding width (default: the preset's, as train)"}})
     p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
     p.add_argument("--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
-    p.add_argument("--batch-size", type=ct.batch_size, help=f"global batch size (default: with --data the preset's, as "
-                   f"train; else {LEGACY_BATCH})")
-    p.add_argument("--sharding", default="auto", choices=SHARDINGS, help=f"{', '.join(SHARDINGS)} (default auto)")
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="as train's --optimizer (with --data default: the "
-                   "preset's; else sgd); the tables' optimizer state counts in memory")
-    p.add_argument("--embedding-optimizer", choices=list(EMBEDDING_OPTIMIZERS),
-                   help="as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: one per row)")
+    add_options(p, TrainConfig, {  # as train's options, with what they mean for a plan
+        "batch_size": {"help": f"global batch size (default: with --data the preset's, as train; else {LEGACY_BATCH})"},
+        "optimizer": {"help": "as train's --optimizer (with --data default: the preset's; else sgd); the tables' "
+                              "optimizer state counts in memory"},
+        "embedding_optimizer": {"help": "as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: "
+                                        "one per row)"},
+        "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
+    })
     p.add_argument("--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)")
     p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...

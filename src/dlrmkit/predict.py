@@ -66,7 +66,7 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
 def _criteo_batches(path: str, vocab: Any, no_label: bool, strict: bool, report: PredictReport
                     ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """(rows, labels, dense float16, ids int64) per block of a Criteo TSV, via criteo.parse_block."""
-    from dlrmkit.data.criteo import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
+    from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
 
     if not os.path.isfile(path):
         raise DlrmkitError(f"{path}: no such input file")

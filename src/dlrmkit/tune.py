@@ -23,21 +23,25 @@ FINISHED = ("COMPLETE", "PRUNED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.options import add_options
+
+    add_options(p, TrainConfig, {"data": {"required": True, "help": "dataset folder holding feature_spec.yaml"}})
     p.add_argument("--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total")
     p.add_argument("--space", help="search space YAML (default: dlrmkit/tune_space.yaml)")
     p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
     p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
     p.add_argument("--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)")
     p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
-    p.add_argument("--preset", default="auto",
-                   help="base preset of every trial (default auto: the recipe `train` would choose for the data)")
+    add_options(p, TrainConfig, {"preset": {
+        "help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}})
     p.add_argument("--budget", type=ct.positive_float, help="stop starting trials after this many minutes")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=ct.positive_int, help="epochs per trial (default: the preset's)")
-    g.add_argument("--max-steps", type=ct.positive_int, help="steps per trial")
-    p.add_argument("--eval-every", type=ct.nonneg_int, default=0, help="evaluate (and report for pruning) every N steps")
-    p.add_argument("--seed", type=ct.seed, default=0, help="seed of the sampler and of every trial's training")
+    add_options(p, TrainConfig, {
+        "epochs": {"help": "epochs per trial (default: the preset's)"},
+        "max_steps": {"help": "steps per trial"},
+        "eval_every": {"help": "evaluate (and report for pruning) every N steps"},
+        "seed": {"help": "seed of the sampler and of every trial's training"},
+    })
     p.add_argument("--no-prune", action="store_true", help="never prune a trial")
 
 
@@ -58,17 +62,33 @@ def load_space(path: str | None) -> dict[str, Any]:
     if not isinstance(space, dict):
         raise DlrmkitError(f"{path}: a search space is a mapping of option: spec")
     from dlrmkit.config import TrainConfig
+    from dlrmkit.options import file_value, spec_map
 
-    fields = set(TrainConfig.__dataclass_fields__)
+    specs = spec_map(TrainConfig)
     out = {}
     for key, spec in space.items():
         name = str(key).replace("-", "_")
-        if name not in fields:
+        if name not in specs:
             raise DlrmkitError(f"{path}: unknown train option '{key}'")
         if isinstance(spec, dict) and spec.get("type") not in ("float", "int", "categorical"):
             raise DlrmkitError(f"{path}: option '{key}': type must be float, int or categorical")
+        for value in space_values(path, key, spec):  # checked as train checks the option
+            file_value(path, str(key), specs[name], value)
         out[name] = spec
     return out
+
+
+def space_values(path: str, key: Any, spec: Any) -> list[Any]:
+    """The values a space entry can give: its choices, its range's ends, or its fixed value."""
+    if not isinstance(spec, dict):
+        return [spec]
+    if spec["type"] == "categorical":
+        if not isinstance(spec.get("choices"), list) or not spec["choices"]:
+            raise DlrmkitError(f"{path}: option '{key}': categorical needs a non-empty list of choices")
+        return list(spec["choices"])
+    if "low" not in spec or "high" not in spec:
+        raise DlrmkitError(f"{path}: option '{key}': a {spec['type']} range needs low and high")
+    return [spec["low"], spec["high"]]
 
 
 def suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:

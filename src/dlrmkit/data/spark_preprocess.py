@@ -1,13 +1,13 @@
 """`dlrmkit preprocess criteo --engine spark`: the same preprocessing as a PySpark job.
 
-The Spark job runs the single-machine task functions (`criteo.count_task`, `criteo.encode_task`)
-on executors, so the dataset is byte-identical to `--engine local`: job 1 parses every task and
-returns only its row counts and bad-row report; the driver places the train/test split; job 2
-counts categories of the training rows and merges them with `treeReduce` (the driver only ever
-holds the vocabulary); job 3 encodes every task into part files under `<out>.tmp/parts`, which
-the driver concatenates in task order. On a cluster, the inputs and `--out` must be on a file
-system every executor can reach (NFS, a mounted bucket). Needs `pip install dlrmkit[spark]` and
-Java 17+.
+The Spark job runs the single-machine task functions (`criteo_count.count_task`,
+`criteo_encode.encode_task`) on executors, so the dataset is byte-identical to `--engine local`:
+job 1 parses every task and returns only its row counts and bad-row report; the driver places the
+train/test split; job 2 counts categories of the training rows and merges them with `treeReduce`
+(the driver only ever holds the vocabulary); job 3 encodes every task into part files under
+`<out>.tmp/parts`, which the driver concatenates in task order. On a cluster, the inputs and
+`--out` must be on a file system every executor can reach (NFS, a mounted bucket). Needs `pip
+install dlrmkit[spark]` and Java 17+.
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ import os
 import sys
 from typing import Any
 
-from dlrmkit.data import criteo
+from dlrmkit.data.criteo import CriteoOptions, check_output, fingerprint, validate_options
+from dlrmkit.data.criteo_count import Pass1, count_task, first_bad_message, split_plan
+from dlrmkit.data.criteo_encode import encode_task, finish_dataset
+from dlrmkit.data.criteo_tsv import CAT_COLS, INT_COLS, plan_tasks
 from dlrmkit.data.encoder import Vocabulary, merge_counts
+from dlrmkit.data.val_split import held_back
 from dlrmkit.errors import DlrmkitError
 
 
@@ -40,21 +44,21 @@ def spark_session(master: str) -> Any:
     )
 
 
-def preprocess_spark(opts: criteo.CriteoOptions, master: str = "local[*]") -> tuple[Any, dict[str, Any]]:
+def preprocess_spark(opts: CriteoOptions, master: str = "local[*]") -> tuple[Any, dict[str, Any]]:
     """Same contract as `criteo.preprocess`: (spec or None when `out` is up to date, report)."""
-    criteo.validate_options(opts)
-    tasks = criteo.plan_tasks(opts.inputs, opts.test_files, opts.task_bytes)
-    fp = criteo.fingerprint(opts)
+    validate_options(opts)
+    tasks = plan_tasks(opts.inputs, opts.test_files, opts.task_bytes)
+    fp = fingerprint(opts)
     from dlrmkit.data.output_dir import output_lock
 
     with output_lock(opts.out):  # one writer per --out
         return _preprocess_spark(opts, master, tasks, fp)
 
 
-def _preprocess_spark(opts: criteo.CriteoOptions, master: str, tasks: list, fp: dict) -> tuple[Any, dict[str, Any]]:
+def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -> tuple[Any, dict[str, Any]]:
     from dlrmkit.data.output_dir import check_replaceable
 
-    if criteo.check_output(opts, fp):
+    if check_output(opts, fp):
         from dlrmkit.data.feature_spec import FeatureSpec
 
         return None, FeatureSpec.from_yaml(opts.out).metadata["preprocess"]["report"]
@@ -65,36 +69,36 @@ def _preprocess_spark(opts: criteo.CriteoOptions, master: str, tasks: list, fp: 
     try:
         n = max(len(tasks), 1)
         # job 1: rows, lines and bad rows of every task (no counts)
-        results = sc.parallelize(tasks, n).map(lambda t: criteo.count_task(t, count=False)).collect()
+        results = sc.parallelize(tasks, n).map(lambda t: count_task(t, count=False)).collect()
         line_base: dict[str, int] = {}
         for task, res in zip(tasks, results):
             base = line_base.get(task.path, 0)
             if opts.strict and res.bad.first:
-                raise DlrmkitError(criteo.first_bad_message(task, res, base))
+                raise DlrmkitError(first_bad_message(task, res, base))
             line_base[task.path] = base + res.lines
         if sum(r.rows for r in results) == 0:
             raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
-        test_rows, n_val = criteo.held_back(opts, lambda: sum(r.lines for t, r in zip(tasks, results) if not t.test))
-        split_at, boundary, n_test = criteo.split_plan(tasks, results, test_rows, opts)
+        test_rows, n_val = held_back(opts, lambda: sum(r.lines for t, r in zip(tasks, results) if not t.test))
+        split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
         if boundary <= 0:
             raise DlrmkitError("--test-rows/--test-fraction leave no training rows")
         # job 2: category counts of the training rows, merged on the executors
         jobs = [(t, split_at[t.index]) for t in tasks if split_at[t.index] > 0]
         counts = (
-            sc.parallelize(jobs, max(len(jobs), 1)).map(lambda j: criteo.count_task(j[0], limit=j[1]).counts)
+            sc.parallelize(jobs, max(len(jobs), 1)).map(lambda j: count_task(j[0], limit=j[1]).counts)
             .treeReduce(_merge)
         )
-        p1 = criteo.Pass1(tasks, results, counts, split_at, boundary, n_test, n_val)
-        vocab = Vocabulary.build(criteo.CAT_COLS, counts, opts.frequency_threshold, opts.max_table_size,
-                                 extra={"numerical_columns": criteo.INT_COLS, "numerical_transform": "log1p"})
+        p1 = Pass1(tasks, results, counts, split_at, boundary, n_test, n_val)
+        vocab = Vocabulary.build(CAT_COLS, counts, opts.frequency_threshold, opts.max_table_size,
+                                 extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"})
         bvocab = sc.broadcast(vocab)
 
         def encode_all(part_dir: str) -> None:
             # job 3: every task encoded into part files (executors write, the driver concatenates)
             enc = [(t, split_at[t.index]) for t in tasks]
-            sc.parallelize(enc, n).map(lambda j: criteo.encode_task(j[0], bvocab.value, j[1], part_dir)).collect()
+            sc.parallelize(enc, n).map(lambda j: encode_task(j[0], bvocab.value, j[1], part_dir)).collect()
 
-        spec = criteo.finish_dataset(opts, fp, p1, vocab, encode_all)
+        spec = finish_dataset(opts, fp, p1, vocab, encode_all)
         return spec, spec.metadata["preprocess"]["report"]
     finally:
         spark.stop()

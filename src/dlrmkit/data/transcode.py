@@ -110,7 +110,7 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
     """Delimited text, split into lines and fields without quote handling: a field's surrounding
     quotes are removed later, and a stray quote is an ordinary character, so it can never join
     lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
-    from dlrmkit.data.criteo import Task, iter_blocks
+    from dlrmkit.data.criteo_tsv import Task, iter_blocks
 
     delim = (opts.delimiter or ("\t" if path.endswith((".tsv", ".tsv.gz")) else ",")).encode()
     task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)

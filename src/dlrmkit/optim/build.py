@@ -8,12 +8,10 @@ from torch.optim import Optimizer
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.optim.lamb import Lamb
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
 from dlrmkit.optim.rowwise_adagrad import RowWiseAdagrad
 from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
 from dlrmkit.optim.split_sgd import SplitSGD
-
-OPTIMIZERS = ("sgd", "adagrad", "split-sgd", "lamb")
-EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
 
 
 def resolve_embedding_optimizer(optimizer: str, embedding_optimizer: str | None) -> str:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.options import add_parallel_arguments, launched_by_torchrun  # noqa: F401  (re-exported)
+from dlrmkit.parallel.options import launched_by_torchrun  # noqa: F401  (re-exported)
 
 
 @dataclass

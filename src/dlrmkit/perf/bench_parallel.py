@@ -146,10 +146,13 @@ class BenchParallel(HybridParallel):
 
 
 def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None,
-                   overlap: bool = False, seed: int | None = None, ids_ahead: bool = True) -> BenchParallel | None:
+                   overlap: bool = False, seed: int | None = None, ids_ahead: bool = True,
+                   bucket_bytes: int | None = None) -> BenchParallel | None:
     """None unless started by torchrun."""
     if not launched_by_torchrun():
         return None
     ctx = init_distributed(backend)
     pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead)
+    if bucket_bytes is not None:
+        pcfg.bucket_bytes = bucket_bytes
     return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)

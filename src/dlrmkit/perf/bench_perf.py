@@ -30,9 +30,12 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
                         "the default, as it measured fastest (docs/BENCHMARKS.md); --no-compile times the eager path")
-    p.add_argument("--table-placement", default="auto", choices=["auto", "device", "host"],
-                   help="GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner "
-                        "decide (auto); on CPU every placement is host memory")
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.options import add_options
+
+    add_options(p, TrainConfig, {"table_placement": {
+        "help": "GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner decide (auto); "
+                "on CPU every placement is host memory"}})
 
 
 def default_threads(requested: int) -> int:

@@ -8,7 +8,8 @@ import os
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.options import add_parallel_arguments
+from dlrmkit.config import TrainConfig
+from dlrmkit.options import add_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
-    add_parallel_arguments(p, "under torchrun: how tables are sharded (any plan loads any checkpoint)")
+    add_options(p, TrainConfig, {  # the torchrun options, as train's
+        "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
+        "plan": {}, "loader": {}, "backend": {},
+    })
 
 
 def run(args: argparse.Namespace) -> int:

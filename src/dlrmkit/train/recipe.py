@@ -7,7 +7,6 @@ docs/RECIPES.md. Options given on the command line or in --config always win."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +80,9 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
     return r
 
 
-def apply(args: argparse.Namespace, recipe: Recipe) -> list[str]:
-    """Fill the options the user left unset; returns the names it filled."""
+def apply(args: Any, recipe: Recipe) -> list[str]:
+    """Fill the options the user left unset (on a TrainConfig, or a namespace of its fields);
+    returns the names it filled."""
     filled = []
     # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
     own_optimizer = any(getattr(args, k, None) is not None for k in ("optimizer", "embedding_optimizer"))

@@ -5,17 +5,16 @@ placement), `run.json` (where the log and checkpoints are), `log.jsonl` (JSON-li
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.config_file import NOT_IN_CONFIG, dump_config
+from dlrmkit.train.config_file import dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
@@ -55,24 +54,27 @@ def new_run_path(root: str = "runs") -> str:
     raise DlrmkitError(f"cannot create a fresh run folder under {root}")
 
 
-def resolved_options(args: argparse.Namespace, cfg: TrainConfig) -> dict[str, Any]:
+def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
     out: dict[str, Any] = {}
-    known = {a.dest for a in args._parser._actions} if hasattr(args, "_parser") else set(vars(args))
-    for key, value in vars(args).items():
-        if key.startswith("_") or key in NOT_IN_CONFIG or key in WHERE_OPTIONS or key not in known:
+    for f in fields(TrainConfig):
+        if f.name in WHERE_OPTIONS:
             continue
-        if key in RECIPE and value is None:
-            value = getattr(res, key, None)
-        out[key] = list(value) if isinstance(value, tuple) else value
+        value = getattr(cfg, f.name)
+        if f.name in RECIPE and value is None:
+            value = getattr(res, f.name, None)
+        out[f.name] = value
     return out
 
 
-def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
-    """Create the run folder, point the config's log and checkpoints into it, write config.yaml."""
+def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
+    """Create the run folder, point the config's log and checkpoints into it, write config.yaml
+    (before the folders are filled in, so it holds only what was asked)."""
+    options = resolved_options(cfg)
+    own_checkpoint_dir = cfg.checkpoint_dir is not None
     multi_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    path = getattr(args, "run_dir", None)
+    path = cfg.run_dir
     if path:
         make_dirs(path, "--run-dir")
     elif multi_rank:
@@ -80,22 +82,22 @@ def setup(args: argparse.Namespace, cfg: TrainConfig) -> RunDir:
         path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{os.environ.get('RANK')}")
     else:
         path = new_run_path()
-    if cfg.checkpoint_dir is None and not cfg.resume and not (multi_rank and not args.run_dir):
+    if cfg.checkpoint_dir is None and not cfg.resume and not (multi_rank and not cfg.run_dir):
         cfg.checkpoint_dir = os.path.join(path, "checkpoints")
-    elif cfg.checkpoint_dir is None and cfg.resume and args.run_dir:
+    elif cfg.checkpoint_dir is None and cfg.resume and cfg.run_dir:
         cfg.checkpoint_dir = os.path.join(path, "checkpoints")
     if cfg.log_jsonl is None:
-        cfg.log_jsonl = os.path.join(cfg.checkpoint_dir, "log.jsonl") if args.checkpoint_dir else os.path.join(path, "log.jsonl")
+        cfg.log_jsonl = os.path.join(cfg.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # a fresh run in a reused folder starts a fresh log
     if is_rank_zero():
-        dump_config(resolved_options(args, cfg), run.file("config.yaml"))
+        dump_config(options, run.file("config.yaml"))
         write_json(run.file("run.json"), {
             "log_jsonl": os.path.abspath(run.log_jsonl),
             "checkpoint_dir": os.path.abspath(run.checkpoint_dir) if run.checkpoint_dir else None,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "argv": list(getattr(args, "_argv", []) or []),
+            "argv": argv,
         })
     return run
 

@@ -9,7 +9,6 @@ import math
 import os
 import sys
 import time
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +28,7 @@ from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import ONE_PROCESS, training_step
+from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 from dlrmkit.metrics import log_loss, roc_auc
 
 
@@ -100,10 +100,14 @@ class Trainer:
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
         if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
             self.par.gate_early = cfg.skip_nonfinite > 0
+        # the skip decision needs the loss on the host before the update: one process with
+        # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
+        check_each_step = self.par is not None or cfg.skip_nonfinite > 0
         self.step_fn = training_step(self.model, self.optimizers, cfg.precision,
                                      move=self.par.to_device if self.par else self.move,
                                      amp=lambda: autocast(cfg.precision, self.device.type),
-                                     loss_ok=functools.partial(self.loss_is_finite, agreed=self.par is not None),
+                                     loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None)
+                                              if check_each_step else None),
                                      hooks=self.par or ONE_PROCESS)
         self.loader = (self.par.loader(self.train_set, cfg) if self.par else
                        BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
@@ -114,7 +118,7 @@ class Trainer:
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
-        self.losses: deque[float] = deque(maxlen=100)
+        self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
         self.log_path = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir, "log.jsonl") if cfg.checkpoint_dir else None)
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
@@ -171,7 +175,8 @@ class Trainer:
     def loss_is_finite(self, loss: torch.Tensor, agreed: bool = False) -> bool:
         """False for a NaN/Inf loss that --skip-nonfinite allows to skip (every rank agrees; with
         `agreed` the loss is already the same on every rank, so no collective is needed);
-        raises, before any update, once the allowance is spent, so the last checkpoint stays good."""
+        raises, before any update, once the allowance is spent, so the last checkpoint stays good.
+        A host sync (the decision needs the value): one process calls it only with skipping on."""
         if nan_loss_injected(self.step + 1):  # reliability tests only (DLRMKIT_FAULT)
             loss = torch.full_like(loss.detach(), float("nan"))
         bad = (~torch.isfinite(loss.detach())).to(torch.int32).reshape(1)
@@ -181,16 +186,33 @@ class Trainer:
             return True
         self.skipped_nonfinite += 1
         if self.skipped_nonfinite > self.cfg.skip_nonfinite:
-            where = f"; the last good checkpoint is {self.cfg.checkpoint_dir}/latest" if self.cfg.checkpoint_dir else ""
-            raise DlrmkitError(f"loss is {float(loss.detach())} at step {self.step + 1}{where}; lower --lr, check the "
-                               f"data, or allow skipping with --skip-nonfinite N")
+            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint_dir)
         self.log({"event": "skip_nonfinite", "step": self.step + 1, "loss": float(loss.detach()),
                   "skipped": self.skipped_nonfinite})
         return False
 
+    def track_loss(self, loss: torch.Tensor) -> None:
+        """Adds the step's loss to the logged mean. With --skip-nonfinite the value is on the host
+        already (`loss_is_finite` synced for it) and a skipped step's loss is left out. Without, the
+        loss stays a tensor (no sync): a non-finite loss is not stopped before its update, but
+        `check_loss` raises for it, naming its step, at the next log point, evaluation or
+        checkpoint, before any of them reads the weights it touched."""
+        if self.cfg.skip_nonfinite:
+            if math.isfinite(float(loss)):
+                self.losses.add(loss, self.step)
+            return
+        if nan_loss_injected(self.step):  # reliability tests only (DLRMKIT_FAULT)
+            loss = torch.full_like(loss.detach(), float("nan"))
+        self.losses.add(loss, self.step)
+
+    def check_loss(self) -> None:
+        """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
+        self.losses.check_finite(self.cfg.checkpoint_dir)
+
     # ---- state (dlrmkit.train.checkpoint: DCP, placement-free, checksummed) ----------------
     def save(self) -> str:
         assert self.cfg.checkpoint_dir
+        self.check_loss()  # never a checkpoint of weights a non-finite loss has updated
         tensors, extras = ckpt.model_state(self.model, self.optimizers)
         meta = ckpt.checkpoint_meta(
             self.model_cfg, self.cfg, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
@@ -256,6 +278,7 @@ class Trainer:
         weights when --restore-best. Without validation rows: NaN, nothing selected."""
         if self.val_set is None:
             return {"auc": float("nan"), "logloss": float("nan")}
+        self.check_loss()
         result = self.score(self.val_set)
         self.best.update(self.model, self.step, result, keep=self.cfg.restore_best)
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
@@ -309,15 +332,15 @@ class Trainer:
                 loss = self.train_step(batch)
                 self.batch_in_epoch += 1
                 fault_point(f"train:step-{self.step}")  # reliability tests only (DLRMKIT_FAULT)
-                self.losses.append(float(loss))
+                self.track_loss(loss)  # no host sync unless --skip-nonfinite
                 samples += self.par.global_size(batch) if self.par else len(batch)
                 bar.update(1)
-                if not math.isfinite(self.losses[-1]):
-                    self.losses.pop()  # a batch skipped by --skip-nonfinite: not part of the mean loss
-                if self.step % cfg.log_every == 0:
+                if self.step % cfg.log_every == 0:  # a log point: the loss is read here
+                    self.check_loss()
+                    mean_loss = self.losses.mean()
                     rate = samples / max(train_time + time.perf_counter() - t0, 1e-9)
-                    bar.set_postfix(loss=f"{np.mean(self.losses):.4f}", samples_s=f"{rate:,.0f}")
-                    self.log({"event": "train", "step": self.step, "loss": float(np.mean(self.losses)),
+                    bar.set_postfix(loss=f"{mean_loss:.4f}", samples_s=f"{rate:,.0f}")
+                    self.log({"event": "train", "step": self.step, "loss": mean_loss,
                               **(self.par.traffic(self.step) if self.par else {}),
                               "lr": self.schedule.lr_at(self.step - 1), "samples_per_s": rate})
                 if self.step >= total:
@@ -346,6 +369,7 @@ class Trainer:
                     if self.should_stop(auc):
                         stop = True
         bar.close()
+        self.check_loss()
         self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
         val, test = self.finish()
         self.save_final()
@@ -358,7 +382,7 @@ class Trainer:
             "steps": self.step,
             "samples": samples,
             "samples_per_s": samples / train_time if train_time > 0 else 0.0,
-            "train_loss": float(np.mean(self.losses)) if self.losses else float("nan"),
+            "train_loss": self.losses.mean(),
             "world_size": self.dist.world_size,
             "best_auc": self.best_auc,
             "skipped_nonfinite": self.skipped_nonfinite,

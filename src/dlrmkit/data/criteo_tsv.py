@@ -1,0 +1,269 @@
+"""Criteo TSV text (label, I1..I13, C1..C26; plain or .gz) -> columns: byte-range tasks cut at
+line boundaries, whole-line blocks, and the block parser with its bad-row accounting.
+
+Parsing is vectorized: numpy finds lines and counts fields per line, Arrow's CSV reader splits
+the valid lines into columns, and regular-expression kernels validate labels and integers. Only
+undecodable lines (rare) are located with a Python loop. `predict` and `transcode` read their
+input through the same tasks and blocks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from dlrmkit.data.encoder import to_string_array
+from dlrmkit.errors import DlrmkitError
+
+NUM_INT, NUM_CAT = 13, 26
+INT_COLS = [f"I{i}" for i in range(1, NUM_INT + 1)]
+CAT_COLS = [f"C{i}" for i in range(1, NUM_CAT + 1)]
+COLUMNS = ["label", *INT_COLS, *CAT_COLS]
+REASONS = ("wrong_field_count", "bad_integer", "bad_label", "undecodable")
+INT_RE = r"^([-+]?[0-9]{1,18})?$"
+TASK_BYTES = 64 << 20  # fewer tasks, fewer part files to create (measured -13% CPU vs 32 MiB)
+BLOCK_BYTES = 16 << 20
+
+
+@dataclass
+class Task:
+    index: int
+    path: str
+    start: int
+    end: int | None  # None: to the end (a .gz file)
+    test: bool  # from --test-files
+
+    @property
+    def nbytes(self) -> int:
+        return (self.end if self.end is not None else os.path.getsize(self.path)) - self.start
+
+
+@dataclass
+class Bad:
+    """Bad rows of one task: counts by reason and the first few (relative line, reason, detail)."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    first: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def add(self, reason: str, lines: np.ndarray, details: list[str]) -> None:
+        self.counts[reason] += len(lines)
+        for line, d in zip(lines[:5].tolist(), details):
+            self.first.append((int(line), reason, d))
+        self.first = sorted(self.first)[:5]
+
+
+# ---- reading ------------------------------------------------------------------------------
+def plan_tasks(inputs: list[str], test_files: list[str], task_bytes: int) -> list[Task]:
+    """Byte-range tasks that start and end on line boundaries (a .gz file is one task)."""
+    tasks: list[Task] = []
+    for paths, is_test in ((inputs, False), (test_files, True)):
+        for path in paths:
+            if not os.path.isfile(path):
+                raise DlrmkitError(f"{path}: no such input file")
+            size = os.path.getsize(path)
+            if size == 0:
+                raise DlrmkitError(f"{path}: empty input file")
+            if path.endswith(".gz"):
+                tasks.append(Task(len(tasks), path, 0, None, is_test))
+                continue
+            bounds = [0]
+            with open(path, "rb") as f:
+                while bounds[-1] + task_bytes < size:
+                    f.seek(bounds[-1] + task_bytes)
+                    f.readline()
+                    if f.tell() >= size:
+                        break
+                    bounds.append(f.tell())
+            bounds.append(size)
+            tasks += [Task(len(tasks) + i, path, a, b, is_test) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    return tasks
+
+
+def iter_blocks(task: Task, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Whole-line blocks of a task, each ending in b'\\n'."""
+    carry = b""
+    try:
+        if task.end is None:
+            f = gzip.open(task.path, "rb")
+            remaining = None
+        else:
+            f = open(task.path, "rb")
+            f.seek(task.start)
+            remaining = task.end - task.start
+        with f:
+            while True:
+                n = block_bytes if remaining is None else min(block_bytes, remaining)
+                data = f.read(n) if n else b""
+                if remaining is not None:
+                    remaining -= len(data)
+                if not data:
+                    break
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                carry = data[cut:]
+                if cut:
+                    yield data[:cut]
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise DlrmkitError(f"{task.path}: truncated or corrupt gzip file ({exc})") from None
+    if carry:
+        yield carry + b"\n"
+
+
+# ---- parsing ------------------------------------------------------------------------------
+@dataclass
+class Parsed:
+    labels: np.ndarray  # bool [n]
+    ints: list[pa.Array]  # int64 with nulls, 13
+    cats: list[pa.DictionaryArray]  # strings with nulls, 26
+    lines: int
+    valid: np.ndarray | None = None  # 0-based line (within the block) of each valid row; for `predict`
+
+
+def _undecodable(block: bytes, starts: np.ndarray) -> np.ndarray:
+    """Indices of lines that are not valid UTF-8 (loops over bad lines only)."""
+    bad: list[int] = []
+    pos = 0
+    while True:
+        try:
+            block[pos:].decode("utf-8")
+            return np.asarray(bad, dtype=np.int64)
+        except UnicodeDecodeError as exc:
+            line = int(np.searchsorted(starts, pos + exc.start, side="right") - 1)
+            bad.append(line)
+            if line + 1 >= len(starts):
+                return np.asarray(bad, dtype=np.int64)
+            pos = int(starts[line + 1])
+
+
+def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
+    """Split a whole-line block into columns; bad rows are counted in `bad` (lines 1-based from line0)."""
+    if b"\r" in block:
+        block = block.replace(b"\r\n", b"\n")
+    lines = block.count(b"\n")
+    stray_cr = b"\r" in block  # Arrow would end a line there: such lines are bad rows
+    if not stray_cr:
+        try:  # fast path, all rows well formed: Arrow rejects a wrong field count, a non-integer or
+            # non-UTF-8 bytes itself, so the block needs no scan of its own (a third of pass 1's CPU)
+            return _parse_typed(block, bad, line0, np.arange(lines), lines)
+        except pa.ArrowInvalid:
+            pass
+    b = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(b == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    tab_pos = np.flatnonzero(b == 9)
+    tabs_before = np.searchsorted(tab_pos, ends)  # tabs before each line end
+    nfields = np.diff(tabs_before, prepend=0) + 1
+    ok = np.ones(len(ends), dtype=bool)
+    undec = _undecodable(block, starts)
+    if len(undec):
+        ok[undec] = False
+        bad.add("undecodable", line0 + undec, ["bytes that are not UTF-8"] * min(len(undec), 5))
+    if stray_cr:
+        cr_lines = np.unique(np.searchsorted(ends, np.flatnonzero(b == 13)))
+        cr_lines = cr_lines[ok[cr_lines]]
+        ok[cr_lines] = False
+        bad.add("wrong_field_count", line0 + cr_lines, ["a carriage return inside the line"] * min(len(cr_lines), 5))
+    wrong = np.flatnonzero(ok & (nfields != len(COLUMNS)))
+    if len(wrong):
+        ok[wrong] = False
+        bad.add("wrong_field_count", line0 + wrong,
+                [f"{n} fields, expected {len(COLUMNS)}" for n in nfields[wrong[:5]].tolist()])
+    line_no = np.flatnonzero(ok)
+    if not ok.all():
+        keep = np.repeat(ok, ends - starts + 1)
+        block = b[keep].tobytes()
+    if not len(line_no):
+        return Parsed(np.zeros(0, bool), [], [], len(ends), line_no)
+    try:  # fast path: Arrow converts the integers itself; any bad value sends the block to the slow path
+        return _parse_typed(block, bad, line0, line_no, len(ends))
+    except pa.ArrowInvalid:
+        pass
+    table = pacsv.read_csv(
+        pa.py_buffer(block),
+        read_options=pacsv.ReadOptions(column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)),
+        parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False, ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(
+            column_types={c: pa.string() for c in COLUMNS}, strings_can_be_null=False, quoted_strings_can_be_null=False
+        ),
+    )
+    label = table.column("label").combine_chunks()
+    label_ok = pc.is_in(label, value_set=pa.array(["0", "1"])).to_numpy(zero_copy_only=False)
+    int_ok = np.ones(len(label_ok), dtype=bool)
+    first_bad_int: dict[int, str] = {}
+    for c in INT_COLS:
+        col_ok = pc.match_substring_regex(table.column(c).combine_chunks(), INT_RE).to_numpy(zero_copy_only=False)
+        if not col_ok.all():
+            rows = np.flatnonzero(~col_ok & label_ok & int_ok)
+            for r in rows[:5].tolist():
+                first_bad_int.setdefault(r, f"{c} is {table.column(c)[r].as_py()!r}, not an integer")
+            int_ok &= col_ok
+    bad_lab = np.flatnonzero(~label_ok)
+    if len(bad_lab):
+        bad.add("bad_label", line0 + line_no[bad_lab],
+                [f"label is {label[int(r)].as_py()!r}, not 0 or 1" for r in bad_lab[:5].tolist()])
+    bad_int = np.flatnonzero(label_ok & ~int_ok)
+    if len(bad_int):
+        bad.add("bad_integer", line0 + line_no[bad_int], [first_bad_int.get(int(r), "not an integer") for r in bad_int[:5]])
+    good = label_ok & int_ok
+    if not good.all():
+        table = table.filter(pa.array(good))
+    ints = []
+    for c in INT_COLS:
+        s = table.column(c).combine_chunks()
+        ints.append(pc.cast(pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s), pa.int64()))
+    cats = [to_string_array(table.column(c)).dictionary_encode() for c in CAT_COLS]
+    labels = pc.equal(table.column("label"), "1").to_numpy(zero_copy_only=False)
+    return Parsed(np.asarray(labels, dtype=bool), ints, cats, len(ends), line_no[good])
+
+
+def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines: int) -> Parsed:
+    # categoricals straight to dictionary arrays: cheaper than strings, and counting and encoding
+    # then work on each block's distinct values only
+    cat_type = pa.dictionary(pa.int32(), pa.string())
+    types = {"label": pa.int64(), **dict.fromkeys(INT_COLS, pa.int64()), **dict.fromkeys(CAT_COLS, cat_type)}
+    table = pacsv.read_csv(
+        pa.py_buffer(block),
+        read_options=pacsv.ReadOptions(column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)),
+        parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False, ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
+    )
+    label = table.column("label").combine_chunks()
+    ok = pc.fill_null(pc.is_in(label, value_set=pa.array([0, 1])), False).to_numpy(zero_copy_only=False)
+    if not ok.all():
+        bad_lab = np.flatnonzero(~ok)
+        bad.add("bad_label", line0 + line_no[bad_lab],
+                [f"label is {label[int(r)].as_py() if label[int(r)].is_valid else ''!r}, not 0 or 1" for r in bad_lab[:5]])
+        table = table.filter(pa.array(ok))
+        line_no = line_no[ok]
+    ints = [table.column(c).combine_chunks() for c in INT_COLS]
+    cats = [_one_chunk(table.column(c)) for c in CAT_COLS]
+    labels = pc.equal(table.column("label"), 1).to_numpy(zero_copy_only=False)
+    return Parsed(np.asarray(labels, dtype=bool), ints, cats, lines, line_no)
+
+
+def _one_chunk(col: pa.ChunkedArray) -> pa.DictionaryArray:
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return col.unify_dictionaries().combine_chunks()
+
+
+def numerical_matrix(ints: list[pa.Array]) -> np.ndarray:
+    """Missing and negative -> 0, then log(1+x), float16 [rows, 13]."""
+    x = np.stack([np.asarray(a.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) for a in ints], axis=1)
+    return np.log1p(np.maximum(x, 0).astype(np.float32)).astype(np.float16)
+
+
+def iter_parsed(task: Task, bad: Bad) -> Iterator[Parsed]:
+    line0 = 1
+    for block in iter_blocks(task):
+        p = parse_block(block, bad, line0)
+        line0 += p.lines
+        yield p
