@@ -81,7 +81,7 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
 
 
 def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True,
-                     one_hot: bool = False, bucket_bytes: int | None = None):
+                     one_hot: bool = False, bucket_bytes: int | None = None, bind: bool = True):
     """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
     shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
     args = argparse.Namespace(compile=compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
@@ -89,7 +89,7 @@ def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bo
     model.reset_parameters(seed)
     prepare_model(args, model, parallel=True)
     par = parallel_setup(model, batch_size, sharding, overlap=True, seed=seed, ids_ahead=ids_ahead,
-                         bucket_bytes=bucket_bytes)
+                         bucket_bytes=bucket_bytes, bind=bind)
     if par is None:
         raise SystemExit("run under torchrun")
     opts = build_optimizers(model, "sgd", args.lr)
@@ -110,11 +110,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--single-threads", type=int, default=2, help="intra-op threads of the single process (default 2: "
                    "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)")
-    p.add_argument("--pin", action="store_true", help="bind each rank (all its threads: compute and gloo's) to core "
-                   "RANK during 2-rank windows, as `taskset -c RANK` would for a whole run")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="bind each rank (all its threads: compute and gloo's) to core RANK during 2-rank windows, as "
+                   "train and bench do under torchrun (--bind-cores); the single-process windows use both cores")
     p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
                    help="exchange the next batch's ids during the step (the default, as training does)")
-    p.add_argument("--bucket-kb", type=int, help="dense gradient bucket size in KiB (default: ParallelConfig's)")
+    p.add_argument("--bucket-kb", type=int, help="every dense gradient bucket's size in KiB (default: ParallelConfig's, "
+                   "1 MiB first, then 25 MiB)")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops")
     a = p.parse_args()
@@ -123,7 +125,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead, a.one_hot,
-                                                  a.bucket_kb << 10 if a.bucket_kb else None)
+                                                  a.bucket_kb << 10 if a.bucket_kb else None, bind=False)
     if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")
 

@@ -99,7 +99,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     else:
         model = DLRM(CFG, embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
-        par = HybridParallel(model, plan, ctx_of(rank, world), ParallelConfig(sharding=strategy, overlap=overlap), seed=7)
+        par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap), seed=7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)
@@ -126,6 +126,13 @@ def _tables(emb):
     from dlrmkit.parallel.sharded_embedding import table_weight
 
     return [table_weight(emb, t) for t in range(len(emb.table_sizes))]
+
+
+def pcfg_of(strategy: str, overlap: bool) -> ParallelConfig:
+    """Overlapped: buckets small enough that the tiny model's dense gradients travel in two."""
+    if overlap:
+        return ParallelConfig(sharding=strategy, overlap=True, bucket_bytes=1024, first_bucket_bytes=256)
+    return ParallelConfig(sharding=strategy, overlap=False)
 
 
 def ctx_of(rank: int, world: int):

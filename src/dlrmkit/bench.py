@@ -141,6 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, TrainConfig, {
         "sharding": {"help": "under torchrun: table sharding (global samples/s reported)"},
         "backend": {"help": "under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)"},
+        "bind_cores": {},
     })
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="under torchrun: overlap communication with compute as training does (the default: ids a "
@@ -178,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
     prepare_model(args, model, parallel=parallel, device=device)
     from dlrmkit.perf.bench_parallel import parallel_setup  # torchrun: shard the model
 
-    par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed)
+    par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed,
+                         bind=args.bind_cores)
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
     batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)

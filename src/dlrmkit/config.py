@@ -158,6 +158,9 @@ class TrainConfig:
                          choices=("exchange", "own-features", "broadcast"))
     backend: str | None = option(None, "under torchrun: process-group backend (default nccl with --device cuda, "
                                  "else gloo)")
+    bind_cores: bool = option(True, "under torchrun on CPU: leave ranks unbound (default: each rank, with its "
+                              "collective threads, on its own share of the cores, when there are enough)",
+                              flag="--no-bind-cores", negate=True)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""

@@ -33,11 +33,12 @@ class GradBuckets:
     writes the summed extras back in place."""
 
     def __init__(self, params: list[torch.nn.Parameter], bucket_bytes: int, dtype: torch.dtype | None,
-                 stats: comm.CommStats):
+                 stats: comm.CommStats, first_bucket_bytes: int | None = None):
         self.dtype, self.stats, self.buckets = dtype, stats, [[]]
         size = 0
         for p in reversed(params):
-            if size >= bucket_bytes:
+            limit = first_bucket_bytes if first_bucket_bytes is not None and len(self.buckets) == 1 else bucket_bytes
+            if size >= limit:
                 self.buckets.append([])
                 size = 0
             self.buckets[-1].append(p)

@@ -31,6 +31,9 @@ class ParallelConfig:
     loader: str = "exchange"  # exchange | own-features | broadcast
     comm_dtype: torch.dtype | None = None
     bucket_bytes: int = 25 << 20
+    # the first bucket (the top layers, whose gradients come first) closes at 1 MiB so its
+    # all-reduce starts while the rest of backward runs, as DDP's first bucket does
+    first_bucket_bytes: int = 1 << 20
     min_rows_sharded: int = 2048
     # overlap communication with compute: pooled all-to-all started before the model and backward's
     # as soon as its gradient is known, dense gradients all-reduced in buckets during backward,
@@ -97,7 +100,8 @@ class HybridParallel:
     def set_overlap(self, on: bool) -> None:
         """Switch between overlapped and blocking communication (bench compares both)."""
         if on and self.buckets is None and self.ctx.world_size > 1:
-            self.buckets = GradBuckets(self.model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats)
+            self.buckets = GradBuckets(self.model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats,
+                                       self.pcfg.first_bucket_bytes)
         if self.buckets is not None:
             self.buckets.enabled = on
         self.sharded.overlap = on
@@ -240,7 +244,8 @@ def setup_parallel(model: DLRM, cfg, optimizer_state: float = 0.0
     from dlrmkit.device import resolve_device
 
     device = resolve_device(getattr(cfg, "device", None) or "cpu").type
-    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0), device)
+    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0), device,
+                           bind=getattr(cfg, "bind_cores", True))
     pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
                           loader=getattr(cfg, "loader", "exchange") or "exchange",
                           comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)

@@ -147,12 +147,12 @@ class BenchParallel(HybridParallel):
 
 def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None,
                    overlap: bool = False, seed: int | None = None, ids_ahead: bool = True,
-                   bucket_bytes: int | None = None) -> BenchParallel | None:
-    """None unless started by torchrun."""
+                   bucket_bytes: int | None = None, bind: bool = True) -> BenchParallel | None:
+    """None unless started by torchrun. `bind`: each rank on its own cores (parallel.dist.bind_cores)."""
     if not launched_by_torchrun():
         return None
-    ctx = init_distributed(backend)
+    ctx = init_distributed(backend, bind=bind)
     pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead)
-    if bucket_bytes is not None:
-        pcfg.bucket_bytes = bucket_bytes
+    if bucket_bytes is not None:  # every bucket, the first included
+        pcfg.bucket_bytes = pcfg.first_bucket_bytes = bucket_bytes
     return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)

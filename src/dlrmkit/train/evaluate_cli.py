@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
     add_options(p, TrainConfig, {  # the torchrun options, as train's
         "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
-        "plan": {}, "loader": {}, "backend": {},
+        "plan": {}, "loader": {}, "backend": {}, "bind_cores": {},
     })
 
 
