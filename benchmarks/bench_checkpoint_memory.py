@@ -41,8 +41,9 @@ def build(tables: list[int], dim: int, optimizer: str):
     model = DLRM(cfg)
     model.reset_parameters(0)
     opts = build_optimizers(model, optimizer, 0.1)
-    state = sum(v.numel() * v.element_size() for o in opts for s in o.state.values() for v in s.values()
-                if torch.is_tensor(v))
+    state = sum(
+        v.numel() * v.element_size() for o in opts for s in o.state.values() for v in s.values() if torch.is_tensor(v)
+    )
     tables_bytes = sum(p.numel() * p.element_size() for p in model.embeddings.parameters())
     return model, cfg, opts, tables_bytes + state
 
@@ -71,8 +72,11 @@ def phase(args: argparse.Namespace) -> None:
     peak, gb = rss_gb("VmHWM"), nbytes / 1e9
     # save: the state is already resident before; load: it is allocated while loading
     added = peak - before - (gb if args.phase == "load" else 0.0)
-    print(f"{args.phase}: state {gb:.2f} GB  rss before {before:.2f} GB  peak {peak:.2f} GB  "
-          f"added beyond the state {added:+.2f} GB ({added / gb:+.0%})  {took:.1f} s", flush=True)
+    print(
+        f"{args.phase}: state {gb:.2f} GB  rss before {before:.2f} GB  peak {peak:.2f} GB  "
+        f"added beyond the state {added:+.2f} GB ({added / gb:+.0%})  {took:.1f} s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -88,8 +92,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = args.dir or os.path.join(tmp, "C")
         for ph in ("save", "load"):
-            cmd = [sys.executable, __file__, "--tables", args.tables, "--dim", str(args.dim),
-                   "--optimizer", args.optimizer, "--dir", d, "--phase", ph]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--tables",
+                args.tables,
+                "--dim",
+                str(args.dim),
+                "--optimizer",
+                args.optimizer,
+                "--dir",
+                d,
+                "--phase",
+                ph,
+            ]
             subprocess.run(cmd, check=True)
 
 

@@ -58,14 +58,25 @@ def main() -> None:
         ids = random_batches(cfg, 2048, 1, 0)[0].ids
         n, offsets = len(ids.values), ids.offsets
         print(f"{name}: {n:,} ids in {len(offsets) - 1:,} bags")
-        assert torch.equal(bag_of_each(offsets, n), torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()))
-        side_by_side("bag of each value, bag_of_each vs repeat_interleave", lambda: bag_of_each(offsets, n),
-                     lambda: torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()))
+        assert torch.equal(
+            bag_of_each(offsets, n), torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
+        )
+        side_by_side(
+            "bag of each value, bag_of_each vs repeat_interleave",
+            lambda: bag_of_each(offsets, n),
+            lambda: torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()),
+        )
         positions = sample_major_positions(ids)
-        side_by_side("reorder, scatter_ vs index_put_", lambda: torch.empty_like(ids.values).scatter_(0, positions, ids.values),
-                     lambda: index_put(ids.values, positions))
-        side_by_side("stable sort, int32 keys (cast included) vs int64", lambda: ids.values.int().sort(stable=True),
-                     lambda: ids.values.sort(stable=True))
+        side_by_side(
+            "reorder, scatter_ vs index_put_",
+            lambda: torch.empty_like(ids.values).scatter_(0, positions, ids.values),
+            lambda: index_put(ids.values, positions),
+        )
+        side_by_side(
+            "stable sort, int32 keys (cast included) vs int64",
+            lambda: ids.values.int().sort(stable=True),
+            lambda: ids.values.sort(stable=True),
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,22 @@ from pathlib import Path
 
 def train(data: str, out: Path, flags: list[str]) -> dict:
     metrics = out / "metrics.json"
-    cmd = [sys.executable, "-m", "dlrmkit", "train", "--data", data, "--preset", "small", "--no-progress",
-           "--run-dir", str(out / "run"), "--metrics-json", str(metrics), *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        data,
+        "--preset",
+        "small",
+        "--no-progress",
+        "--run-dir",
+        str(out / "run"),
+        "--metrics-json",
+        str(metrics),
+        *flags,
+    ]
     print("$", " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True)
     return json.loads(metrics.read_text())
@@ -39,22 +53,40 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--scale", type=int, default=16, help="LAMB's batch multiple (default 16)")
     p.add_argument("--lamb-lr", type=float, default=0.02, help="LAMB's peak LR (default 0.02)")
-    p.add_argument("--emb-optimizer", choices=["sgd", "adagrad", "rowwise-adagrad"], default="sgd",
-                   help="LAMB run's table optimizer (default sgd)")
-    p.add_argument("--emb-lr", type=float,
-                   help="LAMB run's table LR (default: lr * sqrt(scale) for sgd; required for the Adagrads)")
+    p.add_argument(
+        "--emb-optimizer",
+        choices=["sgd", "adagrad", "rowwise-adagrad"],
+        default="sgd",
+        help="LAMB run's table optimizer (default sgd)",
+    )
+    p.add_argument(
+        "--emb-lr",
+        type=float,
+        help="LAMB run's table LR (default: lr * sqrt(scale) for sgd; required for the Adagrads)",
+    )
     p.add_argument("--warmup-steps", type=int, default=50, help="LAMB run warm-up steps (default 50)")
     p.add_argument("--decay-start", type=int, help="LAMB run: step where power-2 LR decay starts")
     p.add_argument("--decay-steps", type=int, help="LAMB run: steps of LR decay to 0")
     p.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
-    p.add_argument("--skip-baselines", action="store_true",
-                   help="run only LAMB (for searching); give --base-auc to print its shortfall")
+    p.add_argument(
+        "--skip-baselines",
+        action="store_true",
+        help="run only LAMB (for searching); give --base-auc to print its shortfall",
+    )
     p.add_argument("--base-auc", type=float, help="fp32 SGD AUC to compare with under --skip-baselines")
     p.add_argument("--threads", type=int, default=0)
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dlrmkit-conv-"))
-    common = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--eval-batch-size", "65536",
-              "--seed", str(args.seed)]
+    common = [
+        "--epochs",
+        str(args.epochs),
+        "--threads",
+        str(args.threads),
+        "--eval-batch-size",
+        "65536",
+        "--seed",
+        str(args.seed),
+    ]
     if args.emb_lr is not None:
         emb_lr = args.emb_lr
     elif args.emb_optimizer == "sgd":
@@ -64,32 +96,59 @@ def main() -> None:
     if args.skip_baselines and args.base_auc is None:
         print("note: --skip-baselines without --base-auc prints no shortfall", flush=True)
     lamb = f"lamb-x{args.scale}"
-    lamb_flags = ["--batch-size", str(args.batch * args.scale), "--lr", str(emb_lr), "--optimizer", "lamb",
-                  "--embedding-optimizer", args.emb_optimizer, "--lamb-lr", str(args.lamb_lr),
-                  "--warmup-steps", str(args.warmup_steps)]
+    lamb_flags = [
+        "--batch-size",
+        str(args.batch * args.scale),
+        "--lr",
+        str(emb_lr),
+        "--optimizer",
+        "lamb",
+        "--embedding-optimizer",
+        args.emb_optimizer,
+        "--lamb-lr",
+        str(args.lamb_lr),
+        "--warmup-steps",
+        str(args.warmup_steps),
+    ]
     if args.decay_start is not None:
         lamb_flags += ["--decay-start", str(args.decay_start)]
     if args.decay_steps is not None:
         lamb_flags += ["--decay-steps", str(args.decay_steps)]
-    runs = {} if args.skip_baselines else {
-        "fp32-sgd": ["--batch-size", str(args.batch), "--lr", str(args.lr), "--optimizer", "sgd"],
-        "bf16-split-sgd": ["--batch-size", str(args.batch), "--lr", str(args.lr), "--optimizer", "split-sgd",
-                           "--precision", "bf16"],
-    }
+    runs = (
+        {}
+        if args.skip_baselines
+        else {
+            "fp32-sgd": ["--batch-size", str(args.batch), "--lr", str(args.lr), "--optimizer", "sgd"],
+            "bf16-split-sgd": [
+                "--batch-size",
+                str(args.batch),
+                "--lr",
+                str(args.lr),
+                "--optimizer",
+                "split-sgd",
+                "--precision",
+                "bf16",
+            ],
+        }
+    )
     runs[lamb] = lamb_flags
     res = {name: train(args.data, tmp / name, common + flags) for name, flags in runs.items()}
     base = res["fp32-sgd"]["auc"] if "fp32-sgd" in res else args.base_auc
     for name, m in res.items():
         vs = f"(vs fp32 SGD {m['auc'] - base:+.4f})  " if base is not None else ""
-        print(f"{name:16s} AUC {m['auc']:.4f}  {vs}steps {m['steps']}  "
-              f"samples/s {m['samples_per_s']:,.0f}  optimal {m.get('optimal_auc', float('nan')):.4f}")
+        print(
+            f"{name:16s} AUC {m['auc']:.4f}  {vs}steps {m['steps']}  "
+            f"samples/s {m['samples_per_s']:,.0f}  optimal {m.get('optimal_auc', float('nan')):.4f}"
+        )
     if "bf16-split-sgd" in res:
         split_gap = abs(res["bf16-split-sgd"]["auc"] - base)
         print(f"split-SGD gap {split_gap:.4f} (target <= 0.002): {'OK' if split_gap <= 0.002 else 'MISSED'}")
     if base is not None:
         lamb_gap = base - res[lamb]["auc"]
-        print(f"LAMB x{args.scale} ({args.emb_optimizer} tables) shortfall {lamb_gap:+.4f} (target <= 0.003): "
-              f"{'OK' if lamb_gap <= 0.003 else 'MISSED'}")
+        print(
+            f"LAMB x{args.scale} ({args.emb_optimizer} tables) shortfall {lamb_gap:+.4f} (target <= 0.003): "
+            f"{'OK' if lamb_gap <= 0.003 else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,21 @@ import time
 
 def run(inp: str, rows: int, extra: list[str], label: str) -> None:
     out = tempfile.mkdtemp(prefix="bench_pp_") + "/ds"
-    cmd = [sys.executable, "-m", "dlrmkit", "preprocess", "criteo", "--input", inp, "--out", out,
-           "--test-rows", str(rows // 10), "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlrmkit",
+        "preprocess",
+        "criteo",
+        "--input",
+        inp,
+        "--out",
+        out,
+        "--test-rows",
+        str(rows // 10),
+        "--no-progress",
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # each run in its own child, so RUSAGE_CHILDREN's maximum is this run's (runs go largest last)
@@ -33,8 +46,10 @@ def run(inp: str, rows: int, extra: list[str], label: str) -> None:
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     rss = after.ru_maxrss / 2**20
     # rows per CPU-second (Python processes only; not the JVM's threads) is what a busy machine cannot hide
-    print(f"{label:<22} {rows / dt:>12,.0f} rows/s  {dt:7.1f} s  CPU {cpu:6.1f} s ({rows / cpu:,.0f} rows per CPU-s)"
-          f"  peak RSS (max so far) {rss:.2f} GiB")
+    print(
+        f"{label:<22} {rows / dt:>12,.0f} rows/s  {dt:7.1f} s  CPU {cpu:6.1f} s ({rows / cpu:,.0f} rows per CPU-s)"
+        f"  peak RSS (max so far) {rss:.2f} GiB"
+    )
     shutil.rmtree(out.rsplit("/", 1)[0], ignore_errors=True)
 
 

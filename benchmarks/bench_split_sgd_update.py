@@ -22,8 +22,9 @@ from dlrmkit.optim.split_sgd import SplitSGD, split_fp32
 from dlrmkit.optim.split_sgd_kernel import fused_kernel
 
 
-def torch_int32_sparse_step(hi: torch.Tensor, lo: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                            lr: float) -> None:
+def torch_int32_sparse_step(
+    hi: torch.Tensor, lo: torch.Tensor, rows: torch.Tensor, values: torch.Tensor, lr: float
+) -> None:
     """Option (a), kept here for the record: the pure-torch update with int32 shift/or joins and
     splits instead of stack + strided half views (measured slower: four extra dtype passes)."""
     uniq, inverse = torch.unique_consecutive(rows, return_inverse=True)
@@ -66,8 +67,10 @@ def main() -> None:
     }
     if kernel is not None:
         variants["fused"] = lambda: SplitSGD._sparse_step(hi, lo, grad, 0.01)
-    print(f"table {args.rows} x {args.dim}, {args.lookups} sorted lookups "
-          f"({rows.unique().numel()} unique rows), threads={args.threads}, reps={args.reps}")
+    print(
+        f"table {args.rows} x {args.dim}, {args.lookups} sorted lookups "
+        f"({rows.unique().numel()} unique rows), threads={args.threads}, reps={args.reps}"
+    )
     for name, fn in variants.items():
         fn()  # warm-up
         wall, cpu = [], []
@@ -76,8 +79,10 @@ def main() -> None:
             fn()
             wall.append((time.perf_counter() - t0) * 1e3)
             cpu.append((time.process_time() - c0) * 1e3)
-        print(f"{name:12s} median {statistics.median(wall):8.1f} ms wall  {statistics.median(cpu):8.1f} ms CPU"
-              f"  (min {min(wall):.1f} ms)")
+        print(
+            f"{name:12s} median {statistics.median(wall):8.1f} ms wall  {statistics.median(cpu):8.1f} ms CPU"
+            f"  (min {min(wall):.1f} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -46,10 +46,12 @@ def main() -> None:
     read_offsets = torch.arange(0, n, 8)
     for threads in (2, 1):
         torch.set_num_threads(threads)
-        print(f"{threads} thread(s): split-SGD per-lookup rows {ms(lambda: op(hi, lo, rows, per_lookup, -0.01)):.1f} ms, "
-              f"split-SGD by bag {ms(lambda: op(hi, lo, rows, pooled, -0.01, bags)):.1f} ms, "
-              f"fp32 SGD by bag {ms(lambda: sgd(w, rows, pooled_fp32, -0.01, bags)):.1f} ms, "
-              f"read of the touched bf16 rows {ms(lambda: F.embedding_bag(rows, hi, read_offsets, mode='sum')):.1f} ms")
+        print(
+            f"{threads} thread(s): split-SGD per-lookup rows {ms(lambda: op(hi, lo, rows, per_lookup, -0.01)):.1f} ms, "
+            f"split-SGD by bag {ms(lambda: op(hi, lo, rows, pooled, -0.01, bags)):.1f} ms, "
+            f"fp32 SGD by bag {ms(lambda: sgd(w, rows, pooled_fp32, -0.01, bags)):.1f} ms, "
+            f"read of the touched bf16 rows {ms(lambda: F.embedding_bag(rows, hi, read_offsets, mode='sum')):.1f} ms"
+        )
 
     order_by_width(op)
 
@@ -76,8 +78,10 @@ def order_by_width(op, pairs: int = 7) -> None:
         for _ in range(pairs):
             a.append(ms(lookup_order, 5))
             b.append(ms(sorted_rows, 5))
-        print(f"dim {d:3d}, {len(values):,} lookups, {rows_n:,} rows: lookup order {statistics.median(a):.2f} ms, "
-              f"sort + sorted {statistics.median(b):.2f} ms (medians of {pairs} alternating runs)")
+        print(
+            f"dim {d:3d}, {len(values):,} lookups, {rows_n:,} rows: lookup order {statistics.median(a):.2f} ms, "
+            f"sort + sorted {statistics.median(b):.2f} ms (medians of {pairs} alternating runs)"
+        )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,9 @@ class DDPStep:
         names = [f"embeddings.{n}" for n, _ in par.model.embeddings.named_parameters()]
         names += [f"embeddings.{n}" for n, _ in par.model.embeddings.named_buffers()]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(par.model, names)
-        self.ddp = DistributedDataParallel(par.model, forward_sync_buffers=False, init_sync=False,
-                                           gradient_as_bucket_view=True)
+        self.ddp = DistributedDataParallel(
+            par.model, forward_sync_buffers=False, init_sync=False, gradient_as_bucket_view=True
+        )
         self.ddp.register_comm_hook(None, sum_hook(wire))
         self.par, self.optimizers = par, optimizers
         dense = {id(p) for p in par.model.dense_parameters()} | {id(p) for p in par.sharded.replicated_parameters()}
@@ -107,8 +108,13 @@ def variant(cfg, args, par0: BenchParallel, name: str):
     else:
         model = DLRM(cfg)
         model.reset_parameters(args.seed)
-        prepare_model(argparse.Namespace(compile=args.compile, embedding_backend="native", optimizer="sgd",
-                                         precision="fp32", lr=args.lr), model, parallel=True)
+        prepare_model(
+            argparse.Namespace(
+                compile=args.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=args.lr
+            ),
+            model,
+            parallel=True,
+        )
         pcfg = ParallelConfig(sharding=args.sharding, overlap=True, comm_dtype=wire)
         par = BenchParallel(model, par0.plan, par0.ctx, pcfg, seed=args.seed)
     optimizers = build_optimizers(par.model, "sgd", args.lr)
@@ -134,8 +140,11 @@ def main() -> None:
     cfg = MODELS[a.model]
     model = DLRM(cfg)
     model.reset_parameters(a.seed)
-    prepare_model(argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd",
-                                     precision="fp32", lr=a.lr), model, parallel=True)
+    prepare_model(
+        argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=a.lr),
+        model,
+        parallel=True,
+    )
     par0 = parallel_setup(model, a.batch_size, a.sharding, overlap=True, seed=a.seed)
     if par0 is None:
         raise SystemExit("run under torchrun")
@@ -152,8 +161,11 @@ def main() -> None:
         dw = max(float((p.detach() - r).abs().max()) for p, r in zip(par.model.dense_parameters(), ref))
         dl = max(abs(x - y) for x, y in zip(losses[n], losses[names[0]]))
         if rank == 0:
-            print(f"equal results, {n} against {names[0]} after {a.check_steps} steps: max |loss diff| {dl:.2e}, "
-                  f"max |dense weight diff| {dw:.2e}", flush=True)
+            print(
+                f"equal results, {n} against {names[0]} after {a.check_steps} steps: max |loss diff| {dl:.2e}, "
+                f"max |dense weight diff| {dw:.2e}",
+                flush=True,
+            )
 
     for step, _ in variants.values():  # warm up
         for i in range(3):
@@ -174,8 +186,10 @@ def main() -> None:
             rel[n].append(got[n] / got[names[0]])
             rates[n].append(got[n])
     if rank == 0:
-        print(f"{a.model} batch {a.batch_size} {a.sharding}, 2 ranks x 1 thread, {a.rounds} rounds of {a.steps}-step "
-              f"windows (median samples/s, median ratio to {names[0]} in the same round):")
+        print(
+            f"{a.model} batch {a.batch_size} {a.sharding}, 2 ranks x 1 thread, {a.rounds} rounds of {a.steps}-step "
+            f"windows (median samples/s, median ratio to {names[0]} in the same round):"
+        )
         for n in names:
             print(f"  {n:13s} {statistics.median(rates[n]):10,.0f}  {statistics.median(rel[n]):.3f}")
     for _, par in variants.values():

@@ -26,8 +26,34 @@ from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 VOCAB = KAGGLE_TABLE_SIZES  # values per column
 HEAD_SHARE, HEAD_EXPONENT = 0.6, 0.9
 MISSING_INT = [0.45, 0.0, 0.2, 0.2, 0.05, 0.25, 0.05, 0.0, 0.05, 0.45, 0.05, 0.77, 0.2]
-MISSING_CAT = [0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03, 0.0, 0.0, 0.0, 0.03, 0.0, 0.0,
-               0.44, 0.44, 0.03, 0.76, 0.0, 0.03, 0.44, 0.44]
+MISSING_CAT = [
+    0.0,
+    0.0,
+    0.03,
+    0.03,
+    0.0,
+    0.12,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.03,
+    0.0,
+    0.0,
+    0.0,
+    0.03,
+    0.0,
+    0.0,
+    0.44,
+    0.44,
+    0.03,
+    0.76,
+    0.0,
+    0.03,
+    0.44,
+    0.44,
+]
 
 
 HEX = np.array([f"{i:02x}" for i in range(256)], dtype="S2")
@@ -42,8 +68,9 @@ def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None
             v -= rng.integers(0, 3, n) * (rng.random(n) < 0.1)  # I2 has negatives
         cols.append(pa.array(v, mask=rng.random(n) < MISSING_INT[j]))
     for j, size in enumerate(VOCAB):
-        ids = np.where(rng.random(n) < HEAD_SHARE, zipf_continuous(rng.random(n), size, HEAD_EXPONENT),
-                       rng.integers(0, size, n))
+        ids = np.where(
+            rng.random(n) < HEAD_SHARE, zipf_continuous(rng.random(n), size, HEAD_EXPONENT), rng.integers(0, size, n)
+        )
         missing = rng.random(n) < MISSING_CAT[j]
         if seen is not None:  # occurrences per value, saturating at 255
             values, counts = np.unique(ids[~missing], return_counts=True)
@@ -69,8 +96,10 @@ def main() -> None:
             writer.write_table(chunk(rng, min(100_000, a.rows - start), seen))
     distinct = [int((s > 0).sum()) for s in seen]
     kept = [int((s >= 3).sum()) for s in seen]
-    print(f"wrote {a.out}: {a.rows:,} rows; distinct categories {sum(distinct):,} (largest column {max(distinct):,}); "
-          f"seen at least 3 times (what preprocess --frequency-threshold 3 keeps) {sum(kept):,} (largest column {max(kept):,})")
+    print(
+        f"wrote {a.out}: {a.rows:,} rows; distinct categories {sum(distinct):,} (largest column {max(distinct):,}); "
+        f"seen at least 3 times (what preprocess --frequency-threshold 3 keeps) {sum(kept):,} (largest column {max(kept):,})"
+    )
 
 
 if __name__ == "__main__":

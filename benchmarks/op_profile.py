@@ -35,8 +35,13 @@ def main() -> None:
     cfg = BENCH_MODELS[a.model]
     model = DLRM(cfg)
     model.reset_parameters(0)
-    prepare_model(argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer=a.optimizer,
-                                     precision=a.precision, lr=0.01), model, False)
+    prepare_model(
+        argparse.Namespace(
+            compile=a.compile, embedding_backend="native", optimizer=a.optimizer, precision=a.precision, lr=0.01
+        ),
+        model,
+        False,
+    )
     step = training_step(model, build_optimizers(model, a.optimizer, 0.01, precision=a.precision), a.precision)
     batches = random_batches(cfg, 2048, 4, 0)
     for i in range(6):

@@ -77,10 +77,13 @@ def main() -> None:
             trace = json.load(f)["traceEvents"]
     events = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     lines, busy, idle = summary(top_level(events), a.steps, a.rows)
-    lines.append("  collectives launched per step (all threads): " + ", ".join(
-        f"{k} {v / a.steps:g}" for k, v in collectives(events).items()))
-    text = "\n".join([f"rank {par.ctx.rank}: wall {wall:.2f} ms/step; top-level events {busy:.2f} ms; "
-                      f"gaps {idle:.2f} ms"] + lines)
+    lines.append(
+        "  collectives launched per step (all threads): "
+        + ", ".join(f"{k} {v / a.steps:g}" for k, v in collectives(events).items())
+    )
+    text = "\n".join(
+        [f"rank {par.ctx.rank}: wall {wall:.2f} ms/step; top-level events {busy:.2f} ms; gaps {idle:.2f} ms"] + lines
+    )
     texts = [None] * par.ctx.world_size
     dist.all_gather_object(texts, text)
     if par.ctx.rank == 0:

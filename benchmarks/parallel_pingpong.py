@@ -80,27 +80,42 @@ def profile_both(a, rank: int, single_step, single_batches, par_step, par_batche
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
-def sharded_training(cfg, batch_size: int, sharding: str, seed: int, compile: bool = True, ids_ahead: bool = True,
-                     one_hot: bool = False, bucket_bytes: int | None = None, bind: bool = True):
+def sharded_training(
+    cfg,
+    batch_size: int,
+    sharding: str,
+    seed: int,
+    compile: bool = True,
+    ids_ahead: bool = True,
+    one_hot: bool = False,
+    bucket_bytes: int | None = None,
+    bind: bool = True,
+):
     """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
     shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
     args = argparse.Namespace(compile=compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
     model = DLRM(cfg)
     model.reset_parameters(seed)
     prepare_model(args, model, parallel=True)
-    par = parallel_setup(model, batch_size, sharding, overlap=True, seed=seed, ids_ahead=ids_ahead,
-                         bucket_bytes=bucket_bytes, bind=bind)
+    par = parallel_setup(
+        model, batch_size, sharding, overlap=True, seed=seed, ids_ahead=ids_ahead, bucket_bytes=bucket_bytes, bind=bind
+    )
     if par is None:
         raise SystemExit("run under torchrun")
     opts = build_optimizers(model, "sgd", args.lr)
-    return par, lambda batch: par.step(batch, opts), (par.batches(cfg, batch_size, 4, seed, one_hot=True) if one_hot else par.batches(cfg, batch_size, 4, seed))
+    return (
+        par,
+        lambda batch: par.step(batch, opts),
+        (par.batches(cfg, batch_size, 4, seed, one_hot=True) if one_hot else par.batches(cfg, batch_size, 4, seed)),
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="small", choices=list(MODELS))
-    p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data (default: "
-                   "bags of 1-10 ids)")
+    p.add_argument(
+        "--one-hot", action="store_true", help="one id per (sample, table), as Criteo data (default: bags of 1-10 ids)"
+    )
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--sharding", default="table_wise")
     p.add_argument("--pairs", type=int, default=30)
@@ -108,24 +123,54 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--single-threads", type=int, default=2, help="intra-op threads of the single process (default 2: "
-                   "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)")
-    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
-                   help="bind each rank (all its threads: compute and gloo's) to core RANK during 2-rank windows, as "
-                   "train and bench do under torchrun (--bind-cores); the single-process windows use both cores")
-    p.add_argument("--ids-ahead", action=argparse.BooleanOptionalAction, default=True,
-                   help="exchange the next batch's ids during the step (the default, as training does)")
-    p.add_argument("--bucket-kb", type=int, help="every dense gradient bucket's size in KiB (default: ParallelConfig's, "
-                   "1 MiB first, then 25 MiB)")
-    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                   help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops")
+    p.add_argument(
+        "--single-threads",
+        type=int,
+        default=2,
+        help="intra-op threads of the single process (default 2: "
+        "the machine's two cores; 1 compares per core, immune to a loaded machine stalling OpenMP)",
+    )
+    p.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bind each rank (all its threads: compute and gloo's) to core RANK during 2-rank windows, as "
+        "train and bench do under torchrun (--bind-cores); the single-process windows use both cores",
+    )
+    p.add_argument(
+        "--ids-ahead",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="exchange the next batch's ids during the step (the default, as training does)",
+    )
+    p.add_argument(
+        "--bucket-kb",
+        type=int,
+        help="every dense gradient bucket's size in KiB (default: ParallelConfig's, 1 MiB first, then 25 MiB)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="after the pairs, profile STEPS steps of each on rank 0 and print the top ops",
+    )
     a = p.parse_args()
     args = argparse.Namespace(compile=a.compile, embedding_backend="native", optimizer="sgd", precision="fp32", lr=0.01)
     cfg = MODELS[a.model]
 
     torch.set_num_threads(1)
-    par, par_step, par_batches = sharded_training(cfg, a.batch_size, a.sharding, a.seed, a.compile, a.ids_ahead, a.one_hot,
-                                                  a.bucket_kb << 10 if a.bucket_kb else None, bind=False)
+    par, par_step, par_batches = sharded_training(
+        cfg,
+        a.batch_size,
+        a.sharding,
+        a.seed,
+        a.compile,
+        a.ids_ahead,
+        a.one_hot,
+        a.bucket_kb << 10 if a.bucket_kb else None,
+        bind=False,
+    )
     if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")
 
@@ -165,20 +210,26 @@ def main() -> None:
             ratios.append(two / one)
             singles.append(one)
             pairs_rates.append(two)
-            print(f"pair {i + 1}: 1 process x {a.single_threads} threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
-                  f"{two:,.0f} samples/s, ratio {two / one:.3f}", flush=True)
+            print(
+                f"pair {i + 1}: 1 process x {a.single_threads} threads {one:,.0f} samples/s, 2 ranks x 1 thread {a.sharding} "
+                f"{two:,.0f} samples/s, ratio {two / one:.3f}",
+                flush=True,
+            )
     if a.profile:
-        profile_both(a, rank, single_step if rank == 0 else None, single_batches if rank == 0 else None,
-                     par_step, par_batches)
+        profile_both(
+            a, rank, single_step if rank == 0 else None, single_batches if rank == 0 else None, par_step, par_batches
+        )
     cpu = torch.tensor([statistics.median(idle_cpu) if idle_cpu else 0.0])
     dist.all_reduce(cpu)
     if rank == 0:
-        print(f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
-              f"{statistics.median(singles):,.0f} ({a.single_threads} threads), median 2-rank "
-              f"{statistics.median(pairs_rates):,.0f} samples/s; "
-              f"median ratio {statistics.median(ratios):.3f} (quartiles "
-              f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
-              f"{100 * float(cpu):.1f}% of a core while waiting")
+        print(
+            f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
+            f"{statistics.median(singles):,.0f} ({a.single_threads} threads), median 2-rank "
+            f"{statistics.median(pairs_rates):,.0f} samples/s; "
+            f"median ratio {statistics.median(ratios):.3f} (quartiles "
+            f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
+            f"{100 * float(cpu):.1f}% of a core while waiting"
+        )
     par.close()
     dist.destroy_process_group()
 

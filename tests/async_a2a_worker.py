@@ -51,8 +51,12 @@ for name in ("async", "blocking"):
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
     par.close()  # the ids exchange started ahead lands before the next model's collectives
-    out[name] = {"launched": launched[before:], "init": init, "ids_ahead_bytes": par.stats.bytes.get("ids_ahead", 0),
-                 "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
-                 "dense": [p.detach().clone() for p in model.dense_parameters()]}
+    out[name] = {
+        "launched": launched[before:],
+        "init": init,
+        "ids_ahead_bytes": par.stats.bytes.get("ids_ahead", 0),
+        "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
+        "dense": [p.detach().clone() for p in model.dense_parameters()],
+    }
 torch.save(out, f"{sys.argv[1]}/rank{par.ctx.rank}.pt")
 shutdown()

@@ -88,7 +88,11 @@ def run_cli_subprocess(*argv: str, cwd: str | os.PathLike | None = None, timeout
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "-m", "dlrmkit", *[str(a) for a in argv]],
-        cwd=cwd or scratch_cwd(), env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or scratch_cwd(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 

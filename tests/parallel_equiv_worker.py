@@ -73,6 +73,7 @@ def record_collectives() -> None:
             where = "cpu" if group is CPU_GROUP else ("default" if group in (None, dist.group.WORLD) else "other")
             CALLS.append((name, where, str(t.dtype)))
             return fn(tensor, *args, group=group, **kw)
+
         return recorded
 
     for name in ("all_to_all_single", "all_gather", "all_reduce", "broadcast"):
@@ -88,7 +89,9 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
         opts = build_optimizers(model, opt_name, LR[opt_name])
         for step in range(STEPS):
             dense, ids, labels = data(step, multi_hot)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, slice_ids(ids, 0, GLOBAL_BATCH)), labels)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(dense, slice_ids(ids, 0, GLOBAL_BATCH)), labels
+            )
             for o in opts:
                 o.zero_grad()
             loss.backward()
@@ -113,7 +116,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
                 o.step()
         step_calls = list(CALLS)
         tables = par.sharded.gather_tables()
-        gather_calls = CALLS[len(step_calls):]
+        gather_calls = CALLS[len(step_calls) :]
         CALLS.clear()
     dense_params = [p.detach().clone() for p in model.dense_parameters()]
     out = {"losses": losses, "tables": tables, "dense": dense_params}

@@ -23,8 +23,21 @@ def torchrun_env() -> dict:
     return env
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 180, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+def torchrun(
+    nproc: int, *args: str, timeout: float = 180, extra: list[str] | None = None
+) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node nproc ARGS` (a script path or `-m module ...`)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *(extra or []), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *(extra or []),
+        *map(str, args),
+    ]
     return subprocess.run(cmd, env=torchrun_env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout)

@@ -26,8 +26,12 @@ print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def faults(keep: str) -> tuple[bool, int]:
-    env = {"DLRMKIT_KEEP_FREED_MEMORY": keep, "THP_MEM_ALLOC_ENABLE": "1", "OMP_NUM_THREADS": "1",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "DLRMKIT_KEEP_FREED_MEMORY": keep,
+        "THP_MEM_ALLOC_ENABLE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+    }
     out = subprocess.run([sys.executable, "-c", PATTERN], env=env, capture_output=True, text=True, check=True).stdout
     tuned, count = out.split()
     return tuned == "True", int(count)

@@ -57,7 +57,7 @@ def test_manifest_has_logical_tables_and_checksums(tiny_data, tmp_path):
 
 def test_single_process_model_matches_trainer(tiny_data, tmp_path):
     from dlrmkit.data.split_binary import open_dataset
-    from dlrmkit.train.trainer import evaluate_model
+    from dlrmkit.train.evaluation import evaluate_model
 
     m = tmp_path / "m.json"
     train(tiny_data, "--checkpoint-dir", tmp_path / "C", "--metrics-json", m, steps=20)
@@ -68,7 +68,18 @@ def test_single_process_model_matches_trainer(tiny_data, tmp_path):
 
 
 def test_interrupted_run_equals_uninterrupted_including_rng(tiny_data, tmp_path):
-    extra = ["--optimizer", "adagrad", "--lr", "0.05", "--warmup-steps", "5", "--decay-start", "20", "--decay-steps", "10"]
+    extra = [
+        "--optimizer",
+        "adagrad",
+        "--lr",
+        "0.05",
+        "--warmup-steps",
+        "5",
+        "--decay-start",
+        "20",
+        "--decay-steps",
+        "10",
+    ]
     train(tiny_data, "--checkpoint-dir", tmp_path / "I", *extra, steps=13)
     train(tiny_data, "--checkpoint-dir", tmp_path / "I", "--resume", *extra, steps=30)
     train(tiny_data, "--checkpoint-dir", tmp_path / "S", *extra, steps=30)
@@ -83,8 +94,22 @@ def test_interrupted_run_equals_uninterrupted_including_rng(tiny_data, tmp_path)
 def test_kill_mid_save_leaves_previous_checkpoint(tiny_data, tmp_path, point):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, steps=4)
-    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress", "--preset", "tiny",
-            "--checkpoint-dir", str(c), "--resume", "--max-steps", "8"]
+    args = [
+        sys.executable,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--checkpoint-dir",
+        str(c),
+        "--resume",
+        "--max-steps",
+        "8",
+    ]
     proc = subprocess.run(args, env=env(DLRMKIT_FAULT=point), capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (c / "latest").read_text() == "step_4"
@@ -98,8 +123,25 @@ def test_kill_mid_save_leaves_previous_checkpoint(tiny_data, tmp_path, point):
 
 def test_sigkill_at_a_random_moment_leaves_latest_loadable(tiny_data, tmp_path):
     c = tmp_path / "C"
-    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress", "--preset", "tiny",
-            "--checkpoint-dir", str(c), "--checkpoint-every", "1", "--keep", "2", "--max-steps", "100000"]
+    args = [
+        sys.executable,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--checkpoint-dir",
+        str(c),
+        "--checkpoint-every",
+        "1",
+        "--keep",
+        "2",
+        "--max-steps",
+        "100000",
+    ]
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -154,8 +196,19 @@ def test_corrupt_checkpoint_is_one_line_error(tiny_data, tmp_path, damage):
         needles = [target, "manifest"]
     evaluate = run_cli_subprocess if damage == "flip" else run_cli  # one real CLI process is enough
     assert_one_line_error(evaluate("evaluate", "--data", tiny_data, "--checkpoint", c), *needles)
-    resumed = run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--checkpoint-dir", c,
-                                 "--resume", "--max-steps", 6)
+    resumed = run_cli(
+        "train",
+        "--data",
+        tiny_data,
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--checkpoint-dir",
+        c,
+        "--resume",
+        "--max-steps",
+        6,
+    )
     assert_one_line_error(resumed, *needles)
 
 
@@ -167,15 +220,30 @@ def test_latest_naming_a_missing_folder(tiny_data, tmp_path):
 
 
 # ---- mismatched runs ------------------------------------------------------------------------------
-@pytest.mark.parametrize("change,needle", [
-    (["--embedding-dim", "8", "--bottom-mlp", "64,8"], "does not match this run's model"),
-    (["--optimizer", "adagrad"], "optimizers"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        (["--embedding-dim", "8", "--bottom-mlp", "64,8"], "does not match this run's model"),
+        (["--optimizer", "adagrad"], "optimizers"),
+    ],
+)
 def test_resume_into_another_model_or_optimizer(tiny_data, tmp_path, change, needle):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, steps=2)
-    result = run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--checkpoint-dir", c, "--resume",
-                     "--max-steps", 4, *change)
+    result = run_cli(
+        "train",
+        "--data",
+        tiny_data,
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--checkpoint-dir",
+        c,
+        "--resume",
+        "--max-steps",
+        4,
+        *change,
+    )
     assert_one_line_error(result, str(c), needle)
 
 
@@ -200,23 +268,49 @@ def inf_data(dataset_copy):
     """Rows of batch 3 (file order, batch 256) carry +inf numerical features."""
     p = dataset_copy / "train" / "numerical.bin"
     x = np.fromfile(p, dtype=np.float16).reshape(-1, 4)
-    x[3 * 256: 3 * 256 + 2] = np.inf
+    x[3 * 256 : 3 * 256 + 2] = np.inf
     x.tofile(p)
     return dataset_copy
 
 
 def test_infinite_feature_is_refused_naming_the_row(inf_data, tmp_path):
     c = tmp_path / "C"
-    result = run_cli("train", "--data", inf_data, "--no-progress", "--preset", "tiny", "--no-shuffle", "--max-steps", 8,
-                     "--checkpoint-dir", c, "--checkpoint-every", 2)
+    result = run_cli(
+        "train",
+        "--data",
+        inf_data,
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--no-shuffle",
+        "--max-steps",
+        8,
+        "--checkpoint-dir",
+        c,
+        "--checkpoint-every",
+        2,
+    )
     assert_one_line_error(result, "train/numerical.bin", "row 768", "inf", "must be finite")
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, tmp_path, monkeypatch):
     monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")  # step 4's loss reads as NaN (a diverged step)
     c = tmp_path / "C"
-    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--preset", "tiny", "--no-shuffle", "--max-steps", 8,
-                     "--checkpoint-dir", c, "--checkpoint-every", 2)
+    result = run_cli(
+        "train",
+        "--data",
+        dataset_copy,
+        "--no-progress",
+        "--preset",
+        "tiny",
+        "--no-shuffle",
+        "--max-steps",
+        8,
+        "--checkpoint-dir",
+        c,
+        "--checkpoint-every",
+        2,
+    )
     assert_one_line_error(result, "loss is nan at step 4", "last good checkpoint", "--skip-nonfinite")
     assert (c / "latest").read_text() == "step_2"
     model, _ = ckpt.load_single_process_model(str(c))
@@ -226,8 +320,19 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, t
 def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):
     monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")
     m, log = tmp_path / "m.json", tmp_path / "log.jsonl"
-    train(dataset_copy, "--no-shuffle", "--skip-nonfinite", 1, "--metrics-json", m, "--log-jsonl", log,
-          "--checkpoint-dir", tmp_path / "C", steps=8)
+    train(
+        dataset_copy,
+        "--no-shuffle",
+        "--skip-nonfinite",
+        1,
+        "--metrics-json",
+        m,
+        "--log-jsonl",
+        log,
+        "--checkpoint-dir",
+        tmp_path / "C",
+        steps=8,
+    )
     assert json.loads(m.read_text())["skipped_nonfinite"] == 1
     skips = [json.loads(ln) for ln in log.read_text().splitlines() if "skip_nonfinite" in ln]
     assert [(r["step"], r["skipped"]) for r in skips if r.get("event") == "skip_nonfinite"] == [(4, 1)]
@@ -236,9 +341,14 @@ def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):
 
 
 # ---- bad options ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("args,needle", [
-    (["--preset", "nope"], "unknown preset 'nope'"),
-    (["--batch-size", "0"], "--batch-size"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+)
 def test_bad_option_values(tiny_data, args, needle):
-    assert_one_line_error(run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--max-steps", 1, *args), needle)
+    assert_one_line_error(
+        run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--max-steps", 1, *args), needle
+    )

@@ -46,9 +46,14 @@ def rewrite_manifest(path, change):
 
 def relist(path):
     """Recompute the manifest's file list, as a forger who can write the folder would."""
+
     def change(m):
-        m["files"] = {n: {"bytes": os.path.getsize(os.path.join(path, n)), "sha256": ckpt.file_digest(os.path.join(path, n))}
-                      for n in sorted(os.listdir(path)) if n != ckpt.MANIFEST}
+        m["files"] = {
+            n: {"bytes": os.path.getsize(os.path.join(path, n)), "sha256": ckpt.file_digest(os.path.join(path, n))}
+            for n in sorted(os.listdir(path))
+            if n != ckpt.MANIFEST
+        }
+
     rewrite_manifest(path, change)
 
 
@@ -84,12 +89,26 @@ def transcoded(tmp_path_factory):
     root = tmp_path_factory.mktemp("trust")
     rng = np.random.default_rng(0)
     csv = root / "rows.csv"
-    lines = ["label,x,c1,c2"] + [f"{rng.integers(2)},{rng.normal():.3f},a{rng.integers(5)},b{rng.integers(9)}"
-                                 for _ in range(600)]
+    lines = ["label,x,c1,c2"] + [
+        f"{rng.integers(2)},{rng.normal():.3f},a{rng.integers(5)},b{rng.integers(9)}" for _ in range(600)
+    ]
     csv.write_text("\n".join(lines) + "\n")
     ds = root / "ds"
-    r = run_cli("transcode", "--input", csv, "--out", ds, "--label", "label", "--numerical", "x",
-                "--categorical", "c1,c2", "--test-rows", 100)
+    r = run_cli(
+        "transcode",
+        "--input",
+        csv,
+        "--out",
+        ds,
+        "--label",
+        "label",
+        "--numerical",
+        "x",
+        "--categorical",
+        "c1,c2",
+        "--test-rows",
+        100,
+    )
     assert r.code == 0, r.err
     train(ds, "--checkpoint-dir", root / "C", "--batch-size", 100, "--eval-batch-size", 100)
     return ds, root / "C", csv
@@ -99,8 +118,19 @@ def commands(ds, c, csv, out):
     return {
         "evaluate": ["evaluate", "--data", ds, "--checkpoint", c],
         "export": ["export", "--checkpoint", c, "--out", out / "m.pt"],
-        "train --resume": ["train", "--data", ds, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 6,
-                           "--batch-size", 100],
+        "train --resume": [
+            "train",
+            "--data",
+            ds,
+            "--no-progress",
+            "--checkpoint-dir",
+            c,
+            "--resume",
+            "--max-steps",
+            6,
+            "--batch-size",
+            100,
+        ],
         "predict": ["predict", "--checkpoint", c, "--input", csv, "--data", ds, "--output", out / "p.csv"],
     }
 
@@ -145,19 +175,28 @@ def test_crafted_checkpoint_in_a_fresh_process_is_one_line(transcoded, tmp_path)
         pickle.dump(Payload(marker), f)
     relist(path)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "dlrmkit", "evaluate", "--data", str(ds), "--checkpoint", str(c)],
-                          cwd=scratch_cwd(), env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlrmkit", "evaluate", "--data", str(ds), "--checkpoint", str(c)],
+        cwd=scratch_cwd(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "refused" in proc.stderr and not marker.exists()
 
 
-@pytest.mark.parametrize("damage,needle", [
-    ("no-file-list", "lists no files"),
-    ("unlisted-file", "not listed in manifest.json"),
-    ("foreign-name", "is not a file of a"),
-    ("metadata-outside", "is not a data_<rank>.bin name"),
-    ("metadata-bad-dtype", "dtype must be one of"),
-])
+@pytest.mark.parametrize(
+    "damage,needle",
+    [
+        ("no-file-list", "lists no files"),
+        ("unlisted-file", "not listed in manifest.json"),
+        ("foreign-name", "is not a file of a"),
+        ("metadata-outside", "is not a data_<rank>.bin name"),
+        ("metadata-bad-dtype", "dtype must be one of"),
+    ],
+)
 def test_altered_checkpoint_is_refused(transcoded, tmp_path, damage, needle):
     import shutil
 
@@ -262,10 +301,33 @@ def _limit_file_size():
 def test_save_that_cannot_write_is_one_line_and_keeps_the_previous(tiny_data, tmp_path):
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c, "--optimizer", "adagrad", steps=2)
-    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress", "--optimizer",
-            "adagrad", "--checkpoint-dir", str(c), "--resume", "--max-steps", "4", "--log-jsonl", str(tmp_path / "resumed.jsonl")]
-    proc = subprocess.run(args, cwd=scratch_cwd(), env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
-                          text=True, timeout=120, preexec_fn=_limit_file_size)
+    args = [
+        sys.executable,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        "--no-progress",
+        "--optimizer",
+        "adagrad",
+        "--checkpoint-dir",
+        str(c),
+        "--resume",
+        "--max-steps",
+        "4",
+        "--log-jsonl",
+        str(tmp_path / "resumed.jsonl"),
+    ]
+    proc = subprocess.run(
+        args,
+        cwd=scratch_cwd(),
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "cannot write checkpoint" in lines[0] and "EFBIG" in lines[0] and "step_2 is intact" in lines[0]
@@ -292,8 +354,18 @@ def test_save_on_a_read_only_folder_is_one_line(tiny_data, tmp_path, monkeypatch
 
 def test_unwritable_checkpoint_dir_fails_before_training(tiny_data, tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    result = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", tmp_path / "file",
-                     "--max-steps", 3, "--log-jsonl", tmp_path / "log.jsonl")
+    result = run_cli(
+        "train",
+        "--data",
+        tiny_data,
+        "--no-progress",
+        "--checkpoint-dir",
+        tmp_path / "file",
+        "--max-steps",
+        3,
+        "--log-jsonl",
+        tmp_path / "log.jsonl",
+    )
     assert_one_line_error(result, "--checkpoint-dir", "a folder is needed")
     assert not (tmp_path / "log.jsonl").exists() or "train" not in (tmp_path / "log.jsonl").read_text()
 
@@ -313,9 +385,27 @@ def test_final_checkpoint_under_torchrun_without_run_dir(tiny_data, tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from parallel_util import free_port, torchrun_env
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "dlrmkit", "train", "--data", str(tiny_data), "--no-progress",
-           "--max-steps", "3", "--batch-size", "250"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        "--no-progress",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "250",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=torchrun_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [d for d in os.listdir(tmp_path / "runs") if not d.startswith(".")]

@@ -8,13 +8,19 @@ from dlrmkit.cli import COMMANDS, build_parser
 
 
 def imports_torch(code: str) -> bool:
-    out = subprocess.run([sys.executable, "-c", f"import sys\n{code}\nprint('torch' in sys.modules)"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", f"import sys\n{code}\nprint('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.strip().splitlines()[-1] == "True"
 
 
 def test_preprocess_parser_does_not_import_torch():
-    assert not imports_torch("from dlrmkit.cli import build_parser\nbuild_parser(['preprocess', 'criteo', '--input', 'x'])")
+    assert not imports_torch(
+        "from dlrmkit.cli import build_parser\nbuild_parser(['preprocess', 'criteo', '--input', 'x'])"
+    )
     assert imports_torch("from dlrmkit.cli import build_parser\nbuild_parser(['bench'])")  # the check can fail
 
 

@@ -39,9 +39,25 @@ def test_unknown_or_bad_key_is_a_one_line_error(tiny_data, tmp_path):
 
 
 def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
-    train("--data", tiny_data, "--max-steps", 12, "--lr", 0.3, "--embedding-dim", 8, "--bottom-mlp", "32,8",
-          "--run-dir", tmp_path / "A", "--metrics-json", tmp_path / "a.json")
-    train("--config", tmp_path / "A" / "config.yaml", "--run-dir", tmp_path / "B", "--metrics-json", tmp_path / "b.json")
+    train(
+        "--data",
+        tiny_data,
+        "--max-steps",
+        12,
+        "--lr",
+        0.3,
+        "--embedding-dim",
+        8,
+        "--bottom-mlp",
+        "32,8",
+        "--run-dir",
+        tmp_path / "A",
+        "--metrics-json",
+        tmp_path / "a.json",
+    )
+    train(
+        "--config", tmp_path / "A" / "config.yaml", "--run-dir", tmp_path / "B", "--metrics-json", tmp_path / "b.json"
+    )
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
     assert a["steps"] == b["steps"] == 12
     assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"]

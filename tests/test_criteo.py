@@ -21,8 +21,16 @@ needs_criteo = pytest.mark.skipif(not HEAD6K.exists(), reason="needs ../shared/d
 
 
 def preprocess(src, out, *extra) -> object:
-    return run_cli("preprocess", "criteo", "--input", *([src] if not isinstance(src, list) else src),
-                   "--out", out, "--no-progress", *extra)
+    return run_cli(
+        "preprocess",
+        "criteo",
+        "--input",
+        *([src] if not isinstance(src, list) else src),
+        "--out",
+        out,
+        "--no-progress",
+        *extra,
+    )
 
 
 def same_tree(a: Path, b: Path) -> list[str]:
@@ -48,7 +56,8 @@ def test_preprocess_validate_train_auc(kaggle, tmp_path):
     spec, train, test = open_dataset(str(kaggle))
     assert (len(train), len(test)) == (5000, 1000)
     assert spec.metadata["preprocess"]["report"]["rows_skipped"] == dict.fromkeys(
-        ["wrong_field_count", "bad_integer", "bad_label", "undecodable"], 0)
+        ["wrong_field_count", "bad_integer", "bad_label", "undecodable"], 0
+    )
     assert spec.metadata["source_files"] == [str(HEAD6K)]
     # click rate of the last 1,000 rows, counted from the raw file
     raw_labels = np.array([line.split("\t", 1)[0] == "1" for line in HEAD6K.read_text().splitlines()])
@@ -57,8 +66,18 @@ def test_preprocess_validate_train_auc(kaggle, tmp_path):
     assert v.code == 0, v.err
     assert "train: 5,000 rows" in v.out and "test: 1,000 rows" in v.out
     metrics = tmp_path / "m.json"
-    t = run_cli("train", "--data", kaggle, "--preset", "criteo-kaggle", "--epochs", "3", "--no-progress",
-                "--metrics-json", metrics)
+    t = run_cli(
+        "train",
+        "--data",
+        kaggle,
+        "--preset",
+        "criteo-kaggle",
+        "--epochs",
+        "3",
+        "--no-progress",
+        "--metrics-json",
+        metrics,
+    )
     assert t.code == 0, t.err
     assert json.loads(metrics.read_text())["auc"] > 0.72
 
@@ -88,6 +107,7 @@ def test_workers_and_gzip_give_identical_bytes(kaggle, tmp_path):
     assert preprocess(HEAD6K, two, "--test-rows", "1000", "--workers", "2").code == 0
     # tiny tasks exercise the task boundaries and the held-back test window
     from dlrmkit.data.criteo import CriteoOptions, preprocess as pp
+
     small = tmp_path / "small"
     pp(CriteoOptions([str(HEAD6K)], str(small), test_rows=1000, workers=2, progress=False, task_bytes=100_000))
     assert same_tree(kaggle, two) == []
@@ -133,9 +153,22 @@ def test_output_folder_safety(kaggle, tmp_path):
 def test_deepctr_csv_via_transcode(tmp_path):
     src = CRITEO / "deepctr_criteo_sample200.csv"
     out = tmp_path / "t"
-    r = run_cli("transcode", "--input", src, "--out", out, "--label", "label",
-                "--numerical", ",".join(f"I{i}" for i in range(1, 14)),
-                "--categorical", ",".join(f"C{i}" for i in range(1, 27)), "--test-rows", "50", "--log-transform")
+    r = run_cli(
+        "transcode",
+        "--input",
+        src,
+        "--out",
+        out,
+        "--label",
+        "label",
+        "--numerical",
+        ",".join(f"I{i}" for i in range(1, 14)),
+        "--categorical",
+        ",".join(f"C{i}" for i in range(1, 27)),
+        "--test-rows",
+        "50",
+        "--log-transform",
+    )
     assert r.code == 0, r.err
     spec, train, test = open_dataset(str(out))
     assert (len(train), len(test)) == (150, 50)

@@ -40,7 +40,7 @@ def preprocess(src, out, *extra):
 
 def bad_fixture(tmp_path: Path) -> Path:
     lines: list = good_rows(30)
-    lines[3] = row()[: -9]  # 39 fields
+    lines[3] = row()[:-9]  # 39 fields
     lines[7] = row(ints=["12", "x1", *["0"] * 11])  # non-integer
     lines[11] = row(label="2")  # bad label
     lines[15] = row(cats=["\xff"] * 26).encode("latin-1")  # undecodable bytes

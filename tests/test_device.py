@@ -32,9 +32,11 @@ def test_gpu_step_limits_are_one_line_errors():
     cuda = torch.device("cuda")  # a device object needs no GPU
     gpu.check_device_options(cuda, parallel=False, baselines=False, profile=False)  # the supported case
     gpu.check_device_options(torch.device("cpu"), parallel=True, baselines=True, profile=True)  # CPU: not this check's
-    for kwargs, message in ((dict(parallel=True, baselines=False, profile=False), "single process only"),
-                            (dict(parallel=False, baselines=True, profile=False), "time CPU loops"),
-                            (dict(parallel=False, baselines=False, profile=True), "--profile/--plot not yet")):
+    for kwargs, message in (
+        (dict(parallel=True, baselines=False, profile=False), "single process only"),
+        (dict(parallel=False, baselines=True, profile=False), "time CPU loops"),
+        (dict(parallel=False, baselines=False, profile=True), "--profile/--plot not yet"),
+    ):
         with pytest.raises(DlrmkitError, match=message):
             gpu.check_device_options(cuda, **kwargs)
 
@@ -114,8 +116,9 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     batches = random_batches(cfg, 64, steps, 0)
     cpu_step = training_step(cpu_model, build_optimizers(cpu_model, "sgd", 0.1))
     pinned = dev.pin_batches(batches, cuda)  # the next batch is prefetched on a side stream
-    gpu_step = gpu.gpu_training_step(gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device,
-                                     pinned)
+    gpu_step = gpu.gpu_training_step(
+        gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device, pinned
+    )
     if graphs:
         gpu.graph_mlps(gpu_model, pinned[0], "fp32", cuda, ids_device)
         assert "forward" in vars(gpu_model.top_mlp) and "forward" in vars(gpu_model.bottom_mlp)  # graphed
@@ -139,8 +142,15 @@ def test_gpu_step_matches_cpu_step(placement, graphs, monkeypatch):
 
 
 @NEEDS_GPU
-@pytest.mark.parametrize("precision,optimizer,placement", [("fp32", "sgd", "auto"), ("bf16", "split-sgd", "auto"),
-                                                           ("bf16", "split-sgd", "host"), ("fp32", "adagrad", "host")])
+@pytest.mark.parametrize(
+    "precision,optimizer,placement",
+    [
+        ("fp32", "sgd", "auto"),
+        ("bf16", "split-sgd", "auto"),
+        ("bf16", "split-sgd", "host"),
+        ("fp32", "adagrad", "host"),
+    ],
+)
 def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision, optimizer, placement):
     from dlrmkit import bench
     from dlrmkit.model.dlrm import ModelConfig
@@ -149,9 +159,29 @@ def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision, optimizer, plac
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(**TINY_CFG))
     out = tmp_path / "bench.json"
-    r = run_cli("bench", "--device", "cuda", "--model", "test-tiny", "--batch-size", "256", "--steps", "2",
-                "--windows", "2", "--warmup", "2", "--precision", precision, "--optimizer", optimizer,
-                "--table-placement", placement, "--json", out)
+    r = run_cli(
+        "bench",
+        "--device",
+        "cuda",
+        "--model",
+        "test-tiny",
+        "--batch-size",
+        "256",
+        "--steps",
+        "2",
+        "--windows",
+        "2",
+        "--warmup",
+        "2",
+        "--precision",
+        precision,
+        "--optimizer",
+        optimizer,
+        "--table-placement",
+        placement,
+        "--json",
+        out,
+    )
     assert r.code == 0, r.err
     res = json.loads(out.read_text())
     assert res["device"] == torch.cuda.get_device_name() and res["samples_per_s"] > 0

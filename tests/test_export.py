@@ -41,7 +41,9 @@ def test_onnx_export_matches_checkpoint(tiny_data, tmp_path):
     r = run_cli("export", "--checkpoint", ckpt, "--out", out, "--format", "onnx")
     assert r.code == 0, r.err
     onnx.checker.check_model(onnx.load(str(out)))
-    ort = pytest.importorskip("onnxruntime", reason="running the ONNX model needs onnxruntime (pip install 'dlrmkit[onnx]')")
+    ort = pytest.importorskip(
+        "onnxruntime", reason="running the ONNX model needs onnxruntime (pip install 'dlrmkit[onnx]')"
+    )
     model, cfg = load_model(str(ckpt))
     dense, ids = example_inputs(cfg, batch=37)  # another batch size than the export's example: dynamic axis
     with torch.no_grad():

@@ -54,7 +54,11 @@ def test_default_layout():
     assert spec.numerical_names == ["num_0", "num_1", "num_2"]
     assert spec.label_name == "label"
     assert spec.cardinalities == [5, 200, 40000]
-    assert [spec.dtype(n) for n in spec.categorical_names] == [np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)]
+    assert [spec.dtype(n) for n in spec.categorical_names] == [
+        np.dtype(np.int8),
+        np.dtype(np.int16),
+        np.dtype(np.int32),
+    ]
     assert spec.dtype("num_1") == np.dtype(np.float16)
     assert spec.dtype("label") == np.dtype(np.bool_)
     spec.check()  # the default layout satisfies its own schema
@@ -153,7 +157,9 @@ def test_missing_dtype_is_named(tmp_path):
 def test_categorical_dtype_must_be_integer(tmp_path):
     doc = default_doc()
     doc["feature_spec"]["cat_0.bin"]["dtype"] = "float32"
-    with pytest.raises(DatasetError, match=r"feature_spec\.cat_0\.bin\.dtype 'float32' is not allowed for a categorical"):
+    with pytest.raises(
+        DatasetError, match=r"feature_spec\.cat_0\.bin\.dtype 'float32' is not allowed for a categorical"
+    ):
         FeatureSpec.from_yaml(write_doc(tmp_path, doc))
 
 

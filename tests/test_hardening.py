@@ -26,8 +26,20 @@ def one_line(result, code=2):
 def transcode(tmp_path, text: bytes, *extra):
     src = tmp_path / "in.csv"
     src.write_bytes(text)
-    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--numerical", "a",
-                "--categorical", "c", *extra)
+    r = run_cli(
+        "transcode",
+        "--input",
+        src,
+        "--out",
+        tmp_path / "o",
+        "--label",
+        "y",
+        "--numerical",
+        "a",
+        "--categorical",
+        "c",
+        *extra,
+    )
     assert r.code == 0, r.err
     spec = FeatureSpec.from_yaml(str(tmp_path / "o"))
     return r, spec.metadata["preprocess"]["report"]
@@ -86,8 +98,18 @@ def test_strict_json_names_what_is_not_a_number(tmp_path):
 def test_metrics_json_of_a_one_class_test_set_is_valid_json(dataset_copy, tmp_path):
     (dataset_copy / "test" / "label.bin").write_bytes(b"\x00" * 1000)  # AUC undefined
     m = tmp_path / "m.json"
-    r = run_cli("train", "--data", dataset_copy, "--no-progress", "--max-steps", 2, "--metrics-json", m,
-                "--run-dir", tmp_path / "run")
+    r = run_cli(
+        "train",
+        "--data",
+        dataset_copy,
+        "--no-progress",
+        "--max-steps",
+        2,
+        "--metrics-json",
+        m,
+        "--run-dir",
+        tmp_path / "run",
+    )
     assert r.code == 0, r.err
     assert "AUC undefined" in r.out and "Warning" not in r.err
     doc = json.loads(m.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
@@ -120,6 +142,7 @@ def test_os_errors_and_bugs_are_one_line(tmp_path, monkeypatch):
     def raise_(exc):
         def f(*a, **k):
             raise exc
+
         return f
 
     monkeypatch.setattr(synthetic_cli, "generate", raise_(OSError(errno.ENOSPC, "No space left on device", "/x/y.bin")))

@@ -114,7 +114,7 @@ def test_multi_hot_matches_separate_embedding_bags(seed):
     refs = reference_bags(coll)
     b = 13
     ids, per_table = random_jagged(SIZES, b, gen)
-    lengths = (ids.offsets[1:] - ids.offsets[:-1])
+    lengths = ids.offsets[1:] - ids.offsets[:-1]
     assert lengths.min() == 0 and lengths.max() >= 3  # empty bags and real multi-hot bags
     assert ids.num_tables == len(SIZES)
     assert ids.table_lengths().tolist() == [sum(len(x) for x in bags) for bags in per_table]

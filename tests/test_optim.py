@@ -140,7 +140,20 @@ def test_warmup_is_linear_and_reaches_base_lr():
 
 def test_power2_decay_to_zero():
     s = LRSchedule(1.0, warmup_steps=2, decay_start=10, decay_steps=5)
-    expected = {0: 0.5, 1: 1.0, 2: 1.0, 9: 1.0, 10: 1.0, 11: 0.64, 12: 0.36, 13: 0.16, 14: 0.04, 15: 0.0, 16: 0.0, 1000: 0.0}
+    expected = {
+        0: 0.5,
+        1: 1.0,
+        2: 1.0,
+        9: 1.0,
+        10: 1.0,
+        11: 0.64,
+        12: 0.36,
+        13: 0.16,
+        14: 0.04,
+        15: 0.0,
+        16: 0.0,
+        1000: 0.0,
+    }
     for step, lr in expected.items():
         assert s.lr_at(step) == pytest.approx(lr, abs=1e-12), step
 
@@ -191,8 +204,11 @@ def test_sparse_sgd_with_deferred_table_gradients_matches_per_lookup_updates():
     tables[1].defer_grads()
     start = tables[0].weight.detach().clone()
     lengths = torch.randint(0, 4, (2 * 16,), generator=gen)
-    ids = JaggedIds(torch.randint(0, 25, (int(lengths.sum()),), generator=gen),
-                    torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]), 16)
+    ids = JaggedIds(
+        torch.randint(0, 25, (int(lengths.sum()),), generator=gen),
+        torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]),
+        16,
+    )
     upstream = torch.randn(16, 2, 8, generator=gen)
     opts = [SparseSGD([t.weight], lr=0.3) for t in tables]
     for t, o in zip(tables, opts):

@@ -28,14 +28,17 @@ def write(tmp_path, text: str):
     return path
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("batch-size", "0", "must be >= 1, got 0"),
-    ("lr", "-0.5", "must be > 0, got -0.5"),
-    ("val-fraction", "1", "must be < 1, got 1"),
-    ("keep", "0", "must be >= 1, got 0"),
-    ("bottom-mlp", "0,16", "every size must be in [1, 65536], got 0"),
-    ("wide", "maybe", "expected true or false, got 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("batch-size", "0", "must be >= 1, got 0"),
+        ("lr", "-0.5", "must be > 0, got -0.5"),
+        ("val-fraction", "1", "must be < 1, got 1"),
+        ("keep", "0", "must be >= 1, got 0"),
+        ("bottom-mlp", "0,16", "every size must be in [1, 65536], got 0"),
+        ("wide", "maybe", "expected true or false, got 'maybe'"),
+    ],
+)
 def test_a_range_is_refused_with_the_same_message_from_the_command_line_and_a_file(tmp_path, flag, value, message):
     cli = run_cli("train", "--data", tmp_path, f"--{flag}", value)
     assert cli.code == 2 and message in cli.err and f"--{flag}" in cli.err
@@ -80,11 +83,29 @@ def test_flags_given_on_the_command_line_beat_the_file_and_the_file_beats_defaul
 
 
 def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
-    cfg = TrainConfig(data="D", preset="small", batch_size=64, max_steps=9, lr=0.3, optimizer="adagrad",
-                      embedding_optimizer="rowwise-adagrad", val_fraction=0.2, restore_best=False, wide=True,
-                      numerical_transform="signed-log", keep_checkpoints=4, final_checkpoint=False,
-                      shuffle=False, progress=False, seed=7, bottom_mlp=[32, 16], top_mlp=[8, 1],
-                      checkpoint_every_seconds=2.5, sharding="row_wise", threads=3)
+    cfg = TrainConfig(
+        data="D",
+        preset="small",
+        batch_size=64,
+        max_steps=9,
+        lr=0.3,
+        optimizer="adagrad",
+        embedding_optimizer="rowwise-adagrad",
+        val_fraction=0.2,
+        restore_best=False,
+        wide=True,
+        numerical_transform="signed-log",
+        keep_checkpoints=4,
+        final_checkpoint=False,
+        shuffle=False,
+        progress=False,
+        seed=7,
+        bottom_mlp=[32, 16],
+        top_mlp=[8, 1],
+        checkpoint_every_seconds=2.5,
+        sharding="row_wise",
+        threads=3,
+    )
     path = tmp_path / "config.yaml"
     dump_config(dataclasses.asdict(cfg), str(path))
     text = yaml.safe_load(path.read_text())
@@ -107,10 +128,14 @@ def test_every_train_field_is_an_option_checked_as_text():
     assert to_mapping(TrainConfig, {"shuffle": True, "keep_checkpoints": 3}) == {"keep": 3, "no-shuffle": False}
 
 
-@pytest.mark.parametrize("argv", [
-    ("bench", "--lr", "0"), ("plan", "--world-size", "2", "--batch-size", "0"),
-    ("tune", "--data", "D", "--trials", "1", "--seed", "-1"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("bench", "--lr", "0"),
+        ("plan", "--world-size", "2", "--batch-size", "0"),
+        ("tune", "--data", "D", "--trials", "1", "--seed", "-1"),
+    ],
+)
 def test_commands_sharing_train_options_share_its_checks(capsys, argv):
     flag = argv[-2]
     with pytest.raises(SystemExit):

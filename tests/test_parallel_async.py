@@ -31,6 +31,10 @@ def test_async_backward_all_to_all_matches_blocking(sharding, tmp_path):
                 # async: the tables' backward runs while the gradients travel, the wait comes after it
                 before = step.index("lookup_bwd") < step.index("wait_pooled_bwd")
                 assert before == (name == "async"), (name, step)
-        for a, b in zip(got["async"]["tables"] + got["async"]["dense"], got["blocking"]["tables"] + got["blocking"]["dense"]):
+        for a, b in zip(
+            got["async"]["tables"] + got["async"]["dense"], got["blocking"]["tables"] + got["blocking"]["dense"]
+        ):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        assert not all(torch.equal(a, b) for a, b in zip(got["async"]["tables"], got["async"]["init"])), "tables trained"
+        assert not all(torch.equal(a, b) for a, b in zip(got["async"]["tables"], got["async"]["init"])), (
+            "tables trained"
+        )

@@ -19,8 +19,13 @@ ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffl
 @pytest.fixture(scope="module")
 def single(tiny_data, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("single") / "m.json"
-    proc = subprocess.run([sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS,
-                           "--metrics-json", str(out)], env=torchrun_env(), cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, "--metrics-json", str(out)],
+        env=torchrun_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -41,8 +46,21 @@ def check_same(m: dict, single: dict, world: int) -> None:
 @pytest.mark.parametrize("world,sharding,loader", [(2, "row_wise", "own-features"), (3, "auto", "broadcast")])
 def test_train_under_torchrun_matches_single(world, sharding, loader, tiny_data, single, tmp_path):
     out = tmp_path / "m.json"
-    proc = torchrun(world, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--sharding", sharding,
-                    "--loader", loader, "--metrics-json", out)
+    proc = torchrun(
+        world,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        tiny_data,
+        *ARGS,
+        "--sharding",
+        sharding,
+        "--loader",
+        loader,
+        "--metrics-json",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("test AUC") == 1, "only rank 0 prints"
     check_same(json.loads(out.read_text()), single, world)
@@ -53,12 +71,38 @@ def test_two_nodes_c10d(tiny_data, single, tmp_path):
     out = tmp_path / "m.json"
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
-               "--nproc_per_node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--rdzv-id", "dlrmkit-test", "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS,
-               "--sharding", "table_wise", "--metrics-json", str(out)]
-        procs.append(subprocess.Popen(cmd, env=torchrun_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node),
+            "--nproc_per_node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "dlrmkit-test",
+            "-m",
+            "dlrmkit",
+            "train",
+            "--data",
+            str(tiny_data),
+            *ARGS,
+            "--sharding",
+            "table_wise",
+            "--metrics-json",
+            str(out),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, env=torchrun_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     results = [p.communicate(timeout=180) for p in procs]
     for p, (_, err) in zip(procs, results):
         assert p.returncode == 0, err[-3000:]
@@ -71,11 +115,17 @@ def test_split_sgd_bf16_under_torchrun_tracks_single(tiny_data, tmp_path):
     another order across ranks, so the metrics agree to bf16 precision, not bit for bit."""
     split = ["--optimizer", "split-sgd", "--precision", "bf16", "--lr", "0.5"]
     m1, m2 = tmp_path / "m1.json", tmp_path / "m2.json"
-    proc = subprocess.run([sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, *split,
-                           "--metrics-json", str(m1)], env=torchrun_env(), cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, *split, "--metrics-json", str(m1)],
+        env=torchrun_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *split, "--sharding", "row_wise",
-                    "--metrics-json", m2)
+    proc = torchrun(
+        2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *split, "--sharding", "row_wise", "--metrics-json", m2
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = json.loads(m1.read_text()), json.loads(m2.read_text())
     assert two["world_size"] == 2 and two["samples"] == one["samples"]

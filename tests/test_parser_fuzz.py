@@ -19,8 +19,12 @@ from dlrmkit.data.criteo_tsv import Bad, parse_block  # noqa: E402
 from dlrmkit.data.transcode import Report, TranscodeOptions, iter_clean  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _criteo_rows() -> list[bytes]:
@@ -29,15 +33,41 @@ def _criteo_rows() -> list[bytes]:
     if path.exists():
         return path.read_bytes().splitlines(keepends=True)[:200]
     rng = np.random.default_rng(0)
-    return [("\t".join([str(rng.integers(0, 2))] + [str(rng.integers(0, 50)) for _ in range(13)]
-                       + [f"{rng.integers(0, 1 << 32):08x}" for _ in range(26)]) + "\n").encode() for _ in range(200)]
+    return [
+        (
+            "\t".join(
+                [str(rng.integers(0, 2))]
+                + [str(rng.integers(0, 50)) for _ in range(13)]
+                + [f"{rng.integers(0, 1 << 32):08x}" for _ in range(26)]
+            )
+            + "\n"
+        ).encode()
+        for _ in range(200)
+    ]
 
 
 CRITEO_ROWS = _criteo_rows()
 CSV_HEADER = b"y,a,b,c\n"
 CSV_ROWS = [f"{i % 2},{i * 1.5},{i % 7},cat{i % 5}\n".encode() for i in range(50)]
-NASTY = [b"\t", b"\n", b"\r\n", b'"', b"\xff", b"\x00", b",", b"-", b"1e400", b"99999999999999999999", b" ", b"nan",
-         b"inf", b"\xe2\x82", b"70000", b"\\", b"'"]
+NASTY = [
+    b"\t",
+    b"\n",
+    b"\r\n",
+    b'"',
+    b"\xff",
+    b"\x00",
+    b",",
+    b"-",
+    b"1e400",
+    b"99999999999999999999",
+    b" ",
+    b"nan",
+    b"inf",
+    b"\xe2\x82",
+    b"70000",
+    b"\\",
+    b"'",
+]
 
 
 def mutate(rows: list[bytes], picks: list[int], edits: list[tuple[int, int, bytes]]) -> bytes:
@@ -46,7 +76,7 @@ def mutate(rows: list[bytes], picks: list[int], edits: list[tuple[int, int, byte
     for row, pos, new in edits:
         r = chosen[row % len(chosen)]
         p = pos % (len(r) + 1)
-        r[p:p + (len(new) if row % 2 else 0)] = new
+        r[p : p + (len(new) if row % 2 else 0)] = new
     return b"".join(bytes(r) for r in chosen)
 
 
@@ -71,9 +101,13 @@ def test_criteo_parser_random_bytes(data):
 
 
 @FUZZ
-@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
-       st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(NASTY) | st.binary(max_size=4)),
-                max_size=8))
+@given(
+    st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(NASTY) | st.binary(max_size=4)),
+        max_size=8,
+    ),
+)
 def test_criteo_parser_mutated_rows(picks, edits):
     check_criteo(as_block(mutate(CRITEO_ROWS, picks, edits)))
 
@@ -83,8 +117,9 @@ def check_csv(body: bytes) -> None:
         path = os.path.join(tmp, "in.csv")
         with open(path, "wb") as f:
             f.write(CSV_HEADER + body)
-        opts = TranscodeOptions(inputs=[path], out=os.path.join(tmp, "o"), label="y", numerical=["a", "b"],
-                                categorical=["c"])
+        opts = TranscodeOptions(
+            inputs=[path], out=os.path.join(tmp, "o"), label="y", numerical=["a", "b"], categorical=["c"]
+        )
         report = Report()
         written = 0
         for labels, dense, cats in iter_clean(opts, report):
@@ -103,8 +138,12 @@ def test_csv_parser_random_bytes(data):
 
 
 @FUZZ
-@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
-       st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(NASTY) | st.binary(max_size=4)),
-                max_size=8))
+@given(
+    st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(NASTY) | st.binary(max_size=4)),
+        max_size=8,
+    ),
+)
 def test_csv_parser_mutated_rows(picks, edits):
     check_csv(as_block(mutate(CSV_ROWS, picks, edits)))

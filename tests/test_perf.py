@@ -40,8 +40,13 @@ class _Ev:
 
 
 def test_step_breakdown_from_events():
-    events = [_Ev("dlrmkit::step", 0, 1000), _Ev("dlrmkit::optimizer", 900, 1000), _Ev("aten::mm", 0, 10),
-              _Ev("dlrmkit::step", 2000, 3000), _Ev("dlrmkit::optimizer", 2500, 3000)]
+    events = [
+        _Ev("dlrmkit::step", 0, 1000),
+        _Ev("dlrmkit::optimizer", 900, 1000),
+        _Ev("aten::mm", 0, 10),
+        _Ev("dlrmkit::step", 2000, 3000),
+        _Ev("dlrmkit::optimizer", 2500, 3000),
+    ]
     shares, step_s = step_breakdown(events)
     assert step_s == pytest.approx(1000e-6)
     assert shares["optimizer"] == pytest.approx(0.3)
@@ -49,9 +54,34 @@ def test_step_breakdown_from_events():
 
 def test_bench_reference_and_profile(tmp_path):
     out, trace, png = tmp_path / "b.json", tmp_path / "t.json", tmp_path / "b.png"
-    rc = main(["bench", "--no-compile", "--model", "small", "--batch-size", "64", "--steps", "1", "--windows", "1", "--warmup", "1",
-               "--threads", "1", "--reference", "--profile", "--profile-steps", "1", "--trace", str(trace),
-               "--plot", str(png), "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--no-compile",
+            "--model",
+            "small",
+            "--batch-size",
+            "64",
+            "--steps",
+            "1",
+            "--windows",
+            "1",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--reference",
+            "--profile",
+            "--profile-steps",
+            "1",
+            "--trace",
+            str(trace),
+            "--plot",
+            str(png),
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["reference_samples_per_s"] > 0 and result["speedup_vs_reference"] > 0
@@ -66,8 +96,29 @@ def test_bench_fraction_is_the_median_of_side_by_side_window_ratios(tmp_path):
     import statistics
 
     out = tmp_path / "b.json"
-    assert main(["bench", "--no-compile", "--model", "small", "--batch-size", "64", "--steps", "1", "--windows", "3",
-                 "--warmup", "1", "--threads", "1", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--no-compile",
+                "--model",
+                "small",
+                "--batch-size",
+                "64",
+                "--steps",
+                "1",
+                "--windows",
+                "3",
+                "--warmup",
+                "1",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert len(r["window_compute_bounds"]) == len(r["window_samples_per_s"]) == 3
     ratios = [a / b for a, b in zip(r["window_samples_per_s"], r["window_compute_bounds"])]
@@ -84,6 +135,7 @@ def test_reference_model_learns_one_batch():
     batch = random_batches(cfg, 32, 1, seed=0)[0]
     step, model = reference_step_fn(cfg, lr=0.05, seed=0)
     values, offsets = per_table(batch.ids)
+
     def loss():
         return torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, values, offsets), batch.labels)
 
@@ -115,7 +167,9 @@ def test_simulator_monotonic_and_sane():
 
 def test_plan_simulate_cli(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["plan", "--tables-preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--json", str(out)]) == 0
+    assert (
+        main(["plan", "--tables-preset", "criteo-kaggle", "--simulate", "--world-size", "8", "--json", str(out)]) == 0
+    )
     assert "samples/s" in capsys.readouterr().out
     assert json.loads(out.read_text())["runs"][0]["world_size"] == 8
     assert main(["plan", "--tables-preset", "criteo-kaggle"]) == 2  # no --world-size, no --simulate

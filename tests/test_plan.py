@@ -18,7 +18,9 @@ def test_113b_preset_shape():
 
 def test_113b_fits_on_8_devices(cli, tmp_path):
     out = tmp_path / "plan.json"
-    r = cli("plan", "--tables-preset", "criteo-1tb-113b", "--world-size", "8", "--device-memory", "80GiB", "--json", out)
+    r = cli(
+        "plan", "--tables-preset", "criteo-1tb-113b", "--world-size", "8", "--device-memory", "80GiB", "--json", out
+    )
     assert r.code == 0, r.err
     plan = ShardingPlan.load(str(out))
     stats = plan.rank_stats()

@@ -14,7 +14,9 @@ def test_shard_memory_counts_weights_state_and_step_buffers():
     assert cost.shard_memory(Shard(0, 0, 100, 0, 8)) == 100 * 8 * 4 * 2 + 10 * (2 * 8 * 4 + 8)
     assert cost.weight_bytes(100, 8) == 6400
     # row-wise Adagrad's one value per row (1/dim per weight) is rounded down to whole bytes
-    assert CostModel(3, 2, 1 / 3).shard_memory(Shard(1, 0, 1, 0, 3)) == int(1 * 3 * 2 * (1 + 1 / 3)) + 3 * (2 * 3 * 2 + 8)
+    assert CostModel(3, 2, 1 / 3).shard_memory(Shard(1, 0, 1, 0, 3)) == int(1 * 3 * 2 * (1 + 1 / 3)) + 3 * (
+        2 * 3 * 2 + 8
+    )
 
 
 def test_replica_sync_is_a_ring_all_reduce():
@@ -26,8 +28,10 @@ def test_replica_sync_is_a_ring_all_reduce():
 
 def test_rank_stats_by_hand():
     """Table 0 (1,000 x 8) whole on rank 0, table 1 (10 x 8) replicated, global batch 4 (2 per rank)."""
-    tables = [TablePlan(1000, 8, "table_wise", [Shard(0, 0, 1000, 0, 8)]),
-              TablePlan(10, 8, "data_parallel", [Shard(0, 0, 10, 0, 8), Shard(1, 0, 10, 0, 8)])]
+    tables = [
+        TablePlan(1000, 8, "table_wise", [Shard(0, 0, 1000, 0, 8)]),
+        TablePlan(10, 8, "data_parallel", [Shard(0, 0, 10, 0, 8), Shard(1, 0, 10, 0, 8)]),
+    ]
     cost = CostModel(batch_size=4)
     stats = cost.rank_stats(2, tables)
     replica = 10 * 8 * 4 + 4 * (2 * 8 * 4 + 8)

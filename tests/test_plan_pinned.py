@@ -39,8 +39,13 @@ CASES: dict[str, tuple] = {
     "kaggle-auto-4-600MiB-refused": ("criteo-kaggle", 16, 4, "auto", {"device_memory": 600 << 20, "batch_size": 2048}),
     "mlperf-auto-8-80GiB": ("criteo-1tb-mlperf", 128, 8, "auto", {"device_memory": 80 * GiB}),
     "mlperf-auto-64-80GiB": ("criteo-1tb-mlperf", 128, 64, "auto", {"device_memory": 80 * GiB}),
-    "mlperf-auto-16-16GiB-adagrad": ("criteo-1tb-mlperf", 128, 16, "auto",
-                                     {"device_memory": 16 * GiB, "optimizer_state": 1.0, "bytes_per_value": 2}),
+    "mlperf-auto-16-16GiB-adagrad": (
+        "criteo-1tb-mlperf",
+        128,
+        16,
+        "auto",
+        {"device_memory": 16 * GiB, "optimizer_state": 1.0, "bytes_per_value": 2},
+    ),
     "113b-auto-8-80GiB": ("criteo-1tb-113b", 128, 8, "auto", {"device_memory": 80 * GiB}),
     "113b-auto-100-24GiB": ("criteo-1tb-113b", 128, 100, "auto", {"device_memory": 24 * GiB}),
     "113b-auto-4-80GiB-refused": ("criteo-1tb-113b", 128, 4, "auto", {"device_memory": 80 * GiB}),
@@ -57,8 +62,10 @@ def outcome(name: str) -> dict:
     except DlrmkitError as exc:
         return {"error": str(exc)}
     return {
-        "tables": [[tp.strategy, [[s.rank, s.row_start, s.row_end, s.col_start, s.col_end] for s in tp.shards]]
-                   for tp in plan.tables],
+        "tables": [
+            [tp.strategy, [[s.rank, s.row_start, s.row_end, s.col_start, s.col_end] for s in tp.shards]]
+            for tp in plan.tables
+        ],
         "ranks": [[st["memory"], st["lookups"], st["sent_bytes"]] for st in plan.rank_stats()],
         "report": plan.report().splitlines(),
     }
@@ -85,12 +92,29 @@ def test_every_case_is_recorded_and_the_refusals_refuse():
     assert strategies == {"data_parallel", "table_wise", "column_wise", "row_wise"}
 
 
-@pytest.mark.parametrize("args,name", [
-    (["--tables-preset", "criteo-kaggle", "--world-size", "8"], "kaggle-auto-8"),
-    (["--tables-preset", "criteo-1tb-mlperf", "--world-size", "64", "--device-memory", "80GiB"], "mlperf-auto-64-80GiB"),
-    (["--tables", ",".join(f"{r}x16" for r in SMALL), "--world-size", "4", "--sharding", "row_wise",
-      "--batch-size", "50"], "small-row-4"),
-])
+@pytest.mark.parametrize(
+    "args,name",
+    [
+        (["--tables-preset", "criteo-kaggle", "--world-size", "8"], "kaggle-auto-8"),
+        (
+            ["--tables-preset", "criteo-1tb-mlperf", "--world-size", "64", "--device-memory", "80GiB"],
+            "mlperf-auto-64-80GiB",
+        ),
+        (
+            [
+                "--tables",
+                ",".join(f"{r}x16" for r in SMALL),
+                "--world-size",
+                "4",
+                "--sharding",
+                "row_wise",
+                "--batch-size",
+                "50",
+            ],
+            "small-row-4",
+        ),
+    ],
+)
 def test_plan_command_prints_the_pinned_report(cli, args, name):
     r = cli("plan", *args)
     assert r.code == 0, r.err
@@ -100,5 +124,7 @@ def test_plan_command_prints_the_pinned_report(cli, args, name):
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     GOLDEN.parent.mkdir(exist_ok=True)
     text = json.dumps({n: outcome(n) for n in CASES}, indent=1)
-    text = re.sub(r"\[\s+([-0-9, \n]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)  # a shard a line
+    text = re.sub(
+        r"\[\s+([-0-9, \n]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text
+    )  # a shard a line
     GOLDEN.write_text(text + "\n", encoding="utf-8")

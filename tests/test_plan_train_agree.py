@@ -17,20 +17,39 @@ from parallel_util import torchrun
 def wide_data(tmp_path_factory):
     """Tables large enough to be sharded (the planner replicates tables under 2,048 rows)."""
     out = tmp_path_factory.mktemp("plan") / "wide"
-    generate(str(out), config_for_tables([60_000, 25_000, 9_000, 300, 40], rows=3000, test_rows=1000, num_numerical=4),
-             seed=0, progress=False)
+    generate(
+        str(out),
+        config_for_tables([60_000, 25_000, 9_000, 300, 40], rows=3000, test_rows=1000, num_numerical=4),
+        seed=0,
+        progress=False,
+    )
     return out
 
 
 def test_plan_data_resolves_as_train(cli, wide_data):
     r = cli("plan", "--data", wide_data, "--world-size", "2")
     assert r.code == 0, r.err
-    assert ("preset auto, embedding dim 8 (table width 9 with the wide term), global batch 64, tables' optimizer "
-            "adagrad (1 state values per weight)") in r.out  # the recipe train chooses for these 60k rows
+    assert (
+        "preset auto, embedding dim 8 (table width 9 with the wide term), global batch 64, tables' optimizer "
+        "adagrad (1 state values per weight)"
+    ) in r.out  # the recipe train chooses for these 60k rows
     r = cli("plan", "--data", wide_data, "--world-size", "2", "--preset", "mlperf", "--optimizer", "adagrad")
     assert "preset mlperf, embedding dim 128, global batch 65536, tables' optimizer adagrad (1 state" in r.out
-    r = cli("plan", "--data", wide_data, "--world-size", "2", "--preset", "criteo-kaggle", "--embedding-dim", "8",
-            "--batch-size", "64", "--embedding-optimizer", "rowwise-adagrad")
+    r = cli(
+        "plan",
+        "--data",
+        wide_data,
+        "--world-size",
+        "2",
+        "--preset",
+        "criteo-kaggle",
+        "--embedding-dim",
+        "8",
+        "--batch-size",
+        "64",
+        "--embedding-optimizer",
+        "rowwise-adagrad",
+    )
     assert "preset criteo-kaggle, embedding dim 8, global batch 64, tables' optimizer rowwise-adagrad (0.125" in r.out
 
 
@@ -49,8 +68,23 @@ def test_planned_bytes_match_a_torchrun_job(cli, wide_data, tmp_path, optimizer)
     r = cli("plan", "--data", wide_data, "--world-size", "2", "--optimizer", optimizer, "--json", plan_json)
     assert r.code == 0, r.err
     metrics, run = tmp_path / "m.json", tmp_path / "run"
-    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", wide_data, "--optimizer", optimizer, "--max-steps", "3",
-                    "--no-progress", "--metrics-json", metrics, "--run-dir", run)
+    proc = torchrun(
+        2,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        wide_data,
+        "--optimizer",
+        optimizer,
+        "--max-steps",
+        "3",
+        "--no-progress",
+        "--metrics-json",
+        metrics,
+        "--run-dir",
+        run,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     planned = ShardingPlan.load(str(plan_json))
     used = ShardingPlan.from_dict(json.loads((run / "plan.json").read_text())["sharding_plan"])

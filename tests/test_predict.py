@@ -13,14 +13,27 @@ from conftest import run_cli
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.train.checkpoint import load_single_process_model
-from dlrmkit.train.trainer import predict
+from dlrmkit.train.evaluation import predict
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
 TSV = CRITEO / "criteo_kaggle_head6k.tsv"
 CSV = CRITEO / "deepctr_criteo_sample200.csv"
 needs_criteo = pytest.mark.skipif(not TSV.exists(), reason="needs ../shared/data/criteo")
-TRAIN = ("--max-steps", 15, "--batch-size", 256, "--embedding-dim", 4, "--bottom-mlp", "16,4",
-         "--top-mlp", "16,1", "--eval-every", 0, "--no-progress")
+TRAIN = (
+    "--max-steps",
+    15,
+    "--batch-size",
+    256,
+    "--embedding-dim",
+    4,
+    "--bottom-mlp",
+    "16,4",
+    "--top-mlp",
+    "16,1",
+    "--eval-every",
+    0,
+    "--no-progress",
+)
 
 
 def read_scores(path: Path) -> tuple[list[str], np.ndarray]:
@@ -34,8 +47,21 @@ def criteo_model(tmp_path_factory):
         pytest.skip("needs ../shared/data/criteo")
     root = tmp_path_factory.mktemp("predict")
     ds = root / "ds"
-    r = run_cli("preprocess", "criteo", "--input", TSV, "--out", ds, "--test-rows", 1000,
-                "--frequency-threshold", 2, "--workers", 1, "--no-progress")
+    r = run_cli(
+        "preprocess",
+        "criteo",
+        "--input",
+        TSV,
+        "--out",
+        ds,
+        "--test-rows",
+        1000,
+        "--frequency-threshold",
+        2,
+        "--workers",
+        1,
+        "--no-progress",
+    )
     assert r.code == 0, r.err
     r = run_cli("train", "--data", ds, *TRAIN, "--run-dir", root / "run")
     assert r.code == 0, r.err
@@ -73,8 +99,18 @@ def test_predict_rows_without_label(criteo_model, tmp_path):
     ds, ckpt, tail = criteo_model
     unlabeled = tmp_path / "nolabel.tsv"
     unlabeled.write_bytes(b"".join(line.split(b"\t", 1)[1] for line in tail.read_bytes().splitlines(keepends=True)))
-    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", unlabeled, "--no-label",
-                "--output", tmp_path / "s.csv")
+    r = run_cli(
+        "predict",
+        "--checkpoint",
+        ckpt,
+        "--data",
+        ds,
+        "--input",
+        unlabeled,
+        "--no-label",
+        "--output",
+        tmp_path / "s.csv",
+    )
     assert r.code == 0, r.err
     header, got = read_scores(tmp_path / "s.csv")
     assert header == ["row", "probability"]
@@ -114,8 +150,22 @@ def test_malformed_rows_are_counted_located_and_skipped(criteo_model, tmp_path):
 def test_transcoded_csv_dataset_scores_its_csv(tmp_path):
     ints, cats = [f"I{i}" for i in range(1, 14)], [f"C{i}" for i in range(1, 27)]
     ds = tmp_path / "ds"
-    r = run_cli("transcode", "--input", CSV, "--out", ds, "--label", "label", "--numerical", ",".join(ints),
-                "--categorical", ",".join(cats), "--test-rows", 50, "--log-transform")
+    r = run_cli(
+        "transcode",
+        "--input",
+        CSV,
+        "--out",
+        ds,
+        "--label",
+        "label",
+        "--numerical",
+        ",".join(ints),
+        "--categorical",
+        ",".join(cats),
+        "--test-rows",
+        50,
+        "--log-transform",
+    )
     assert r.code == 0, r.err
     r = run_cli("train", "--data", ds, *TRAIN, "--run-dir", tmp_path / "run")
     assert r.code == 0, r.err

@@ -32,8 +32,9 @@ print(json.dumps({"got": got, "main": sorted(os.sched_getaffinity(0)), "early": 
 def bind(local_rank: int, local_world: int) -> dict:
     import json
 
-    out = subprocess.run([sys.executable, "-c", BIND, str(local_rank), str(local_world)], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", BIND, str(local_rank), str(local_world)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 

@@ -16,8 +16,18 @@ from parallel_util import torchrun, torchrun_env  # noqa: E402
 
 from dlrmkit.train import checkpoint as ckpt  # noqa: E402
 
-ARGS = ["--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700",
-        "--optimizer", "adagrad", "--lr", "0.05"]
+ARGS = [
+    "--batch-size",
+    "250",
+    "--no-progress",
+    "--no-shuffle",
+    "--eval-batch-size",
+    "700",
+    "--optimizer",
+    "adagrad",
+    "--lr",
+    "0.05",
+]
 
 
 def read(p: Path) -> dict:
@@ -26,15 +36,44 @@ def read(p: Path) -> dict:
 
 def test_two_ranks_column_wise_reload_three_ranks_row_wise_and_one_process(tiny_data, tmp_path):
     c, mt = tmp_path / "C", tmp_path / "train.json"
-    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--max-steps", 8,
-                    "--sharding", "column_wise", "--checkpoint-dir", c, "--metrics-json", mt)
+    proc = torchrun(
+        2,
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        tiny_data,
+        *ARGS,
+        "--max-steps",
+        8,
+        "--sharding",
+        "column_wise",
+        "--checkpoint-dir",
+        c,
+        "--metrics-json",
+        mt,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = ckpt.read_manifest(ckpt.latest_checkpoint(str(c)))
     assert manifest["world_size"] == 2
     assert {"data_0.bin", "data_1.bin"} <= set(manifest["files"])  # each rank wrote its own shards
     m3 = tmp_path / "m3.json"
-    proc = torchrun(3, "-m", "dlrmkit", "evaluate", "--data", tiny_data, "--checkpoint", c,
-                    "--sharding", "row_wise", "--batch-size", 700, "--metrics-json", m3)
+    proc = torchrun(
+        3,
+        "-m",
+        "dlrmkit",
+        "evaluate",
+        "--data",
+        tiny_data,
+        "--checkpoint",
+        c,
+        "--sharding",
+        "row_wise",
+        "--batch-size",
+        700,
+        "--metrics-json",
+        m3,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     m1 = tmp_path / "m1.json"
     single = run_cli("evaluate", "--data", tiny_data, "--checkpoint", c, "--metrics-json", m1)
@@ -53,10 +92,36 @@ def test_max_restarts_survives_sigkill_of_rank_1(tiny_data, tmp_path):
 
     from parallel_util import ROOT, free_port
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, "--max-steps", "12", "--sharding", "row_wise",
-           "--checkpoint-dir", str(c), "--checkpoint-every", "5", "--resume", "--metrics-json", str(m)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        *ARGS,
+        "--max-steps",
+        "12",
+        "--sharding",
+        "row_wise",
+        "--checkpoint-dir",
+        str(c),
+        "--checkpoint-every",
+        "5",
+        "--resume",
+        "--metrics-json",
+        str(m),
+    ]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # torchrun saw the worker group fail and restarted it (it names rank 1's SIGKILL, or rank 0's error
@@ -86,11 +151,30 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
     from parallel_util import ROOT, free_port
 
     env = dict(torchrun_env(), DLRMKIT_FAULT="train:step-3@1:SIGSTOP")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS,
-           "--max-steps", "10", "--collective-timeout", "5"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        str(tiny_data),
+        *ARGS,
+        "--max-steps",
+        "10",
+        "--collective-timeout",
+        "5",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     found = None
     import threading
 
@@ -122,16 +206,22 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
     assert "Traceback" not in found
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["train", "--max-steps", "2", "--batch-size", "1"], "--batch-size 1 is smaller than the world size 2"),
-    (["evaluate", "--checkpoint", "{ckpt}", "--plan", "{plan}"], "invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["train", "--max-steps", "2", "--batch-size", "1"], "--batch-size 1 is smaller than the world size 2"),
+        (["evaluate", "--checkpoint", "{ckpt}", "--plan", "{plan}"], "invalid JSON"),
+    ],
+)
 def test_bad_input_under_torchrun_is_one_line_per_rank(tiny_data, tmp_path, args, needle):
     plan = tmp_path / "plan.json"
     plan.write_text('{"tables": [\n')
     ckpt_dir = tmp_path / "C"
     if "evaluate" in args:
-        assert run_cli("train", "--data", tiny_data, "--max-steps", 2, "--no-progress", "--checkpoint-dir", ckpt_dir).code == 0
+        assert (
+            run_cli("train", "--data", tiny_data, "--max-steps", 2, "--no-progress", "--checkpoint-dir", ckpt_dir).code
+            == 0
+        )
     argv = [a.format(ckpt=ckpt_dir, plan=plan) for a in args]
     proc = torchrun(2, "-m", "dlrmkit", argv[0], "--data", tiny_data, *argv[1:])
     assert proc.returncode != 0

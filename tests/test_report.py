@@ -9,8 +9,20 @@ from conftest import run_cli
 @pytest.fixture(scope="module")
 def finished_run(tiny_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("report") / "run"
-    result = run_cli("train", "--data", tiny_data, "--max-steps", 40, "--eval-every", 10, "--log-every", 5,
-                     "--no-progress", "--run-dir", run)
+    result = run_cli(
+        "train",
+        "--data",
+        tiny_data,
+        "--max-steps",
+        40,
+        "--eval-every",
+        10,
+        "--log-every",
+        5,
+        "--no-progress",
+        "--run-dir",
+        run,
+    )
     assert result.code == 0, result.err
     return run
 
@@ -37,8 +49,10 @@ def test_report_on_a_non_run_folder_is_a_one_line_error(tmp_path):
 
 def read_scalars(logdir):
     """tag -> [(step, value)] of the TensorBoard event files in logdir."""
-    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
-                             reason="reading TensorBoard events needs tensorboard (pip install 'dlrmkit[report]')")
+    ea = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="reading TensorBoard events needs tensorboard (pip install 'dlrmkit[report]')",
+    )
     acc = ea.EventAccumulator(str(logdir))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
@@ -53,14 +67,30 @@ def test_report_tensorboard_events_hold_the_log(finished_run, tmp_path):
     assert [s for s, _ in scalars["eval/auc"]] == [10, 20, 30, 40]
     import json
 
-    evals = [r for r in map(json.loads, (finished_run / "log.jsonl").read_text().splitlines()) if r.get("event") == "eval"]
+    evals = [
+        r for r in map(json.loads, (finished_run / "log.jsonl").read_text().splitlines()) if r.get("event") == "eval"
+    ]
     np.testing.assert_allclose([v for _, v in scalars["eval/auc"]], [r["auc"] for r in evals], rtol=1e-6)
 
 
 def test_train_tensorboard_writes_events(tiny_data, tmp_path):
     pytest.importorskip("tensorboard", reason="--tensorboard needs tensorboard (pip install 'dlrmkit[report]')")
-    result = run_cli("train", "--data", tiny_data, "--max-steps", 10, "--eval-every", 5, "--log-every", 5,
-                     "--no-progress", "--run-dir", tmp_path / "R", "--tensorboard", tmp_path / "tb")
+    result = run_cli(
+        "train",
+        "--data",
+        tiny_data,
+        "--max-steps",
+        10,
+        "--eval-every",
+        5,
+        "--log-every",
+        5,
+        "--no-progress",
+        "--run-dir",
+        tmp_path / "R",
+        "--tensorboard",
+        tmp_path / "tb",
+    )
     assert result.code == 0, result.err
     scalars = read_scalars(tmp_path / "tb")
     assert [s for s, _ in scalars["eval/auc"]] == [5, 10]

@@ -16,10 +16,27 @@ STAGES_RAW = ("generate", "preprocess", "validate", "train+save", "evaluate", "r
 @pytest.mark.parametrize("source", ["raw", "synth"])
 def test_scale_path_small(tmp_path, source):
     extra = ["--synth", "--cardinalities 30000,500,20"] if source == "synth" else []
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_path.py"), "--rows", "4000",
-                           "--eval-rows", "1000", "--steps", "3", "--batch-size", "256", "--workdir",
-                           str(tmp_path / "w"), *extra], env=torchrun_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale_path.py"),
+            "--rows",
+            "4000",
+            "--eval-rows",
+            "1000",
+            "--steps",
+            "3",
+            "--batch-size",
+            "256",
+            "--workdir",
+            str(tmp_path / "w"),
+            *extra,
+        ],
+        env=torchrun_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     stages = ("synth",) + STAGES_RAW[2:] if source == "synth" else STAGES_RAW

@@ -28,13 +28,33 @@ def write_csv(path, rows: int, seed: int = 0) -> None:
         for i in range(rows):
             a, b, c = rng.integers(0, 20), rng.integers(0, 50), rng.integers(0, 5)
             p = 1 / (1 + np.exp(-(0.3 * (a % 5) - 0.6 + 0.5 * (c == 2))))
-            w.writerow([int(rng.random() < p), rng.integers(0, 60000), round(float(rng.normal()), 3),
-                        f"a{a}", f"b{b}", f"c{c}" if i % 7 else ""])
+            w.writerow(
+                [
+                    int(rng.random() < p),
+                    rng.integers(0, 60000),
+                    round(float(rng.normal()), 3),
+                    f"a{a}",
+                    f"b{b}",
+                    f"c{c}" if i % 7 else "",
+                ]
+            )
 
 
 def transcode(src, out, *extra):
-    r = run_cli("transcode", "--input", str(src), "--out", str(out), "--label", "y", "--numerical", "n1,n2",
-                "--categorical", "a,b,c", *extra)
+    r = run_cli(
+        "transcode",
+        "--input",
+        str(src),
+        "--out",
+        str(out),
+        "--label",
+        "y",
+        "--numerical",
+        "n1,n2",
+        "--categorical",
+        "a,b,c",
+        *extra,
+    )
     assert r.code == 0, r.err
     return r
 
@@ -98,8 +118,17 @@ def test_test_mapping_is_read_only_after_training(tmp_path, monkeypatch):
 
     def run(data):
         reads.clear()
-        cfg = TrainConfig(data=str(data), preset="tiny", epochs=4, batch_size=64, patience=1, restore_best=True,
-                          progress=False, shuffle=False, numerical_transform="signed-log")
+        cfg = TrainConfig(
+            data=str(data),
+            preset="tiny",
+            epochs=4,
+            batch_size=64,
+            patience=1,
+            restore_best=True,
+            progress=False,
+            shuffle=False,
+            numerical_transform="signed-log",
+        )
         m = Trainer(cfg).fit()
         return m, list(reads)
 
@@ -120,8 +149,18 @@ def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
     write_csv(tmp_path / "x.csv", 1200)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
     run_dir = tmp_path / "run"
-    r = run_cli("train", "--data", str(tmp_path / "d"), "--run-dir", str(run_dir), "--no-progress", "--epochs", "3",
-                "--embedding-dim", "4")
+    r = run_cli(
+        "train",
+        "--data",
+        str(tmp_path / "d"),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--epochs",
+        "3",
+        "--embedding-dim",
+        "4",
+    )
     assert r.code == 0, r.err
     assert "recipe small-data" in r.out and "why:" in r.out
     assert "numerical-transform signed-log" in r.out  # n1 holds raw values up to 100,000
@@ -132,7 +171,9 @@ def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
     m = json.load(open(run_dir / "metrics.json"))
     assert {"val_auc", "val_logloss", "auc", "logloss"} <= set(m)
     # the run repeats from its config.yaml with the same choices (nothing left to the recipe)
-    r2 = run_cli("train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(tmp_path / "run2"), "--no-progress")
+    r2 = run_cli(
+        "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(tmp_path / "run2"), "--no-progress"
+    )
     assert r2.code == 0, r2.err
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["val_auc"] == m["val_auc"]
 
@@ -155,12 +196,15 @@ def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
     mu, sd = xd.mean(0), xd.std(0)
     import scipy.sparse as sp
 
-    fit = LogisticRegression(C=1.0, max_iter=5000).fit(sp.hstack([enc.fit_transform(a.ids), (xd - mu) / sd]).tocsr(), a.labels)
+    fit = LogisticRegression(C=1.0, max_iter=5000).fit(
+        sp.hstack([enc.fit_transform(a.ids), (xd - mu) / sd]).tocsr(), a.labels
+    )
     ref = roc_auc_score(b.labels, fit.predict_proba(sp.hstack([enc.transform(b.ids), (td - mu) / sd]).tocsr())[:, 1])
     assert abs(result["test_auc"] - ref) < 0.002, (result, ref)
     assert 0.5 < result["val_auc"] <= 1.0
-    t = run_cli("train", "--data", str(tmp_path / "d"), "--run-dir", str(tmp_path / "run"), "--no-progress",
-                "--epochs", "2")
+    t = run_cli(
+        "train", "--data", str(tmp_path / "d"), "--run-dir", str(tmp_path / "run"), "--no-progress", "--epochs", "2"
+    )
     assert t.code == 0, t.err
     assert "logistic-regression baseline" in t.out and "lift" in t.out
 
@@ -172,8 +216,20 @@ def test_tune_maximizes_validation_auc(tmp_path):
     write_csv(tmp_path / "x.csv", 800)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200", "--val-rows", "150")
     out = tmp_path / "t"
-    r = run_cli("tune", "--data", str(tmp_path / "d"), "--trials", "3", "--out", str(out), "--max-steps", "10",
-                "--no-prune", "--budget", "5")
+    r = run_cli(
+        "tune",
+        "--data",
+        str(tmp_path / "d"),
+        "--trials",
+        "3",
+        "--out",
+        str(out),
+        "--max-steps",
+        "10",
+        "--no-prune",
+        "--budget",
+        "5",
+    )
     assert r.code == 0, r.err
     study = optuna.load_study(study_name="dlrmkit", storage=f"sqlite:///{out / 'study.db'}")
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]

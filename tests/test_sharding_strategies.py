@@ -41,13 +41,22 @@ def test_strategy_shards_pass_its_own_check(name, world):
             assert sum(s.rows * s.cols for s in shards) == rows * 16
 
 
-@pytest.mark.parametrize("name,edit,message", [
-    ("table_wise", lambda t: t["shards"].append({**t["shards"][0], "row_start": 100}) or
-     t["shards"][0].update(row_end=100), "one shard holding all of it"),
-    ("column_wise", lambda t: t["shards"].append({**t["shards"][0], "row_start": 100}) or
-     t["shards"][0].update(row_end=100), "each hold all its rows"),
-    ("data_parallel", lambda t: t["shards"].pop(), "one full shard on every rank"),
-])
+@pytest.mark.parametrize(
+    "name,edit,message",
+    [
+        (
+            "table_wise",
+            lambda t: t["shards"].append({**t["shards"][0], "row_start": 100}) or t["shards"][0].update(row_end=100),
+            "one shard holding all of it",
+        ),
+        (
+            "column_wise",
+            lambda t: t["shards"].append({**t["shards"][0], "row_start": 100}) or t["shards"][0].update(row_end=100),
+            "each hold all its rows",
+        ),
+        ("data_parallel", lambda t: t["shards"].pop(), "one full shard on every rank"),
+    ],
+)
 def test_a_layout_its_strategy_cannot_serve_is_refused(name, edit, message, tmp_path):
     """A hand-edited plan whose table is tiled but not in its strategy's layout: one line."""
     d = make_plan([300, 500], 16, 2, name, min_rows_sharded=1).to_dict()
@@ -59,8 +68,10 @@ def test_a_layout_its_strategy_cannot_serve_is_refused(name, edit, message, tmp_
 def test_row_wise_grids_are_a_row_wise_layout():
     """Row ranges cut into column slices (a grid) are row-wise: bucketed ids, shared by slices."""
     d = make_plan([300], 16, 4, "row_wise").to_dict()
-    d["tables"][0]["shards"] = [dict(rank=r, row_start=a, row_end=b, col_start=c, col_end=c + 8)
-                                for r, (a, b, c) in enumerate([(0, 100, 0), (0, 100, 8), (100, 300, 0), (100, 300, 8)])]
+    d["tables"][0]["shards"] = [
+        dict(rank=r, row_start=a, row_end=b, col_start=c, col_end=c + 8)
+        for r, (a, b, c) in enumerate([(0, 100, 0), (0, 100, 8), (100, 300, 0), (100, 300, 8)])
+    ]
     plan = ShardingPlan.from_dict(d)
     emb = ShardedEmbedding(plan, 0)
     assert emb.bucketed and emb.all_keys[1] == [(0, 0, 100)] and emb.all_keys[2] == [(0, 100, 300)]
@@ -70,7 +81,7 @@ def loop_select(values, lengths, a, e):
     """Reference: bag by bag, the ids in [a, e) relative to a, and their count."""
     out, counts, pos = [], [], 0
     for n in lengths.tolist():
-        bag = [v - a for v in values[pos:pos + n].tolist() if a <= v < e]
+        bag = [v - a for v in values[pos : pos + n].tolist() if a <= v < e]
         out += bag
         counts.append(len(bag))
         pos += n
@@ -132,7 +143,7 @@ def test_sharded_pieces_tile_every_table_and_hold_this_ranks_weights(name):
             assert (p.weight is not None) == (p.rank == rank)
             if p.weight is not None:
                 held[p.table] += p.rows * p.cols
-                torch.testing.assert_close(p.data, full[p.table][p.row_start:p.row_end, p.col_start:p.col_end])
+                torch.testing.assert_close(p.data, full[p.table][p.row_start : p.row_end, p.col_start : p.col_end])
     for t, tp in enumerate(plan.tables):
         assert held[t] == (tp.rows * tp.dim if tp.model_parallel else 0)
 

@@ -18,8 +18,17 @@ pytest.importorskip("pyspark", reason="needs pyspark (pip install 'dlrmkit[spark
 
 @pytest.mark.skipif(not HEAD6K.exists(), reason="needs ../shared/data/criteo")
 def test_spark_matches_single_machine_byte_for_byte(tmp_path):
-    common = ["preprocess", "criteo", "--input", HEAD6K, "--test-rows", "1000", "--frequency-threshold", "2",
-              "--no-progress"]
+    common = [
+        "preprocess",
+        "criteo",
+        "--input",
+        HEAD6K,
+        "--test-rows",
+        "1000",
+        "--frequency-threshold",
+        "2",
+        "--no-progress",
+    ]
     local = run_cli(*common, "--out", tmp_path / "local", "--workers", "2")
     assert local.code == 0, local.err
     spark = run_cli(*common, "--out", tmp_path / "spark", "--engine", "spark", "--spark-master", "local[2]")

@@ -18,8 +18,12 @@ CFG = ModelConfig(num_numerical=5, table_sizes=[50, 7, 300], embedding_dim=8, bo
 
 def test_split_join_roundtrip_is_bit_exact():
     gen = torch.Generator().manual_seed(0)
-    w = torch.cat([torch.randn(1000, generator=gen) * 10 ** torch.randint(-30, 30, (1000,), generator=gen),
-                   torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-40, -1e-40])])
+    w = torch.cat(
+        [
+            torch.randn(1000, generator=gen) * 10 ** torch.randint(-30, 30, (1000,), generator=gen),
+            torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-40, -1e-40]),
+        ]
+    )
     hi, lo = split_fp32(w)
     assert hi.dtype == torch.bfloat16 and lo.dtype == torch.int16
     assert torch.equal(join_fp32(hi, lo).view(torch.int32), w.view(torch.int32))
@@ -39,7 +43,9 @@ def batches(n, batch_size=64, jagged=False, seed=1):
             t = len(CFG.table_sizes)
             lengths = torch.randint(0, 4, (t, batch_size), generator=gen)
             per_table = lengths.sum(1)
-            values = (torch.rand(int(per_table.sum()), generator=gen) * torch.repeat_interleave(sizes, per_table)).long()
+            values = (
+                torch.rand(int(per_table.sum()), generator=gen) * torch.repeat_interleave(sizes, per_table)
+            ).long()
             offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.flatten().cumsum(0)])
             ids = JaggedIds(values, offsets, batch_size)
         else:
@@ -129,8 +135,9 @@ def test_weight_memory_equals_fp32_model():
     model = copy.deepcopy(fp32_model)
     opt = SplitSGD(model.parameters(), lr=0.1)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
-                      if isinstance(t, torch.Tensor))
+    state_bytes = sum(
+        t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)
+    )
     assert param_bytes == fp32_bytes // 2
     assert param_bytes + state_bytes == fp32_bytes
     # and the fp32 values are all still there

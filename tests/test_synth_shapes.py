@@ -9,8 +9,13 @@ import yaml
 
 from dlrmkit.data import synthetic
 from dlrmkit.data.synthetic import HashedTable, Teacher, generate, zipf_continuous
-from dlrmkit.data.synthetic_shapes import (KAGGLE_TABLE_SIZES, SYNTH_PRESETS, TERABYTE_TABLE_SIZES,
-                                           config_for_tables, resolve_config)
+from dlrmkit.data.synthetic_shapes import (
+    KAGGLE_TABLE_SIZES,
+    SYNTH_PRESETS,
+    TERABYTE_TABLE_SIZES,
+    config_for_tables,
+    resolve_config,
+)
 from dlrmkit.errors import DlrmkitError
 
 
@@ -79,8 +84,18 @@ def test_large_tables_generate_without_per_row_state(tmp_path, monkeypatch):
 
 def test_synth_cli_cardinalities(cli, tmp_path):
     out = tmp_path / "custom"
-    result = cli("synth", "--cardinalities", "4000000,1000,7", "--rows", "5000", "--test-rows", "2000",
-                 "--out", out, "--no-progress")
+    result = cli(
+        "synth",
+        "--cardinalities",
+        "4000000,1000,7",
+        "--rows",
+        "5000",
+        "--test-rows",
+        "2000",
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert result.code == 0, result.err
     assert "5000 train + 2000 test rows, 3 tables (4,001,007 rows in all, largest 4,000,000)" in result.out
     spec = yaml.safe_load((out / "feature_spec.yaml").read_text())

@@ -11,7 +11,17 @@ from dlrmkit.train.checkpoint import latest_checkpoint
 
 from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
 
-METRIC_KEYS = {"auc", "logloss", "steps", "samples", "samples_per_s", "train_loss", "world_size", "best_auc", "optimal_auc"}
+METRIC_KEYS = {
+    "auc",
+    "logloss",
+    "steps",
+    "samples",
+    "samples_per_s",
+    "train_loss",
+    "world_size",
+    "best_auc",
+    "optimal_auc",
+}
 BATCH = 256  # the tiny preset's batch size
 TRAIN_ROWS = TINY_ROWS - TINY_ROWS // 10  # `train` holds out the last 10% of the train mapping for validation
 BATCHES_PER_EPOCH = -(-TRAIN_ROWS // BATCH)  # 15, the last one 16 rows
@@ -50,7 +60,7 @@ def load_state(checkpoint_dir):
     flat = {}
     for key, value in tensors.items():
         if key.startswith("dense_opt."):  # dense_opt.<fqn>.<state>
-            flat["opt." + key[len("dense_opt."):]] = value
+            flat["opt." + key[len("dense_opt.") :]] = value
         elif key.startswith("table.") and ".opt." in key:  # table.<t>.opt.<state>
             flat["opt." + key] = value
         elif key.startswith("table."):  # table.<t>.weight
@@ -157,8 +167,17 @@ def test_resume_with_other_model_shape_is_refused(tiny_data, tmp_path):
     ckpt = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 3)
     result = run_cli(
-        "train", "--data", tiny_data, "--preset", "small", "--checkpoint-dir", ckpt, "--resume",
-        "--max-steps", 6, "--no-progress",
+        "train",
+        "--data",
+        tiny_data,
+        "--preset",
+        "small",
+        "--checkpoint-dir",
+        ckpt,
+        "--resume",
+        "--max-steps",
+        6,
+        "--no-progress",
     )
     assert result.code == 2
     assert "does not match" in result.err and "Traceback" not in result.err
@@ -169,8 +188,23 @@ def test_resume_with_other_model_shape_is_refused(tiny_data, tmp_path):
     [
         (30, []),  # mid-epoch
         (32, []),  # exactly at an epoch boundary (16 batches per epoch)
-        (23, ["--optimizer", "adagrad", "--lr", "0.05", "--warmup-steps", "10", "--decay-start", "40",
-              "--decay-steps", "15", "--seed", "7"]),
+        (
+            23,
+            [
+                "--optimizer",
+                "adagrad",
+                "--lr",
+                "0.05",
+                "--warmup-steps",
+                "10",
+                "--decay-start",
+                "40",
+                "--decay-steps",
+                "15",
+                "--seed",
+                "7",
+            ],
+        ),
     ],
 )
 def test_interrupted_and_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path, cut, extra):

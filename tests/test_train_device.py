@@ -71,29 +71,71 @@ def test_train_on_the_gpu_matches_the_cpu(tiny_data, tmp_path, placement, monkey
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     ref = _train(tmp_path, tiny_data, "cpu")
-    got = _train(tmp_path, tiny_data, placement, "--device", "cuda", "--table-placement", placement,
-                 "--checkpoint-dir", tmp_path / f"ck-{placement}")
+    got = _train(
+        tmp_path,
+        tiny_data,
+        placement,
+        "--device",
+        "cuda",
+        "--table-placement",
+        placement,
+        "--checkpoint-dir",
+        tmp_path / f"ck-{placement}",
+    )
     _close(got, ref)
-    again = _train(tmp_path, tiny_data, placement + "-resumed", "--device", "cuda", "--table-placement", placement,
-                   "--checkpoint-dir", tmp_path / f"ck-{placement}", "--resume", "--max-steps", "8")
+    again = _train(
+        tmp_path,
+        tiny_data,
+        placement + "-resumed",
+        "--device",
+        "cuda",
+        "--table-placement",
+        placement,
+        "--checkpoint-dir",
+        tmp_path / f"ck-{placement}",
+        "--resume",
+        "--max-steps",
+        "8",
+    )
     assert again["steps"] == 8  # a GPU checkpoint loads back onto the GPU and training goes on
 
 
 @NEEDS_GPU
-@pytest.mark.parametrize("world,sharding,extra", [
-    (1, "row_wise", []),
-    (2, "row_wise", []),
-    (2, "auto", ["--optimizer", "adagrad", "--loader", "broadcast"]),  # replicated + sharded tables, one-hot fast path
-    (2, "table_wise", ["--optimizer", "split-sgd", "--precision", "bf16"]),
-], ids=["1-row_wise", "2-row_wise", "2-auto-adagrad-broadcast", "2-table_wise-split_sgd-bf16"])
+@pytest.mark.parametrize(
+    "world,sharding,extra",
+    [
+        (1, "row_wise", []),
+        (2, "row_wise", []),
+        (
+            2,
+            "auto",
+            ["--optimizer", "adagrad", "--loader", "broadcast"],
+        ),  # replicated + sharded tables, one-hot fast path
+        (2, "table_wise", ["--optimizer", "split-sgd", "--precision", "bf16"]),
+    ],
+    ids=["1-row_wise", "2-row_wise", "2-auto-adagrad-broadcast", "2-table_wise-split_sgd-bf16"],
+)
 def test_torchrun_nccl_matches_the_cpu(tiny_data, tmp_path, world, sharding, extra):
     if torch.cuda.device_count() < world:
         pytest.skip(f"{world} ranks need {world} GPUs; {torch.cuda.device_count()} here")
     model_args = [a for a in extra if a != "--loader" and a != "broadcast"]
     ref = _train(tmp_path, tiny_data, "cpu", *model_args)
     out, ck = tmp_path / "nccl.json", tmp_path / "ck"
-    run = ["-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--device", "cuda", "--sharding", sharding, *extra,
-           "--checkpoint-dir", ck]
+    run = [
+        "-m",
+        "dlrmkit",
+        "train",
+        "--data",
+        tiny_data,
+        *ARGS,
+        "--device",
+        "cuda",
+        "--sharding",
+        sharding,
+        *extra,
+        "--checkpoint-dir",
+        ck,
+    ]
     proc = torchrun(world, *run, "--metrics-json", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _close(json.loads(out.read_text()), ref, rel=2e-2 if "bf16" in extra else 5e-3)

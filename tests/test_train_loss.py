@@ -56,8 +56,17 @@ class HostReads(torch.Tensor):
 
 
 def watched_trainer(data, **kw) -> Trainer:
-    cfg = TrainConfig(data=str(data), preset="tiny", batch_size=64, max_steps=12, log_every=5, eval_every=0,
-                      progress=False, shuffle=False, **kw)
+    cfg = TrainConfig(
+        data=str(data),
+        preset="tiny",
+        batch_size=64,
+        max_steps=12,
+        log_every=5,
+        eval_every=0,
+        progress=False,
+        shuffle=False,
+        **kw,
+    )
     trainer = Trainer(cfg)
     step_fn = trainer.step_fn
     trainer.step_fn = lambda batch: step_fn(batch).as_subclass(HostReads)

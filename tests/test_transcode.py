@@ -15,13 +15,33 @@ from dlrmkit.data.split_binary import open_dataset
 
 def csv_rows(n: int) -> list[list[str]]:
     rng = np.random.default_rng(1)
-    return [[str(i % 2), f"{rng.normal():.3f}", "" if i % 7 == 0 else str(int(rng.integers(0, 9))),
-             ["red", "green", "blue", "green", ""][i % 5], str(int(rng.integers(0, 4)))] for i in range(n)]
+    return [
+        [
+            str(i % 2),
+            f"{rng.normal():.3f}",
+            "" if i % 7 == 0 else str(int(rng.integers(0, 9))),
+            ["red", "green", "blue", "green", ""][i % 5],
+            str(int(rng.integers(0, 4))),
+        ]
+        for i in range(n)
+    ]
 
 
 def args(src, out, *extra):
-    return ("transcode", "--input", src, "--out", out, "--label", "y", "--numerical", "a,b",
-            "--categorical", "color,city", *extra)
+    return (
+        "transcode",
+        "--input",
+        src,
+        "--out",
+        out,
+        "--label",
+        "y",
+        "--numerical",
+        "a,b",
+        "--categorical",
+        "color,city",
+        *extra,
+    )
 
 
 def test_csv_bad_rows_and_ids(tmp_path):
@@ -51,9 +71,15 @@ def test_tsv_no_header_and_parquet_agree(tmp_path):
     r = run_cli(*args(tsv, tmp_path / "a", "--no-header", "--columns", "y,a,b,color,city", "--test-fraction", "0.25"))
     assert r.code == 0, r.err
     cols = list(zip(*rows))
-    table = pa.table({"y": pa.array([int(v) for v in cols[0]]), "a": pa.array([float(v) for v in cols[1]]),
-                      "b": pa.array([int(v) if v else None for v in cols[2]]), "color": pa.array(cols[3]),
-                      "city": pa.array([int(v) for v in cols[4]])})
+    table = pa.table(
+        {
+            "y": pa.array([int(v) for v in cols[0]]),
+            "a": pa.array([float(v) for v in cols[1]]),
+            "b": pa.array([int(v) if v else None for v in cols[2]]),
+            "color": pa.array(cols[3]),
+            "city": pa.array([int(v) for v in cols[4]]),
+        }
+    )
     pq.write_table(table, tmp_path / "d.parquet")
     r = run_cli(*args(tmp_path / "d.parquet", tmp_path / "b", "--test-fraction", "0.25"))
     assert r.code == 0, r.err
@@ -76,15 +102,52 @@ def test_same_ids_as_criteo_path(tmp_path):
         lines.append("\t".join([str(i % 2), *[str(int(x)) for x in rng.integers(0, 30, 13)], *cats]))
     src = tmp_path / "c.tsv"
     src.write_text("\n".join(lines) + "\n")
-    assert run_cli("preprocess", "criteo", "--input", src, "--out", tmp_path / "p", "--test-rows", "50",
-                   "--no-progress", "--workers", "1", "--frequency-threshold", "2").code == 0
+    assert (
+        run_cli(
+            "preprocess",
+            "criteo",
+            "--input",
+            src,
+            "--out",
+            tmp_path / "p",
+            "--test-rows",
+            "50",
+            "--no-progress",
+            "--workers",
+            "1",
+            "--frequency-threshold",
+            "2",
+        ).code
+        == 0
+    )
     names = ["y", *[f"I{i}" for i in range(1, 14)], *[f"C{i}" for i in range(1, 27)]]
-    r = run_cli("transcode", "--input", src, "--out", tmp_path / "t", "--label", "y", "--no-header",
-                "--columns", ",".join(names), "--numerical", ",".join(names[1:14]),
-                "--categorical", ",".join(names[14:]), "--test-rows", "50", "--frequency-threshold", "2",
-                "--log-transform")
+    r = run_cli(
+        "transcode",
+        "--input",
+        src,
+        "--out",
+        tmp_path / "t",
+        "--label",
+        "y",
+        "--no-header",
+        "--columns",
+        ",".join(names),
+        "--numerical",
+        ",".join(names[1:14]),
+        "--categorical",
+        ",".join(names[14:]),
+        "--test-rows",
+        "50",
+        "--frequency-threshold",
+        "2",
+        "--log-transform",
+    )
     assert r.code == 0, r.err
     for d in ("train", "test"):
         for t in range(26):
-            assert (tmp_path / "p" / d / f"cat_{t}.bin").read_bytes() == (tmp_path / "t" / d / f"cat_{t}.bin").read_bytes()
-        assert (tmp_path / "p" / d / "numerical.bin").read_bytes() == (tmp_path / "t" / d / "numerical.bin").read_bytes()
+            assert (tmp_path / "p" / d / f"cat_{t}.bin").read_bytes() == (
+                tmp_path / "t" / d / f"cat_{t}.bin"
+            ).read_bytes()
+        assert (tmp_path / "p" / d / "numerical.bin").read_bytes() == (
+            tmp_path / "t" / d / "numerical.bin"
+        ).read_bytes()

@@ -37,11 +37,31 @@ def test_study_resumes_after_kill_and_best_config_trains(tiny_data, tmp_path):
     space, out = tmp_path / "space.yaml", tmp_path / "T"
     space.write_text(yaml.safe_dump(SPACE))
     db = out / "study.db"
-    argv = ["tune", "--data", tiny_data, "--trials", 4, "--space", space, "--out", out,
-            "--storage", f"sqlite:///{db}", "--max-steps", 6, "--eval-every", 3]  # 2 reported AUCs per trial
+    argv = [
+        "tune",
+        "--data",
+        tiny_data,
+        "--trials",
+        4,
+        "--space",
+        space,
+        "--out",
+        out,
+        "--storage",
+        f"sqlite:///{db}",
+        "--max-steps",
+        6,
+        "--eval-every",
+        3,
+    ]  # 2 reported AUCs per trial
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "dlrmkit", *map(str, argv)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlrmkit", *map(str, argv)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 120
     while finished_trials(db) < 2 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)

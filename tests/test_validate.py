@@ -52,7 +52,9 @@ def nvidia_dataset(root: Path, rows: dict[str, int]) -> Path:
         text += f"  - features:\n    - num_0\n    - num_1\n    files:\n    - {mapping}/numerical.bin\n    type: split_binary\n"
         text += f"  - features:\n    - label\n    files:\n    - {mapping}/label.bin\n    type: split_binary\n"
         for i in range(3):
-            text += f"  - features:\n    - cat_{i}.bin\n    files:\n    - {mapping}/cat_{i}.bin\n    type: split_binary\n"
+            text += (
+                f"  - features:\n    - cat_{i}.bin\n    files:\n    - {mapping}/cat_{i}.bin\n    type: split_binary\n"
+            )
         (root / mapping).mkdir(parents=True)
         n = rows[mapping]
         ids = [rng.integers(0, c, n).astype(d) for c, d in zip(CARDS, DTYPES)]

@@ -117,7 +117,9 @@ def atomic_path(path: str) -> Iterator[str]:
         os.replace(tmp, path)
     except OSError as exc:
         _remove(tmp)
-        raise DlrmkitError(f"{path}: cannot write ({os_error_text(exc)}); the previous file, if any, is unchanged") from None
+        raise DlrmkitError(
+            f"{path}: cannot write ({os_error_text(exc)}); the previous file, if any, is unchanged"
+        ) from None
     except BaseException:
         _remove(tmp)
         raise

@@ -26,10 +26,17 @@ RESULT_FILE = "baseline.json"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
-    p.add_argument("--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)")
-    p.add_argument("--val-fraction", type=ct.float_range(0.0, 1.0, hi_open=True),
-                   help="validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)")
-    p.add_argument("--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)")
+    p.add_argument(
+        "--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)"
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=ct.float_range(0.0, 1.0, hi_open=True),
+        help="validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",
+    )
+    p.add_argument(
+        "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
+    )
     p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
     p.add_argument("--out", help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
 
@@ -37,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class LogisticRegression:
     """Width-1 embedding bags (one weight per id) + a linear term on standardized numericals + a bias."""
 
-    def __init__(self, cardinalities: list[int], num_numerical: int, mean: np.ndarray, std: np.ndarray,
-                 signed_log: bool):
+    def __init__(
+        self, cardinalities: list[int], num_numerical: int, mean: np.ndarray, std: np.ndarray, signed_log: bool
+    ):
         import torch
 
         self.offsets = torch.tensor(np.concatenate([[0], np.cumsum(cardinalities)[:-1]]), dtype=torch.int64)
@@ -79,7 +87,11 @@ def numerical_stats(dataset, batch_size: int, signed: bool) -> tuple[np.ndarray,
     f = dataset.num_numerical
     s, s2, n = np.zeros(f), np.zeros(f), 0
     for batch in BatchLoader(dataset, batch_size).epoch(0):
-        x = signed_log(batch.dense) if signed else torch.nan_to_num(batch.dense.float(), posinf=65504.0, neginf=-65504.0)
+        x = (
+            signed_log(batch.dense)
+            if signed
+            else torch.nan_to_num(batch.dense.float(), posinf=65504.0, neginf=-65504.0)
+        )
         x = x.double().numpy()
         s, s2, n = s + x.sum(0), s2 + (x * x).sum(0), n + len(x)
     mean = s / max(n, 1)
@@ -87,8 +99,9 @@ def numerical_stats(dataset, batch_size: int, signed: bool) -> tuple[np.ndarray,
     return mean, np.where(std > 1e-12, std, 1.0)
 
 
-def fit(data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: int = 200,
-        batch_size: int = 65536) -> dict[str, Any]:
+def fit(
+    data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: int = 200, batch_size: int = 65536
+) -> dict[str, Any]:
     """Train the baseline on the train rows (without the validation rows); score val and test."""
     import torch
     import torch.nn.functional as F
@@ -114,9 +127,18 @@ def fit(data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: 
         model = LogisticRegression(spec.cardinalities, rows.num_numerical, mean, std, signed)
         loader = BatchLoader(rows, batch_size)
         # small data: the batches once, in memory; large data: streamed again for every gradient
-        cached = list(loader.epoch(0)) if len(rows) * (len(spec.cardinalities) + rows.num_numerical) < 20_000_000 else None
-        opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=max_iter, history_size=20,
-                                tolerance_grad=1e-7, tolerance_change=1e-10, line_search_fn="strong_wolfe")
+        cached = (
+            list(loader.epoch(0)) if len(rows) * (len(spec.cardinalities) + rows.num_numerical) < 20_000_000 else None
+        )
+        opt = torch.optim.LBFGS(
+            model.parameters(),
+            lr=1.0,
+            max_iter=max_iter,
+            history_size=20,
+            tolerance_grad=1e-7,
+            tolerance_change=1e-10,
+            line_search_fn="strong_wolfe",
+        )
 
         def closure():
             opt.zero_grad()
@@ -124,8 +146,9 @@ def fit(data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: 
             total.backward()
             value = float(total.detach())
             for batch in cached if cached is not None else loader.epoch(0):  # full gradient, batch by batch
-                loss = F.binary_cross_entropy_with_logits(model.logits(batch.dense, batch.ids), batch.labels.double(),
-                                                          reduction="sum")
+                loss = F.binary_cross_entropy_with_logits(
+                    model.logits(batch.dense, batch.ids), batch.labels.double(), reduction="sum"
+                )
                 loss.backward()
                 value += float(loss.detach())
             return torch.tensor(value)
@@ -149,18 +172,29 @@ def fit(data: str, c: float = 1.0, val_fraction: float | None = None, max_iter: 
     if val is not None:  # C is fixed, nothing was selected on the validation rows: the test
         model = train_on(concat_rows(train, val))  # figure is the regression on every training row
     t = score(test)
-    return {"model": "logistic regression (one-hot ids + standardized numerical features, L2)", "c": c,
-            "train_rows": len(train), "validation": val_source,
-            "test_fit_rows": len(train) + (len(val) if val is not None else 0), "val_auc": v["auc"], "val_logloss": v["logloss"],
-            "test_auc": t["auc"], "test_logloss": t["logloss"],
-            "numerical_transform": "signed-log" if signed else "none"}
+    return {
+        "model": "logistic regression (one-hot ids + standardized numerical features, L2)",
+        "c": c,
+        "train_rows": len(train),
+        "validation": val_source,
+        "test_fit_rows": len(train) + (len(val) if val is not None else 0),
+        "val_auc": v["auc"],
+        "val_logloss": v["logloss"],
+        "test_auc": t["auc"],
+        "test_logloss": t["logloss"],
+        "numerical_transform": "signed-log" if signed else "none",
+    }
 
 
 def concat_rows(train, val):
     """Train and validation rows as one dataset: the held-out tail of train is its own window
     (contiguous, so the whole train mapping); a val mapping is read through a small view."""
-    if val.mapping == "val" and getattr(val, "label", None) is not None and val.label.offset == len(train) \
-            and val.label.files == train.label.files:
+    if (
+        val.mapping == "val"
+        and getattr(val, "label", None) is not None
+        and val.label.offset == len(train)
+        and val.label.files == train.label.files
+    ):
         return train.window(0, len(train) + len(val), train.mapping)
     return Concat(train, val)
 
@@ -178,8 +212,14 @@ class Concat:
         from dlrmkit.data.split_binary import RawBatch
 
         n = len(self.a)
-        parts = [p for p in (self.a.read(min(start, n), min(end, n), check_ids) if start < n else None,
-                             self.b.read(max(start - n, 0), end - n, check_ids) if end > n else None) if p is not None]
+        parts = [
+            p
+            for p in (
+                self.a.read(min(start, n), min(end, n), check_ids) if start < n else None,
+                self.b.read(max(start - n, 0), end - n, check_ids) if end > n else None,
+            )
+            if p is not None
+        ]
         if len(parts) == 1:
             return parts[0]
         return RawBatch(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("dense", "ids", "labels")))
@@ -206,10 +246,14 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(out, "--out")  # before the fit: a bad path is found now
     result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size)
     fmt = lambda x: "n/a" if math.isnan(x) else f"{x:.4f}"  # noqa: E731
-    print(f"logistic regression (C={args.c}) on {result['train_rows']:,} train rows; validation: {result['validation']}; "
-          f"the test figure refits on all {result['test_fit_rows']:,} training rows (C is fixed, nothing is selected)")
-    print(f"val AUC {fmt(result['val_auc'])}  val logloss {fmt(result['val_logloss'])}  "
-          f"test AUC {fmt(result['test_auc'])}  test logloss {fmt(result['test_logloss'])}")
+    print(
+        f"logistic regression (C={args.c}) on {result['train_rows']:,} train rows; validation: {result['validation']}; "
+        f"the test figure refits on all {result['test_fit_rows']:,} training rows (C is fixed, nothing is selected)"
+    )
+    print(
+        f"val AUC {fmt(result['val_auc'])}  val logloss {fmt(result['val_logloss'])}  "
+        f"test AUC {fmt(result['test_auc'])}  test logloss {fmt(result['test_logloss'])}"
+    )
     if out != "none":
         write_json(out, result)  # temporary name, then renamed; NaN as null
         print(f"wrote {out}")

@@ -17,6 +17,7 @@ from dlrmkit.optim.build import build_optimizers
 from dlrmkit.perf.workload import BENCH_MODELS, RandomBatch, random_batches
 from dlrmkit.train.step import training_step
 
+
 def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, int]]:
     """(batch count, m, k, n) of every matrix multiply in one training step: forward, grad-input
     and grad-weight of each Linear, and the interaction's batched products."""
@@ -32,11 +33,17 @@ def gemm_shapes(cfg: ModelConfig, batch_size: int) -> list[tuple[int, int, int, 
     return shapes
 
 
-def measure_compute_bound(cfg: ModelConfig, batch_size: int, dtype: torch.dtype, repeats: int = 5,
-                          device: torch.device | str = "cpu") -> float:
+def measure_compute_bound(
+    cfg: ModelConfig, batch_size: int, dtype: torch.dtype, repeats: int = 5, device: torch.device | str = "cpu"
+) -> float:
     """Seconds the model's GEMMs take for one step on `device` (median of `repeats`)."""
-    mats = [(torch.randn(b, m, k, dtype=dtype, device=device).squeeze(0),
-             torch.randn(b, k, n, dtype=dtype, device=device).squeeze(0)) for b, m, k, n in gemm_shapes(cfg, batch_size)]
+    mats = [
+        (
+            torch.randn(b, m, k, dtype=dtype, device=device).squeeze(0),
+            torch.randn(b, k, n, dtype=dtype, device=device).squeeze(0),
+        )
+        for b, m, k, n in gemm_shapes(cfg, batch_size)
+    ]
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     times = []
     for _ in range(repeats + 1):
@@ -49,8 +56,9 @@ def measure_compute_bound(cfg: ModelConfig, batch_size: int, dtype: torch.dtype,
     return statistics.median(times[1:])
 
 
-def timed_windows(step, batches: list[RandomBatch], warmup: int, steps: int, windows: int,
-                  after_window=None, sync=None) -> list[float]:
+def timed_windows(
+    step, batches: list[RandomBatch], warmup: int, steps: int, windows: int, after_window=None, sync=None
+) -> list[float]:
     """Samples/s of each window of `steps` steps, after `warmup` steps; `after_window()` runs
     after each window, untimed (bench measures the compute bound there, side by side). `sync()`,
     if given, runs before each clock read (a GPU's queued work must finish inside the window)."""
@@ -114,42 +122,81 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
     add_options(p, TrainConfig, {"batch_size": {"default": 2048, "help": "batch size (default 2048)"}})
     p.add_argument("--steps", type=ct.positive_int, default=10, help="steps per timed window (default 10)")
-    p.add_argument("--windows", type=ct.positive_int, default=5, help="timed windows; the median is reported (default 5)")
+    p.add_argument(
+        "--windows", type=ct.positive_int, default=5, help="timed windows; the median is reported (default 5)"
+    )
     p.add_argument("--warmup", type=ct.nonneg_int, default=5, help="untimed warm-up steps (default 5)")
-    add_options(p, TrainConfig, {
-        "lr": {"default": 0.01, "help": "SGD learning rate (default 0.01)"},
-        "threads": {"help": "intra-op threads (default: cores / LOCAL_WORLD_SIZE)"},
-        "seed": {"help": "seed of the random data and weights (default 0)"},
-    })
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "lr": {"default": 0.01, "help": "SGD learning rate (default 0.01)"},
+            "threads": {"help": "intra-op threads (default: cores / LOCAL_WORLD_SIZE)"},
+            "seed": {"help": "seed of the random data and weights (default 0)"},
+        },
+    )
     p.add_argument("--json", help="write the figures as one JSON object to this file")
-    add_options(p, TrainConfig, {
-        "precision": {"choices": ("fp32", "bf16"), "help": "autocast precision (default fp32)"},
-        "optimizer": {"default": "sgd", "help": "dense optimizer; split-sgd (needs --precision bf16) also updates "
-                                                "the tables (default sgd)"},
-    })
-    p.add_argument("--compare-fp32", action="store_true",
-                   help="also time the fp32 SGD model, one window after each of this run's, and print the "
-                        "speed-up over it (median of the window ratios); at bf16 also how much faster the "
-                        "model's GEMMs run than in fp32")
-    add_options(p, TrainConfig, {"device": {
-        "help": "where a single-process run trains: cpu (default, so the documented figures mean the same "
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "precision": {"choices": ("fp32", "bf16"), "help": "autocast precision (default fp32)"},
+            "optimizer": {
+                "default": "sgd",
+                "help": "dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)",
+            },
+        },
+    )
+    p.add_argument(
+        "--compare-fp32",
+        action="store_true",
+        help="also time the fp32 SGD model, one window after each of this run's, and print the "
+        "speed-up over it (median of the window ratios); at bf16 also how much faster the "
+        "model's GEMMs run than in fp32",
+    )
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "device": {
+                "help": "where a single-process run trains: cpu (default, so the documented figures mean the same "
                 "everywhere), cuda (MLPs on the GPU, tables there or in host memory per --table-placement, "
                 "CUDA graphs), or auto: the GPU if there is one and no CPU-only option is given "
-                "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)"}})
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)")
-    add_options(p, TrainConfig, {
-        "sharding": {"help": "under torchrun: table sharding (global samples/s reported)"},
-        "backend": {"help": "under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)"},
-        "bind_cores": {},
-    })
-    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                   help="under torchrun: overlap communication with compute as training does (the default: ids a "
-                        "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "
-                        "during backward); --no-overlap makes every collective block")
-    p.add_argument("--breakdown", action="store_true",
-                   help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
-                        "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped")
+                "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)"
+            }
+        },
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)",
+    )
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "sharding": {"help": "under torchrun: table sharding (global samples/s reported)"},
+            "backend": {
+                "help": "under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)"
+            },
+            "bind_cores": {},
+        },
+    )
+    p.add_argument(
+        "--overlap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="under torchrun: overlap communication with compute as training does (the default: ids a "
+        "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "
+        "during backward); --no-overlap makes every collective block",
+    )
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
+        "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped",
+    )
     from dlrmkit.perf.bench_perf import add_perf_arguments  # --reference, --profile, --plot, kernels
 
     add_perf_arguments(p)
@@ -158,8 +205,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_output_file
 
-    for option, path in (("--json", args.json), ("--trace", getattr(args, "trace", None)),
-                         ("--plot", getattr(args, "plot", None))):
+    for option, path in (
+        ("--json", args.json),
+        ("--trace", getattr(args, "trace", None)),
+        ("--plot", getattr(args, "plot", None)),
+    ):
         check_output_file(path, option)  # before the timed windows, not after
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit import device as dev
@@ -179,15 +229,21 @@ def run(args: argparse.Namespace) -> int:
     prepare_model(args, model, parallel=parallel, device=device)
     from dlrmkit.perf.bench_parallel import parallel_setup  # torchrun: shard the model
 
-    par = parallel_setup(model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed,
-                         bind=args.bind_cores)
+    par = parallel_setup(
+        model, args.batch_size, args.sharding, args.backend, args.overlap, args.seed, bind=args.bind_cores
+    )
     optimizers = build_optimizers(model, args.optimizer, args.lr, precision=args.precision)
 
-    batches = par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
+    batches = (
+        par.batches(cfg, args.batch_size, 4, args.seed) if par else random_batches(cfg, args.batch_size, 4, args.seed)
+    )
     batches = dev.pin_batches(batches, device)
     ids_device = device if args._placement[0] == "device" else torch.device("cpu")
-    local_step = (gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device, batches)
-                  if device.type == "cuda" else training_step(model, optimizers, args.precision))
+    local_step = (
+        gpu.gpu_training_step(model, optimizers, args.precision, device, ids_device, batches)
+        if device.type == "cuda"
+        else training_step(model, optimizers, args.precision)
+    )
 
     def step(batch: RandomBatch) -> None:
         return par.step(batch, optimizers) if par is not None else local_step(batch)
@@ -268,14 +324,23 @@ def run(args: argparse.Namespace) -> int:
     if fp32_gemm_times:
         gemm_ratio = statistics.median(f / g for f, g in zip(fp32_gemm_times, gemm_times))
         result["gemm_speedup_vs_fp32"] = gemm_ratio
-        print(f"{args.precision} GEMMs at the model's shapes run {gemm_ratio:.2f}x as fast as fp32 GEMMs here "
-              f"(median of the window ratios): what the GEMM part of a step can gain over fp32")
+        print(
+            f"{args.precision} GEMMs at the model's shapes run {gemm_ratio:.2f}x as fast as fp32 GEMMs here "
+            f"(median of the window ratios): what the GEMM part of a step can gain over fp32"
+        )
     for name, base in base_rates.items():  # the ratio: median over windows of (rate / the baseline's next window)
         speedup = statistics.median(r / b for r, b in zip(rates, base))
-        result.update({f"{name}_samples_per_s": statistics.median(base), f"speedup_vs_{name}": speedup,
-                       f"window_{name}_samples_per_s": base})
-        print(f"{BASELINE_NAMES[name]}, a window after each of dlrmkit's: {statistics.median(base):,.0f} samples/s; "
-              f"dlrmkit {args.precision} {args.optimizer} is {speedup:.2f}x (median of the window ratios)")
+        result.update(
+            {
+                f"{name}_samples_per_s": statistics.median(base),
+                f"speedup_vs_{name}": speedup,
+                f"window_{name}_samples_per_s": base,
+            }
+        )
+        print(
+            f"{BASELINE_NAMES[name]}, a window after each of dlrmkit's: {statistics.median(base):,.0f} samples/s; "
+            f"dlrmkit {args.precision} {args.optimizer} is {speedup:.2f}x (median of the window ratios)"
+        )
     perf_extras(args, result)
     if args.json:
         from dlrmkit.atomic_io import write_json

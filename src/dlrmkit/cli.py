@@ -14,16 +14,25 @@ from dlrmkit.errors import describe_error
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("dlrmkit.data.synthetic_cli", "write a synthetic dataset drawn from a hidden teacher model"),
     "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
-    "baseline": ("dlrmkit.baseline", "fit a logistic regression on the same dataset and splits (what the DLRM must beat)"),
+    "baseline": (
+        "dlrmkit.baseline",
+        "fit a logistic regression on the same dataset and splits (what the DLRM must beat)",
+    ),
     "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
     "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
     "plan": ("dlrmkit.plan_cli", "plan how embedding tables are sharded over ranks"),
     "report": ("dlrmkit.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
     "tune": ("dlrmkit.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
     "export": ("dlrmkit.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),
-    "predict": ("dlrmkit.predict", "score raw rows (Criteo TSV or the transcoded CSV) with a checkpoint; writes click probabilities"),
+    "predict": (
+        "dlrmkit.predict",
+        "score raw rows (Criteo TSV or the transcoded CSV) with a checkpoint; writes click probabilities",
+    ),
     "preprocess": ("dlrmkit.data.preprocess_cli", "turn raw Criteo click logs into a FeatureSpec dataset"),
-    "transcode": ("dlrmkit.data.transcode_cli", "turn any CSV/TSV/Parquet with named columns into a FeatureSpec dataset"),
+    "transcode": (
+        "dlrmkit.data.transcode_cli",
+        "turn any CSV/TSV/Parquet with named columns into a FeatureSpec dataset",
+    ),
     "validate": ("dlrmkit.data.validate_cli", "check a dataset against its FeatureSpec and summarize it"),
 }
 

@@ -27,7 +27,9 @@ def _number(text: str, kind: type) -> float | int:
         else:
             value = float(str(text).strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got '{text}'"
+        ) from None
     if kind is float and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got '{text}'")
     return value
@@ -48,8 +50,9 @@ def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], i
     return parse
 
 
-def float_range(lo: float | None = None, hi: float | None = None, lo_open: bool = False,
-                hi_open: bool = False) -> Callable[[str], float]:
+def float_range(
+    lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False
+) -> Callable[[str], float]:
     """A finite float in the interval; `*_open` excludes the bound."""
 
     def parse(text: str) -> float:
@@ -104,19 +107,35 @@ def single_char(text: str) -> str:
     value = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(text, text)
     if len(value) != 1 or not value.isascii():
         raise argparse.ArgumentTypeError(f"must be one ASCII character, got '{text}'")
-    if value in "\"\r\n":
+    if value in '"\r\n':
         raise argparse.ArgumentTypeError(f"cannot be a quote or a line break, got {text!r}")
     return value
 
 
 def byte_size(text: str) -> int:
     """'80GiB', '80GB', '512MiB', '1.5TiB' or a plain byte count; positive and finite."""
-    units = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
-             "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
-             "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+    units = {
+        "": 1,
+        "b": 1,
+        "kib": 1 << 10,
+        "mib": 1 << 20,
+        "gib": 1 << 30,
+        "tib": 1 << 40,
+        "pib": 1 << 50,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "tb": 10**12,
+        "pb": 10**15,
+        "k": 1 << 10,
+        "m": 1 << 20,
+        "g": 1 << 30,
+        "t": 1 << 40,
+        "p": 1 << 50,
+    }
     s = str(text).strip().lower().replace(" ", "")
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num):]
+    unit = s[len(num) :]
     try:
         value = float(num)
     except ValueError:

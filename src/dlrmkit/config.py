@@ -37,8 +37,16 @@ PRESETS: dict[str, Preset] = {
     "criteo-kaggle": Preset(16, [512, 256, 64, 16], [512, 256, 1], batch_size=128, lr=0.1, optimizer="sgd", epochs=1),
     # MLPerf DLRM v1 shape; recipe of the reference at global batch 64K (SGD, warm-up, poly decay)
     "mlperf": Preset(
-        128, [512, 256, 128], [1024, 1024, 512, 256, 1], batch_size=65536, lr=24.0, optimizer="sgd",
-        epochs=1, warmup_steps=2750, decay_start=49315, decay_steps=27772,
+        128,
+        [512, 256, 128],
+        [1024, 1024, 512, 256, 1],
+        batch_size=65536,
+        lr=24.0,
+        optimizer="sgd",
+        epochs=1,
+        warmup_steps=2750,
+        decay_start=49315,
+        decay_steps=27772,
     ),
 }
 
@@ -75,99 +83,179 @@ class TrainConfig:
     and checks `--config` files from them). Unset recipe fields fall back to the preset's."""
 
     data: str = option(help="dataset folder holding feature_spec.yaml (required, here or in --config)")
-    preset: str = option(AUTO, f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from "
-                         "the dataset's size and printed; docs/RECIPES.md)")  # in code, auto resolves as tiny
+    preset: str = option(
+        AUTO,
+        f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from "
+        "the dataset's size and printed; docs/RECIPES.md)",
+    )  # in code, auto resolves as tiny
     batch_size: int | None = option(None, "global batch size (default: the preset's)", parse=ct.batch_size)
-    epochs: int | None = option(None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int,
-                                group="length")
+    epochs: int | None = option(
+        None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int, group="length"
+    )
     max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
     lr: float | None = option(None, "learning rate (default: the preset's)", parse=ct.learning_rate)
-    optimizer: str | None = option(None, "dense (MLP) optimizer; split-sgd also updates the tables and needs "
-                                   "--precision bf16 (default: the preset's)", choices=OPTIMIZERS)
-    embedding_optimizer: str | None = option(None, "sparse optimizer of the tables (default: sgd, or adagrad with "
-                                             "--optimizer adagrad)", choices=EMBEDDING_OPTIMIZERS)
-    lamb_lr: float | None = option(None, "LAMB's peak LR (default --lr); the LR schedule scales both",
-                                   parse=ct.learning_rate)
-    precision: str = option("fp32", "autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not "
-                            "reach the tables) (default fp32)", choices=("fp32", "bf16", "fp16"))
-    comm_dtype: str = option("fp32", "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype "
-                             "(default fp32)", choices=("fp32", "bf16"))
+    optimizer: str | None = option(
+        None,
+        "dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 (default: the preset's)",
+        choices=OPTIMIZERS,
+    )
+    embedding_optimizer: str | None = option(
+        None,
+        "sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)",
+        choices=EMBEDDING_OPTIMIZERS,
+    )
+    lamb_lr: float | None = option(
+        None, "LAMB's peak LR (default --lr); the LR schedule scales both", parse=ct.learning_rate
+    )
+    precision: str = option(
+        "fp32",
+        "autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not reach the tables) (default fp32)",
+        choices=("fp32", "bf16", "fp16"),
+    )
+    comm_dtype: str = option(
+        "fp32",
+        "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32)",
+        choices=("fp32", "bf16"),
+    )
     warmup_steps: int | None = option(None, "linear LR warm-up steps (0: none)", parse=ct.nonneg_int)
     decay_start: int | None = option(None, "step where polynomial LR decay starts (0: no decay)", parse=ct.nonneg_int)
     decay_steps: int | None = option(None, "steps of polynomial (power 2) decay to 0", parse=ct.nonneg_int)
-    eval_every: int = option(0, "evaluate on the validation rows every N steps (default: each epoch end)",
-                             parse=ct.nonneg_int)
+    eval_every: int = option(
+        0, "evaluate on the validation rows every N steps (default: each epoch end)", parse=ct.nonneg_int
+    )
     # model selection (dlrmkit.train.selection): validation rows, early stop, best weights
-    val_fraction: float | None = option(None, "hold out the last F of the train mapping for model selection (default: "
-                                        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none)",
-                                        parse=ct.float_range(0.0, 1.0, hi_open=True))
-    patience: int | None = option(None, "stop after N evaluations without a better validation AUC (0: never)",
-                                  parse=ct.nonneg_int)
+    val_fraction: float | None = option(
+        None,
+        "hold out the last F of the train mapping for model selection (default: "
+        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none)",
+        parse=ct.float_range(0.0, 1.0, hi_open=True),
+    )
+    patience: int | None = option(
+        None, "stop after N evaluations without a better validation AUC (0: never)", parse=ct.nonneg_int
+    )
     restore_best: bool | None = option(None, "end with the weights of the best validation AUC (true/false)")
-    embedding_weight_decay: float | None = option(None, "L2 on the table rows a batch touches (Adagrad tables)",
-                                                  parse=ct.nonneg_float)
-    wide: bool | None = option(None, "add a first-order term per id and numerical feature (Wide&Deep-style) "
-                               "(true/false)")
-    embedding_init_scale: float | None = option(None, "tables start at this fraction of the usual uniform "
-                                                "+-sqrt(1/rows) init (default 1)", parse=ct.positive_float)
-    numerical_transform: str | None = option(None, "applied by the model to numerical inputs (signed-log: sign(x) "
-                                             "log(1+|x|), for raw values)", choices=("none", "signed-log"))
+    embedding_weight_decay: float | None = option(
+        None, "L2 on the table rows a batch touches (Adagrad tables)", parse=ct.nonneg_float
+    )
+    wide: bool | None = option(
+        None, "add a first-order term per id and numerical feature (Wide&Deep-style) (true/false)"
+    )
+    embedding_init_scale: float | None = option(
+        None,
+        "tables start at this fraction of the usual uniform +-sqrt(1/rows) init (default 1)",
+        parse=ct.positive_float,
+    )
+    numerical_transform: str | None = option(
+        None,
+        "applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)",
+        choices=("none", "signed-log"),
+    )
     eval_batch_size: int = option(16384, "batch size for evaluation (default 16384)", parse=ct.batch_size)
     target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
-    checkpoint_dir: str | None = option(None, "write checkpoints (and log.jsonl) here; a folder holding another run's "
-                                        "checkpoints needs --resume (default: <run folder>/checkpoints)")
+    checkpoint_dir: str | None = option(
+        None,
+        "write checkpoints (and log.jsonl) here; a folder holding another run's "
+        "checkpoints needs --resume (default: <run folder>/checkpoints)",
+    )
     checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
-    checkpoint_every_seconds: float = option(0.0, "also checkpoint when this many seconds passed since the last one "
-                                             "(default: off)", parse=ct.nonneg_float)
-    collective_timeout: float = option(1800.0, "under torchrun: seconds a collective may wait for a peer before the "
-                                       "job fails (default 1800)", parse=ct.timeout)
-    keep_checkpoints: int = option(2, "checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest "
-                                   "others (default 2)", parse=ct.positive_int, flag="--keep")
-    final_checkpoint: bool = option(True, "do not save a checkpoint when training ends (default: save one into "
-                                    "--checkpoint-dir, else <run folder>/checkpoints, in one process and under "
-                                    "torchrun alike)", flag="--no-final-checkpoint", negate=True)
-    skip_nonfinite: int = option(0, "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping "
-                                 "(default 0)", parse=ct.nonneg_int)
+    checkpoint_every_seconds: float = option(
+        0.0, "also checkpoint when this many seconds passed since the last one (default: off)", parse=ct.nonneg_float
+    )
+    collective_timeout: float = option(
+        1800.0,
+        "under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)",
+        parse=ct.timeout,
+    )
+    keep_checkpoints: int = option(
+        2,
+        "checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest others (default 2)",
+        parse=ct.positive_int,
+        flag="--keep",
+    )
+    final_checkpoint: bool = option(
+        True,
+        "do not save a checkpoint when training ends (default: save one into "
+        "--checkpoint-dir, else <run folder>/checkpoints, in one process and under "
+        "torchrun alike)",
+        flag="--no-final-checkpoint",
+        negate=True,
+    )
+    skip_nonfinite: int = option(
+        0,
+        "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)",
+        parse=ct.nonneg_int,
+    )
     resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
     metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file")
-    log_jsonl: str | None = option(None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)")
+    log_jsonl: str | None = option(
+        None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)"
+    )
     seed: int = option(0, "seed of initialization and batch order (default 0)", parse=ct.seed)
     shuffle: bool = option(True, "read batches in file order", flag="--no-shuffle", negate=True)
     threads: int = option(0, "intra-op threads (default: torch's choice)", parse=ct.threads)
     progress: bool = option(True, "no progress bar", flag="--no-progress", negate=True)
-    run_dir: str | None = option(None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ "
-                                 "(default runs/<timestamp>)")
-    tensorboard: str | None = option(None, "at the end, also write the run's scalars as TensorBoard events into DIR",
-                                     metavar="DIR")
+    run_dir: str | None = option(
+        None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)"
+    )
+    tensorboard: str | None = option(
+        None, "at the end, also write the run's scalars as TensorBoard events into DIR", metavar="DIR"
+    )
     log_every: int = option(50, "steps between train-loss records in the log (default 50)", parse=ct.positive_int)
     # model shape overrides (default: the preset's); `dlrmkit tune` searches them
     embedding_dim: int | None = option(None, "embedding width (default: the preset's)", parse=ct.dim)
-    bottom_mlp: list[int] | None = option(None, "bottom MLP sizes, e.g. 64,16; must end at the embedding dim",
-                                          parse=ct.int_list)
+    bottom_mlp: list[int] | None = option(
+        None, "bottom MLP sizes, e.g. 64,16; must end at the embedding dim", parse=ct.int_list
+    )
     top_mlp: list[int] | None = option(None, "top MLP sizes, e.g. 64,32,1; must end in 1", parse=ct.int_list)
-    device: str = option("cpu", "where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
-                         "(the GPU if torch sees one) (default cpu)", choices=("cpu", "cuda", "auto"))
-    table_placement: str = option("auto", "one process on a GPU: tables on the GPU, in host memory (looked up "
-                                  "there), or auto (the GPU when they fit in 80%% of its free memory) (default auto)",
-                                  choices=("auto", "device", "host"))
+    device: str = option(
+        "cpu",
+        "where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
+        "(the GPU if torch sees one) (default cpu)",
+        choices=("cpu", "cuda", "auto"),
+    )
+    table_placement: str = option(
+        "auto",
+        "one process on a GPU: tables on the GPU, in host memory (looked up "
+        "there), or auto (the GPU when they fit in 80%% of its free memory) (default auto)",
+        choices=("auto", "device", "host"),
+    )
     # torchrun (dlrmkit.parallel): how tables are sharded and batches read
-    sharding: str = option("auto", "under torchrun: how tables are sharded (default auto: the planner decides)",
-                           choices=SHARDINGS)
+    sharding: str = option(
+        "auto", "under torchrun: how tables are sharded (default auto: the planner decides)", choices=SHARDINGS
+    )
     plan: str | None = option(None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
-    loader: str = option("exchange", "under torchrun: how ranks read batches (default exchange)",
-                         choices=("exchange", "own-features", "broadcast"))
-    backend: str | None = option(None, "under torchrun: process-group backend (default nccl with --device cuda, "
-                                 "else gloo)")
-    bind_cores: bool = option(True, "under torchrun on CPU: leave ranks unbound (default: each rank, with its "
-                              "collective threads, on its own share of the cores, when there are enough)",
-                              flag="--no-bind-cores", negate=True)
+    loader: str = option(
+        "exchange",
+        "under torchrun: how ranks read batches (default exchange)",
+        choices=("exchange", "own-features", "broadcast"),
+    )
+    backend: str | None = option(
+        None, "under torchrun: process-group backend (default nccl with --device cuda, else gloo)"
+    )
+    bind_cores: bool = option(
+        True,
+        "under torchrun on CPU: leave ranks unbound (default: each rank, with its "
+        "collective threads, on its own share of the cores, when there are enough)",
+        flag="--no-bind-cores",
+        negate=True,
+    )
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
         out = TrainConfig(**asdict(self))
-        for name in ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps",
-                     "embedding_dim", "bottom_mlp", "top_mlp"):
+        for name in (
+            "batch_size",
+            "epochs",
+            "lr",
+            "optimizer",
+            "warmup_steps",
+            "decay_start",
+            "decay_steps",
+            "embedding_dim",
+            "bottom_mlp",
+            "top_mlp",
+        ):
             if getattr(out, name) is None:
                 setattr(out, name, getattr(p, name))
         if out.batch_size is not None and out.batch_size <= 0:
@@ -176,8 +264,10 @@ class TrainConfig:
         from dlrmkit.precision import check_precision
 
         if out.precision == "fp16" and out.device != "cpu":
-            raise DlrmkitError("--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
-                               "deferred gradients); use --precision bf16 on the GPU")
+            raise DlrmkitError(
+                "--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
+                "deferred gradients); use --precision bf16 on the GPU"
+            )
         if out.table_placement not in ("auto", "device", "host"):
             raise DlrmkitError(f"--table-placement must be auto, device or host, got '{out.table_placement}'")
         check_precision(out.precision, "cpu")
@@ -187,8 +277,10 @@ class TrainConfig:
     def model_preset(self) -> Preset:
         """The preset with this config's model-shape overrides applied."""
         p = get_preset(self.preset)
-        return replace(p, **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp")
-                             if getattr(self, k) is not None})
+        return replace(
+            p,
+            **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp") if getattr(self, k) is not None},
+        )
 
 
 def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) -> tuple[TrainConfig, ModelConfig]:
@@ -197,7 +289,8 @@ def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) 
     resolved = cfg.resolved()
     model = replace(
         model_config(resolved.model_preset(), num_numerical, cardinalities),
-        wide=bool(resolved.wide), numerical_transform=resolved.numerical_transform or "none",
+        wide=bool(resolved.wide),
+        numerical_transform=resolved.numerical_transform or "none",
         embedding_init_scale=resolved.embedding_init_scale if resolved.embedding_init_scale is not None else 1.0,
     )
     return resolved, model

@@ -57,8 +57,12 @@ def batch_to(batch, device: torch.device, ids_device: torch.device):
     ids = batch.ids
     if ids_device.type != "cpu":
         ids = ids.to(ids_device, non_blocking=True)  # one-hot tensor or JaggedIds
-    return dataclasses.replace(batch, dense=batch.dense.to(device, non_blocking=True), ids=ids,
-                               labels=batch.labels.to(device, non_blocking=True))
+    return dataclasses.replace(
+        batch,
+        dense=batch.dense.to(device, non_blocking=True),
+        ids=ids,
+        labels=batch.labels.to(device, non_blocking=True),
+    )
 
 
 def table_placement(requested: str, table_bytes: int, device: torch.device | str = "cuda") -> tuple[str, str]:

@@ -45,5 +45,6 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
     except ImportError:
         pass
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return _one_line(f"internal error {type(exc).__name__}: {first} "
-                     "(run with DLRMKIT_DEBUG=1 for the traceback, and report it)"), 1
+    return _one_line(
+        f"internal error {type(exc).__name__}: {first} (run with DLRMKIT_DEBUG=1 for the traceback, and report it)"
+    ), 1

@@ -54,9 +54,15 @@ def export(checkpoint: str, out: str, fmt: str) -> str:
             traced.save(tmp)
         else:
             with torch.no_grad():
-                torch.onnx.export(model, example_inputs(cfg), tmp, input_names=["dense", "ids"], output_names=["logits"],
-                                  dynamic_axes={"dense": {0: "batch"}, "ids": {0: "batch"}, "logits": {0: "batch"}},
-                                  dynamo=False)
+                torch.onnx.export(
+                    model,
+                    example_inputs(cfg),
+                    tmp,
+                    input_names=["dense", "ids"],
+                    output_names=["logits"],
+                    dynamic_axes={"dense": {0: "batch"}, "ids": {0: "batch"}, "logits": {0: "batch"}},
+                    dynamo=False,
+                )
     return out
 
 

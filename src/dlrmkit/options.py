@@ -79,8 +79,13 @@ def spec_map(cls: type) -> dict[str, Spec]:
     return {s.name: s for s in specs(cls)}
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, changes: Mapping[str, Mapping[str, Any]] | None = None,
-                *, unset_absent: bool = False) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    changes: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    unset_absent: bool = False,
+) -> None:
     """Add `cls`'s options to `parser`: all of them, or only the fields named in `changes`, each
     with what means something else in that command (`help`, `default`, a narrower `choices`,
     `required`, `aliases`); its type, validator and flag stay the field's.
@@ -97,8 +102,11 @@ def add_options(parser: argparse.ArgumentParser, cls: type, changes: Mapping[str
                 groups[s.option.group] = parser.add_mutually_exclusive_group()
             target = groups[s.option.group]
         default = change.pop("default", s.default)
-        kw: dict[str, Any] = {"dest": s.name, "help": change.pop("help", s.option.help),
-                              "default": argparse.SUPPRESS if unset_absent else default}
+        kw: dict[str, Any] = {
+            "dest": s.name,
+            "help": change.pop("help", s.option.help),
+            "default": argparse.SUPPRESS if unset_absent else default,
+        }
         flags = [s.flag, *change.pop("aliases", ())]
         if s.kind == "switch":
             kw["action"] = "store_false" if s.option.negate else "store_true"
@@ -148,8 +156,9 @@ def find_spec(cls: type, key: str) -> Spec | None:
     return next((s for s in specs(cls) if s.key.replace("-", "_") == wanted), None)
 
 
-def from_mapping(where: str, cls: type, data: Mapping[Any, Any], command: str,
-                 skip: Iterable[str] = ()) -> dict[str, Any]:
+def from_mapping(
+    where: str, cls: type, data: Mapping[Any, Any], command: str, skip: Iterable[str] = ()
+) -> dict[str, Any]:
     """A config file's mapping -> {field name: checked value}; an unknown key is one line."""
     skipped = set(skip)
     by_key = {s.key.replace("-", "_"): s for s in specs(cls) if s.name not in skipped}

@@ -22,21 +22,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--data", help="dataset folder: the model and batch `train --data` would use")
     src.add_argument("--tables-preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
     src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
-    p.add_argument("--preset", help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
-                   "train: auto, the recipe chosen from the dataset)")
-    add_options(p, TrainConfig, {"embedding_dim": {
-        "aliases": ["--dim"], "help": "with --data: embedding width (default: the preset's, as train)"}})
+    p.add_argument(
+        "--preset",
+        help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
+        "train: auto, the recipe chosen from the dataset)",
+    )
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "embedding_dim": {
+                "aliases": ["--dim"],
+                "help": "with --data: embedding width (default: the preset's, as train)",
+            }
+        },
+    )
     p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
-    p.add_argument("--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)")
-    add_options(p, TrainConfig, {  # as train's options, with what they mean for a plan
-        "batch_size": {"help": f"global batch size (default: with --data the preset's, as train; else {LEGACY_BATCH})"},
-        "optimizer": {"help": "as train's --optimizer (with --data default: the preset's; else sgd); the tables' "
-                              "optimizer state counts in memory"},
-        "embedding_optimizer": {"help": "as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: "
-                                        "one per row)"},
-        "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
-    })
-    p.add_argument("--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)")
+    p.add_argument(
+        "--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)"
+    )
+    add_options(
+        p,
+        TrainConfig,
+        {  # as train's options, with what they mean for a plan
+            "batch_size": {
+                "help": f"global batch size (default: with --data the preset's, as train; else {LEGACY_BATCH})"
+            },
+            "optimizer": {
+                "help": "as train's --optimizer (with --data default: the preset's; else sgd); the tables' "
+                "optimizer state counts in memory"
+            },
+            "embedding_optimizer": {
+                "help": "as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: one per row)"
+            },
+            "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
+        },
+    )
+    p.add_argument(
+        "--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)"
+    )
     p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...
 
@@ -49,8 +73,11 @@ def check_legacy(args: argparse.Namespace) -> None:
     from dlrmkit.parallel.plan import PRESET_TABLES
 
     if args.preset is not None and args.data is None:
-        hint = (f"; for the table sizes of '{args.preset}' use --tables-preset {args.preset}"
-                if args.preset in PRESET_TABLES else "")
+        hint = (
+            f"; for the table sizes of '{args.preset}' use --tables-preset {args.preset}"
+            if args.preset in PRESET_TABLES
+            else ""
+        )
         raise DlrmkitError(f"--preset names train's model and recipe preset and needs --data{hint}")
     if args.preset is not None and args.preset not in PRESETS:
         hint = f" (table sizes: --tables-preset {args.preset})" if args.preset in PRESET_TABLES else ""
@@ -72,10 +99,18 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
 
     spec, train, _ = open_dataset(args.data)
     names = [f.name for f in fields(TrainConfig)]
-    chosen = argparse.Namespace(**{**dict.fromkeys(names), "data": args.data, "preset": args.preset or AUTO,
-                                   "batch_size": args.batch_size, "optimizer": args.optimizer,
-                                   "embedding_optimizer": args.embedding_optimizer,
-                                   "embedding_dim": args.embedding_dim, "sharding": args.sharding})
+    chosen = argparse.Namespace(
+        **{
+            **dict.fromkeys(names),
+            "data": args.data,
+            "preset": args.preset or AUTO,
+            "batch_size": args.batch_size,
+            "optimizer": args.optimizer,
+            "embedding_optimizer": args.embedding_optimizer,
+            "embedding_dim": args.embedding_dim,
+            "sharding": args.sharding,
+        }
+    )
     if chosen.preset == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
     cfg = TrainConfig(**{k: v for k, v in vars(chosen).items() if k in names and v is not None})
@@ -99,7 +134,9 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
         except ValueError:
             raise DlrmkitError(f"--tables: item {i + 1} '{item}' is not ROWSxDIM") from None
         if not (1 <= r_val <= 1 << 48 and 1 <= d_val <= ct.MAX_DIM):
-            raise DlrmkitError(f"--tables: item {i + 1} '{item}': rows must be in [1, 2^48] and dim in [1, {ct.MAX_DIM}]")
+            raise DlrmkitError(
+                f"--tables: item {i + 1} '{item}': rows must be in [1, 2^48] and dim in [1, {ct.MAX_DIM}]"
+            )
         rows.append(r_val)
         dims.add(d_val)
     if len(dims) != 1:
@@ -122,8 +159,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows, dim = table_shapes(args)
         args.batch_size = args.batch_size or LEGACY_BATCH
-        cfg = TrainConfig(data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer,
-                          embedding_dim=dim)
+        cfg = TrainConfig(
+            data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer, embedding_dim=dim
+        )
     state = table_state_per_weight(cfg)
     if args.simulate:
         from dlrmkit.perf.simulate_cli import run_simulate
@@ -132,14 +170,24 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size is None:
         raise DlrmkitError("--world-size is required (or give --simulate)")
     memory = args.device_memory
-    plan = make_plan(rows, dim, args.world_size, args.sharding, memory, args.batch_size,
-                     optimizer_state=state, min_rows_sharded=args.min_rows_sharded)
+    plan = make_plan(
+        rows,
+        dim,
+        args.world_size,
+        args.sharding,
+        memory,
+        args.batch_size,
+        optimizer_state=state,
+        min_rows_sharded=args.min_rows_sharded,
+    )
     if args.data:
         emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
         width = f" (table width {dim} with the wide term)" if dim != cfg.embedding_dim else ""
-        print(f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
-              f"{cfg.embedding_dim}{width}, "
-              f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state:g} state values per weight)")
+        print(
+            f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
+            f"{cfg.embedding_dim}{width}, "
+            f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state:g} state values per weight)"
+        )
     print(plan.report())
     if args.json:
         plan.save(args.json)

@@ -21,12 +21,20 @@ from dlrmkit.errors import DlrmkitError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
-    p.add_argument("--input", required=True, help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from")
+    p.add_argument(
+        "--input",
+        required=True,
+        help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from",
+    )
     p.add_argument("--output", help="CSV to write (columns row[,label],probability); default: standard output")
-    p.add_argument("--data", help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)")
+    p.add_argument(
+        "--data", help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)"
+    )
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="rows per forward pass (default 16384)")
     p.add_argument("--no-label", action="store_true", help="Criteo rows without the label column (39 fields)")
-    p.add_argument("--delimiter", type=ct.single_char, help="CSV inputs: field delimiter (default: tab for .tsv, else comma)")
+    p.add_argument(
+        "--delimiter", type=ct.single_char, help="CSV inputs: field delimiter (default: tab for .tsv, else comma)"
+    )
     p.add_argument("--columns", help="CSV inputs without a header line: the column names, a,b,c")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
 
@@ -58,13 +66,16 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
     if not recorded:
         raise DlrmkitError(f"{checkpoint}: the checkpoint records no dataset; pass --data DIR")
     if not os.path.isdir(recorded):
-        raise DlrmkitError(f"{recorded}: the dataset the checkpoint was trained on is not there "
-                           f"(recorded relative to the training run's folder?); pass --data DIR")
+        raise DlrmkitError(
+            f"{recorded}: the dataset the checkpoint was trained on is not there "
+            f"(recorded relative to the training run's folder?); pass --data DIR"
+        )
     return recorded
 
 
-def _criteo_batches(path: str, vocab: Any, no_label: bool, strict: bool, report: PredictReport
-                    ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+def _criteo_batches(
+    path: str, vocab: Any, no_label: bool, strict: bool, report: PredictReport
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """(rows, labels, dense float16, ids int64) per block of a Criteo TSV, via criteo.parse_block."""
     from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
 
@@ -91,8 +102,9 @@ def _criteo_batches(path: str, vocab: Any, no_label: bool, strict: bool, report:
     report.first_bad_rows = [f"{path}:{line}: {reason} ({detail})" for line, reason, detail in bad.first]
 
 
-def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.Namespace, report: PredictReport
-                   ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+def _table_batches(
+    path: str, vocab: Any, meta: dict[str, Any], args: argparse.Namespace, report: PredictReport
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean."""
     from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches
 
@@ -100,9 +112,15 @@ def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.N
         raise DlrmkitError(f"{path}: no such input file")
     columns = [c for c in (args.columns or "").split(",") if c] or None
     opts = TranscodeOptions(
-        inputs=[path], out="", label=meta["label"], numerical=list(meta.get("numerical_columns") or []),
-        categorical=list(meta.get("categorical_columns") or []), delimiter=args.delimiter, header=columns is None,
-        columns=columns, log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
+        inputs=[path],
+        out="",
+        label=meta["label"],
+        numerical=list(meta.get("numerical_columns") or []),
+        categorical=list(meta.get("categorical_columns") or []),
+        delimiter=args.delimiter,
+        header=columns is None,
+        columns=columns,
+        log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -113,8 +131,11 @@ def _table_batches(path: str, vocab: Any, meta: dict[str, Any], args: argparse.N
         if args.strict and sum(tr.skipped.values()) > seen:
             raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
         if len(labels):
-            ids = (np.stack([vocab.encode_column(k, c, tables[k]) for k, c in enumerate(cats)], axis=1) if cats
-                   else np.zeros((len(labels), 0), np.int64))
+            ids = (
+                np.stack([vocab.encode_column(k, c, tables[k]) for k, c in enumerate(cats)], axis=1)
+                if cats
+                else np.zeros((len(labels), 0), np.int64)
+            )
             yield rows_out[0], labels, dense, ids
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
@@ -133,14 +154,18 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     meta = FeatureSpec.from_yaml(data).metadata or {}
     generator = meta.get("generator", "")
     if not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
-        raise DlrmkitError(f"{data}: made by '{generator or 'unknown'}', not by preprocess/transcode, so there is "
-                           f"no raw row format to read")
+        raise DlrmkitError(
+            f"{data}: made by '{generator or 'unknown'}', not by preprocess/transcode, so there is "
+            f"no raw row format to read"
+        )
     vocab = Vocabulary.load(data)
 
     def check(cfg: Any) -> None:  # before the model is built
         if vocab.cardinalities != list(cfg.table_sizes):
-            raise DlrmkitError(f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
-                               f"({vocab.cardinalities}); pass the --data the model was trained on")
+            raise DlrmkitError(
+                f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
+                f"({vocab.cardinalities}); pass the --data the model was trained on"
+            )
 
     model, cfg = load_single_process_model(checkpoint, check)
     model.eval()
@@ -152,8 +177,10 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
         for rows, labels, dense, ids in source:
             for lo in range(0, len(rows), args.batch_size):
                 sl = slice(lo, lo + args.batch_size)
-                logits = model(torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)),
-                               torch.from_numpy(np.asarray(ids[sl], dtype=np.int64)))
+                logits = model(
+                    torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)),
+                    torch.from_numpy(np.asarray(ids[sl], dtype=np.int64)),
+                )
                 probs = torch.sigmoid(logits.float()).numpy()
                 report.rows_scored += len(probs)
                 yield Scored(rows[sl], None if labels is None else labels[sl], probs)
@@ -195,8 +222,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         write_csv(batches, sys.stdout)
     n_skipped = sum(report.skipped.values())
-    msg = (f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}"
-           + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""))
+    msg = f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}" + (
+        " (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""
+    )
     err = sys.stderr if not args.output else sys.stdout  # keep stdout pure CSV when it carries the scores
     print(msg, file=err)
     for pos in report.first_bad_rows:

@@ -19,8 +19,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", metavar="DIR", help="also log the scalars as TensorBoard events into DIR")
 
 
-NUMERIC = ("time", "step", "steps", "samples_seen", "loss", "lr", "samples_per_s", "auc", "logloss",
-           "train_loss", "best_auc", "optimal_auc")
+NUMERIC = (
+    "time",
+    "step",
+    "steps",
+    "samples_seen",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "auc",
+    "logloss",
+    "train_loss",
+    "best_auc",
+    "optimal_auc",
+)
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
@@ -111,21 +123,29 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     evals = [r for r in records if r.get("event") == "eval"]
     cfg = info.get("config", {})
     lines = [f"# Run {os.path.basename(os.path.abspath(run))}", ""]
-    lines.append(f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
-                 f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}")
+    lines.append(
+        f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
+        f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}"
+    )
     lines.append(f"- started {info.get('started')}; status: {'finished' if end else 'unfinished (no end record)'}")
     if end:
-        lines.append(f"- steps {end.get('steps')}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
-                     f"train loss {_num(end.get('train_loss'))}")
-        lines.append(f"- final test AUC {_num(end.get('auc'))}, log loss {_num(end.get('logloss'))}, "
-                     f"best AUC {_num(end.get('best_auc'))}")
+        lines.append(
+            f"- steps {end.get('steps')}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
+            f"train loss {_num(end.get('train_loss'))}"
+        )
+        lines.append(
+            f"- final test AUC {_num(end.get('auc'))}, log loss {_num(end.get('logloss'))}, "
+            f"best AUC {_num(end.get('best_auc'))}"
+        )
         if "optimal_auc" in end:
             gap = end["optimal_auc"] - end["auc"] if "auc" in end else None
             lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (gap {_num(gap)})")
     if evals:
         lines += ["", "| step | samples seen | test AUC | test log loss |", "|---:|---:|---:|---:|"]
-        lines += [f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
-                  for r in evals]
+        lines += [
+            f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
+            for r in evals
+        ]
     if pngs:
         lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
     lines.append("")

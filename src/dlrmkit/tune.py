@@ -27,21 +27,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from dlrmkit.options import add_options
 
     add_options(p, TrainConfig, {"data": {"required": True, "help": "dataset folder holding feature_spec.yaml"}})
-    p.add_argument("--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total")
+    p.add_argument(
+        "--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total"
+    )
     p.add_argument("--space", help="search space YAML (default: dlrmkit/tune_space.yaml)")
     p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
     p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
-    p.add_argument("--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)")
+    p.add_argument(
+        "--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)"
+    )
     p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
-    add_options(p, TrainConfig, {"preset": {
-        "help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}})
+    add_options(
+        p,
+        TrainConfig,
+        {"preset": {"help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}},
+    )
     p.add_argument("--budget", type=ct.positive_float, help="stop starting trials after this many minutes")
-    add_options(p, TrainConfig, {
-        "epochs": {"help": "epochs per trial (default: the preset's)"},
-        "max_steps": {"help": "steps per trial"},
-        "eval_every": {"help": "evaluate (and report for pruning) every N steps"},
-        "seed": {"help": "seed of the sampler and of every trial's training"},
-    })
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "epochs": {"help": "epochs per trial (default: the preset's)"},
+            "max_steps": {"help": "steps per trial"},
+            "eval_every": {"help": "evaluate (and report for pruning) every N steps"},
+            "seed": {"help": "seed of the sampler and of every trial's training"},
+        },
+    )
     p.add_argument("--no-prune", action="store_true", help="never prune a trial")
 
 
@@ -126,8 +137,14 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
     from dlrmkit.train.config_file import dump_config
     from dlrmkit.train.trainer import Trainer
 
-    base = {"data": args.data, "preset": args.preset, "epochs": args.epochs, "max_steps": args.max_steps,
-            "eval_every": args.eval_every, "seed": args.seed}
+    base = {
+        "data": args.data,
+        "preset": args.preset,
+        "epochs": args.epochs,
+        "max_steps": args.max_steps,
+        "eval_every": args.eval_every,
+        "seed": args.seed,
+    }
     if args.preset == "auto":  # the recipe `train` would choose; the space's parameters override it
         from dlrmkit.data.split_binary import open_dataset
         from dlrmkit.train import recipe
@@ -244,8 +261,14 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError(f"--storage {url}: cannot open ({type(exc).__name__}: {str(exc)[:100]})") from None
     sampler = optuna.samplers.TPESampler(seed=args.seed)
     pruner = optuna.pruners.NopPruner() if args.no_prune else optuna.pruners.MedianPruner(n_startup_trials=2)
-    study = optuna.create_study(study_name=args.study, storage=storage, sampler=sampler, pruner=pruner,
-                                direction="maximize", load_if_exists=True)
+    study = optuna.create_study(
+        study_name=args.study,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        direction="maximize",
+        load_if_exists=True,
+    )
     done = count_finished(study)
     todo = args.trials - done
     print(f"study '{args.study}' in {url}: {done} finished trials, running {max(todo, 0)} more")
@@ -253,9 +276,14 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.parallel))
-        study.optimize(objective_factory(args, space, out), n_trials=todo, n_jobs=args.parallel,
-                       catch=(RuntimeError,), gc_after_trial=True,
-                       timeout=args.budget * 60 if args.budget else None)
+        study.optimize(
+            objective_factory(args, space, out),
+            n_trials=todo,
+            n_jobs=args.parallel,
+            catch=(RuntimeError,),
+            gc_after_trial=True,
+            timeout=args.budget * 60 if args.budget else None,
+        )
     print(best_table(study))
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if complete:
@@ -267,8 +295,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"best trial {best.number}: val AUC {best.value:.4f}; config {path} (dlrmkit train --config {path})")
         test = best.user_attrs.get("test_auc")
         if test is not None:
-            print(f"best trial {best.number}: test AUC {test:.4f}, test logloss {best.user_attrs.get('test_logloss', float('nan')):.4f} "
-                  "(scored once, after selection on validation)")
+            print(
+                f"best trial {best.number}: test AUC {test:.4f}, test logloss {best.user_attrs.get('test_logloss', float('nan')):.4f} "
+                "(scored once, after selection on validation)"
+            )
     for path in write_plots(study, out):
         print(f"wrote {path}")
     return 0

@@ -18,36 +18,18 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 import multiprocessing as mp
 
 from dlrmkit.data.criteo_count import TaskResult, count_task, run_pass1
 from dlrmkit.data.criteo_encode import encode_task, finish_dataset
-from dlrmkit.data.criteo_tsv import CAT_COLS, INT_COLS, TASK_BYTES, Task, plan_tasks
+from dlrmkit.data.criteo_options import CriteoOptions as CriteoOptions  # re-exported: the public entry
+from dlrmkit.data.criteo_tsv import CAT_COLS, INT_COLS, Task, plan_tasks
 from dlrmkit.data.encoder import Vocabulary
 from dlrmkit.data.feature_spec import SPEC_FILE, FeatureSpec
 from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir, output_lock, remove_temp_dir
 from dlrmkit.errors import DlrmkitError
-
-
-@dataclass
-class CriteoOptions:
-    inputs: list[str]
-    out: str
-    frequency_threshold: int = 1
-    max_table_size: int | None = None
-    test_rows: int | None = None
-    test_fraction: float | None = None
-    test_files: list[str] = field(default_factory=list)
-    val_rows: int | None = None  # validation rows carved before the test rows (val_split.py)
-    val_fraction: float | None = None
-    workers: int = 1
-    strict: bool = False
-    force: bool = False
-    progress: bool = True
-    task_bytes: int = TASK_BYTES
 
 
 # ---- the worker pool (processes; one task per job) ----------------------------------------
@@ -94,12 +76,18 @@ def fingerprint(opts: CriteoOptions) -> dict[str, Any]:
     """What makes two runs produce the same dataset (inputs and options, not the engine)."""
     files = [
         {"path": os.path.abspath(p), "bytes": os.path.getsize(p), "mtime_ns": os.stat(p).st_mtime_ns, "role": role}
-        for ps, role in ((opts.inputs, "input"), (opts.test_files, "test")) for p in ps
+        for ps, role in ((opts.inputs, "input"), (opts.test_files, "test"))
+        for p in ps
     ]
     return {
-        "sources": files, "frequency_threshold": opts.frequency_threshold, "max_table_size": opts.max_table_size,
-        "test_rows": opts.test_rows, "test_fraction": opts.test_fraction,
-        **({"val_rows": opts.val_rows, "val_fraction": opts.val_fraction} if opts.val_rows or opts.val_fraction else {}),
+        "sources": files,
+        "frequency_threshold": opts.frequency_threshold,
+        "max_table_size": opts.max_table_size,
+        "test_rows": opts.test_rows,
+        "test_fraction": opts.test_fraction,
+        **(
+            {"val_rows": opts.val_rows, "val_fraction": opts.val_fraction} if opts.val_rows or opts.val_fraction else {}
+        ),
     }
 
 
@@ -115,8 +103,12 @@ def check_output(opts: CriteoOptions, fp: dict[str, Any]) -> bool:
             old = None
         if old == fp:
             return True
-        raise DlrmkitError(f"{opts.out}: holds a different dataset (other inputs or options); pass --force to replace it or choose another --out")
-    raise DlrmkitError(f"{opts.out}: exists and is not a dataset made by this command; pass --force or choose another --out")
+        raise DlrmkitError(
+            f"{opts.out}: holds a different dataset (other inputs or options); pass --force to replace it or choose another --out"
+        )
+    raise DlrmkitError(
+        f"{opts.out}: exists and is not a dataset made by this command; pass --force or choose another --out"
+    )
 
 
 def validate_options(opts: CriteoOptions) -> None:
@@ -152,8 +144,9 @@ def preprocess(opts: CriteoOptions) -> tuple[FeatureSpec | None, dict[str, Any]]
             remove_temp_dir(spill_dir)
 
 
-def _preprocess(opts: CriteoOptions, tasks: list[Task], fp: dict[str, Any], total: int, spill_dir: str
-                ) -> tuple[FeatureSpec | None, dict[str, Any]]:
+def _preprocess(
+    opts: CriteoOptions, tasks: list[Task], fp: dict[str, Any], total: int, spill_dir: str
+) -> tuple[FeatureSpec | None, dict[str, Any]]:
     def count_in(ts: list[Task]) -> Iterator[TaskResult]:
         with progress_bar(total, "pass 1/2 count", opts.progress) as bar:
             jobs = [(t, not t.test) for t in ts]
@@ -162,8 +155,13 @@ def _preprocess(opts: CriteoOptions, tasks: list[Task], fp: dict[str, Any], tota
                 yield res
 
     p1 = run_pass1(opts, tasks, count_in, spill_dir)
-    vocab = Vocabulary.build(CAT_COLS, p1.counts, opts.frequency_threshold, opts.max_table_size,
-                             extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"})
+    vocab = Vocabulary.build(
+        CAT_COLS,
+        p1.counts,
+        opts.frequency_threshold,
+        opts.max_table_size,
+        extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"},
+    )
 
     def encode_all(part_dir: str) -> None:
         jobs = [(t, p1.split_at[t.index]) for t in tasks]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -17,8 +17,7 @@ from dlrmkit.data.encoder import CountAccumulator, dictionary_counts
 from dlrmkit.data.val_split import held_back
 from dlrmkit.errors import DlrmkitError
 
-if TYPE_CHECKING:
-    from dlrmkit.data.criteo import CriteoOptions
+from dlrmkit.data.criteo_options import CriteoOptions
 
 
 @dataclass
@@ -91,12 +90,16 @@ class Pass1:
             line_base[task.path] = base + res.lines
         read = sum(r.lines for r in self.results)
         return {
-            "rows_read": read, "rows_written": self.train_rows + self.test_rows,
-            "rows_skipped": bad, "first_bad_rows": first,
+            "rows_read": read,
+            "rows_written": self.train_rows + self.test_rows,
+            "rows_skipped": bad,
+            "first_bad_rows": first,
         }
 
 
-def split_plan(tasks: list[Task], results: list[TaskResult], test_rows: int | None, opts: CriteoOptions) -> tuple[list[int], int, int]:
+def split_plan(
+    tasks: list[Task], results: list[TaskResult], test_rows: int | None, opts: CriteoOptions
+) -> tuple[list[int], int, int]:
     """How many valid rows of each task go to train (the last `test_rows` valid rows are test)."""
     train_total = sum(r.rows for t, r in zip(tasks, results) if not t.test)
     test_total = sum(r.rows for t, r in zip(tasks, results) if t.test)
@@ -116,8 +119,12 @@ def first_bad_message(task: Task, res: TaskResult, line_base: int) -> str:
     return f"{task.path}:{line_base + line}: bad row ({reason}: {detail}); stopped because of --strict"
 
 
-def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[list[Task]], Iterator[TaskResult]],
-              spill_dir: str | None = None) -> Pass1:
+def run_pass1(
+    opts: CriteoOptions,
+    tasks: list[Task],
+    count_in_task: Callable[[list[Task]], Iterator[TaskResult]],
+    spill_dir: str | None = None,
+) -> Pass1:
     """Pass 1 with train-only counts: results of the last `test_rows` rows are held back in a
     window until the split is known, so the test rows never enter the vocabulary."""
     test_rows, n_val = held_back(opts, lambda: count_lines([t for t in tasks if not t.test]))
@@ -146,7 +153,9 @@ def run_pass1(opts: CriteoOptions, tasks: list[Task], count_in_task: Callable[[l
         raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
     split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
     if boundary <= 0:
-        raise DlrmkitError(f"--test-rows/--test-fraction leave no training rows ({total_valid} valid rows in the input)")
+        raise DlrmkitError(
+            f"--test-rows/--test-fraction leave no training rows ({total_valid} valid rows in the input)"
+        )
     for task, res in window:
         k = split_at[task.index]
         if k == res.rows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +19,7 @@ from dlrmkit.data.feature_spec import TEST, TRAIN, FeatureSpec, categorical_dtyp
 from dlrmkit.data.split_binary import SplitBinaryWriter
 from dlrmkit.data.val_split import carve_val
 
-if TYPE_CHECKING:
-    from dlrmkit.data.criteo import CriteoOptions
+from dlrmkit.data.criteo_options import CriteoOptions
 
 
 def part_path(part_dir: str, mapping: str, name: str, index: int) -> str:
@@ -70,8 +69,11 @@ def assemble(writer: SplitBinaryWriter, part_dir: str, tasks: list[Task]) -> Non
     """Concatenate the part files of every task, in task order, into the writer's files."""
     for mapping in (TRAIN, TEST):
         h = writer.handles[mapping]
-        targets = {"label.bin": h["label"], "numerical.bin": h["numerical"],
-                   **{f"cat_{t}.bin": f for t, f in enumerate(h["categorical"])}}
+        targets = {
+            "label.bin": h["label"],
+            "numerical.bin": h["numerical"],
+            **{f"cat_{t}.bin": f for t, f in enumerate(h["categorical"])},
+        }
         for name, out in targets.items():
             for task in tasks:
                 p = part_path(part_dir, mapping, name, task.index)
@@ -99,8 +101,9 @@ def build_metadata(opts: CriteoOptions, fp: dict, p1: Pass1, vocab: Vocabulary) 
     }
 
 
-def finish_dataset(opts: CriteoOptions, fp: dict, p1: Pass1, vocab: Vocabulary,
-                   encode_all: Callable[[str], None]) -> FeatureSpec:
+def finish_dataset(
+    opts: CriteoOptions, fp: dict, p1: Pass1, vocab: Vocabulary, encode_all: Callable[[str], None]
+) -> FeatureSpec:
     writer = SplitBinaryWriter(opts.out, NUM_INT, vocab.cardinalities, overwrite=True, val=p1.val_rows > 0)
     try:
         part_dir = os.path.join(writer.tmp_dir, "parts")

@@ -27,7 +27,8 @@ def write_spill(path: str, labels: np.ndarray, dense: np.ndarray, cats: list[pa.
     dictionary-encoded categoricals."""
     n = len(labels)
     dense_arr = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(2 * NUM_INT), n, [None, pa.py_buffer(np.ascontiguousarray(dense).tobytes())])
+        pa.binary(2 * NUM_INT), n, [None, pa.py_buffer(np.ascontiguousarray(dense).tobytes())]
+    )
     batch = pa.record_batch([pa.array(labels), dense_arr, *cats], names=["label", "numerical", *CAT_COLS])
     with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, batch.schema) as w:
         w.write_batch(batch)
@@ -41,8 +42,9 @@ def iter_spill(task: Task, spill_dir: str) -> Iterator[tuple[np.ndarray, np.ndar
             b = pa.ipc.open_file(src).get_batch(0)
             n = b.num_rows
             dense_arr = b.column(1)
-            dense = np.frombuffer(dense_arr.buffers()[1], dtype=np.float16, count=n * NUM_INT,
-                                  offset=dense_arr.offset * 2 * NUM_INT).reshape(n, NUM_INT)
+            dense = np.frombuffer(
+                dense_arr.buffers()[1], dtype=np.float16, count=n * NUM_INT, offset=dense_arr.offset * 2 * NUM_INT
+            ).reshape(n, NUM_INT)
             yield b.column(0).to_numpy(zero_copy_only=False), dense, list(b.columns[2:])
 
 

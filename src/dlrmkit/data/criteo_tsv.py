@@ -174,8 +174,11 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
     wrong = np.flatnonzero(ok & (nfields != len(COLUMNS)))
     if len(wrong):
         ok[wrong] = False
-        bad.add("wrong_field_count", line0 + wrong,
-                [f"{n} fields, expected {len(COLUMNS)}" for n in nfields[wrong[:5]].tolist()])
+        bad.add(
+            "wrong_field_count",
+            line0 + wrong,
+            [f"{n} fields, expected {len(COLUMNS)}" for n in nfields[wrong[:5]].tolist()],
+        )
     line_no = np.flatnonzero(ok)
     if not ok.all():
         keep = np.repeat(ok, ends - starts + 1)
@@ -188,7 +191,9 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
         pass
     table = pacsv.read_csv(
         pa.py_buffer(block),
-        read_options=pacsv.ReadOptions(column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)),
+        read_options=pacsv.ReadOptions(
+            column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)
+        ),
         parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False, ignore_empty_lines=False),
         convert_options=pacsv.ConvertOptions(
             column_types={c: pa.string() for c in COLUMNS}, strings_can_be_null=False, quoted_strings_can_be_null=False
@@ -207,11 +212,16 @@ def parse_block(block: bytes, bad: Bad, line0: int) -> Parsed:
             int_ok &= col_ok
     bad_lab = np.flatnonzero(~label_ok)
     if len(bad_lab):
-        bad.add("bad_label", line0 + line_no[bad_lab],
-                [f"label is {label[int(r)].as_py()!r}, not 0 or 1" for r in bad_lab[:5].tolist()])
+        bad.add(
+            "bad_label",
+            line0 + line_no[bad_lab],
+            [f"label is {label[int(r)].as_py()!r}, not 0 or 1" for r in bad_lab[:5].tolist()],
+        )
     bad_int = np.flatnonzero(label_ok & ~int_ok)
     if len(bad_int):
-        bad.add("bad_integer", line0 + line_no[bad_int], [first_bad_int.get(int(r), "not an integer") for r in bad_int[:5]])
+        bad.add(
+            "bad_integer", line0 + line_no[bad_int], [first_bad_int.get(int(r), "not an integer") for r in bad_int[:5]]
+        )
     good = label_ok & int_ok
     if not good.all():
         table = table.filter(pa.array(good))
@@ -231,7 +241,9 @@ def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines:
     types = {"label": pa.int64(), **dict.fromkeys(INT_COLS, pa.int64()), **dict.fromkeys(CAT_COLS, cat_type)}
     table = pacsv.read_csv(
         pa.py_buffer(block),
-        read_options=pacsv.ReadOptions(column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)),
+        read_options=pacsv.ReadOptions(
+            column_names=COLUMNS, use_threads=False, block_size=max(len(block) + 1, 1 << 20)
+        ),
         parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False, ignore_empty_lines=False),
         convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
     )
@@ -239,8 +251,11 @@ def _parse_typed(block: bytes, bad: Bad, line0: int, line_no: np.ndarray, lines:
     ok = pc.fill_null(pc.is_in(label, value_set=pa.array([0, 1])), False).to_numpy(zero_copy_only=False)
     if not ok.all():
         bad_lab = np.flatnonzero(~ok)
-        bad.add("bad_label", line0 + line_no[bad_lab],
-                [f"label is {label[int(r)].as_py() if label[int(r)].is_valid else ''!r}, not 0 or 1" for r in bad_lab[:5]])
+        bad.add(
+            "bad_label",
+            line0 + line_no[bad_lab],
+            [f"label is {label[int(r)].as_py() if label[int(r)].is_valid else ''!r}, not 0 or 1" for r in bad_lab[:5]],
+        )
         table = table.filter(pa.array(ok))
         line_no = line_no[ok]
     ints = [table.column(c).combine_chunks() for c in INT_COLS]

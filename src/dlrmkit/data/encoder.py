@@ -90,8 +90,12 @@ def dictionary_counts(values: pa.DictionaryArray) -> pa.Table:
     ind = pc.drop_null(values.indices).to_numpy(zero_copy_only=False)
     counts = np.bincount(ind, minlength=len(values.dictionary))
     nz = np.flatnonzero(counts)
-    return pa.table({"value": values.dictionary.take(pa.array(nz)).cast(pa.string()),
-                     "count": pa.array(counts[nz].astype(np.int64))})
+    return pa.table(
+        {
+            "value": values.dictionary.take(pa.array(nz)).cast(pa.string()),
+            "count": pa.array(counts[nz].astype(np.int64)),
+        }
+    )
 
 
 def fixed_width_keys(values: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -193,8 +197,12 @@ class Vocabulary:
 
     @classmethod
     def build(
-        cls, columns: Sequence[str], counts: Sequence[pa.Table], frequency_threshold: int = 1,
-        max_table_size: int | None = None, extra: dict[str, Any] | None = None,
+        cls,
+        columns: Sequence[str],
+        counts: Sequence[pa.Table],
+        frequency_threshold: int = 1,
+        max_table_size: int | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> "Vocabulary":
         if max_table_size is not None and max_table_size < 2:
             raise DatasetError(f"--max-table-size must be at least 2, got {max_table_size}")
@@ -264,7 +272,8 @@ class Vocabulary:
         for t, (vals, cnts) in enumerate(zip(self.values, self.counts)):
             name = f"cat_{t}.arrow"
             feather.write_feather(
-                pa.table({"value": vals, "count": pa.array(cnts, pa.int64())}), os.path.join(d, name),
+                pa.table({"value": vals, "count": pa.array(cnts, pa.int64())}),
+                os.path.join(d, name),
                 compression="uncompressed",
             )
             files.append(name)
@@ -285,10 +294,16 @@ class Vocabulary:
     @classmethod
     def load(cls, dataset_dir: str) -> "Vocabulary":
         """Load the vocabulary saved next to a dataset (the folder, or its vocabulary/ folder)."""
-        d = dataset_dir if os.path.exists(os.path.join(dataset_dir, VOCAB_FILE)) else os.path.join(dataset_dir, VOCAB_DIR)
+        d = (
+            dataset_dir
+            if os.path.exists(os.path.join(dataset_dir, VOCAB_FILE))
+            else os.path.join(dataset_dir, VOCAB_DIR)
+        )
         path = os.path.join(d, VOCAB_FILE)
         if not os.path.exists(path):
-            raise DatasetError(f"{dataset_dir}: no vocabulary ({VOCAB_DIR}/{VOCAB_FILE}); was it made by preprocess/transcode?")
+            raise DatasetError(
+                f"{dataset_dir}: no vocabulary ({VOCAB_DIR}/{VOCAB_FILE}); was it made by preprocess/transcode?"
+            )
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
         values, counts = [], []
@@ -298,6 +313,10 @@ class Vocabulary:
             counts.append(t["count"].to_numpy())
         known = {"encoder", "columns", "files", "frequency_threshold", "max_table_size", "cardinalities", "id_rule"}
         return cls(
-            list(doc["columns"]), values, counts, int(doc["frequency_threshold"]), doc.get("max_table_size"),
+            list(doc["columns"]),
+            values,
+            counts,
+            int(doc["frequency_threshold"]),
+            doc.get("max_table_size"),
             {k: v for k, v in doc.items() if k not in known},
         )

@@ -206,8 +206,12 @@ class FeatureSpec:
         def fail(msg: str) -> None:
             raise DatasetError(f"{where}: {msg}")
 
-        for section, value in (("feature_spec", self.feature_spec), ("source_spec", self.source_spec),
-                               ("channel_spec", self.channel_spec), ("metadata", self.metadata)):
+        for section, value in (
+            ("feature_spec", self.feature_spec),
+            ("source_spec", self.source_spec),
+            ("channel_spec", self.channel_spec),
+            ("metadata", self.metadata),
+        ):
             if not isinstance(value, dict):
                 fail(f"{section} must be a mapping, got {type(value).__name__}")
         for channel in (CATEGORICAL, NUMERICAL, LABEL):
@@ -229,15 +233,19 @@ class FeatureSpec:
             entry = self.feature_spec[name]
             if not isinstance(entry, dict) or "dtype" not in entry:
                 fail(f"feature_spec.{name} has no dtype")
-            channel = CATEGORICAL if name in self.categorical_names else NUMERICAL if name in self.numerical_names else LABEL
+            channel = (
+                CATEGORICAL if name in self.categorical_names else NUMERICAL if name in self.numerical_names else LABEL
+            )
             try:
                 dtype = np.dtype(entry["dtype"]) if isinstance(entry["dtype"], str) else None
             except (TypeError, ValueError, SyntaxError):
                 dtype = None
             allowed = ALLOWED_DTYPES[channel]
             if dtype is None or not any(dtype == np.dtype(a) for a in allowed):
-                fail(f"feature_spec.{name}.dtype {entry['dtype']!r} is not allowed for a {channel} feature "
-                     f"(use one of {', '.join(allowed)})")
+                fail(
+                    f"feature_spec.{name}.dtype {entry['dtype']!r} is not allowed for a {channel} feature "
+                    f"(use one of {', '.join(allowed)})"
+                )
         for name in self.categorical_names:
             card = self.feature_spec[name].get("cardinality")
             if not isinstance(card, int) or isinstance(card, bool) or card <= 0:

@@ -18,7 +18,9 @@ def dataset_fingerprint(spec: FeatureSpec) -> str:
     h = hashlib.sha256()
     doc = spec.to_dict()
     h.update(json.dumps(doc, sort_keys=True, default=str).encode())
-    names = sorted({f for chunks in (spec.source_spec or {}).values() for c in chunks or [] for f in c.get("files") or []})
+    names = sorted(
+        {f for chunks in (spec.source_spec or {}).values() for c in chunks or [] for f in c.get("files") or []}
+    )
     for name in names:
         path = os.path.join(spec.base_directory, name)
         h.update(name.encode() + b"\0")

@@ -72,12 +72,16 @@ def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None
         raise DatasetError(f"{out}: output folder already exists (pass --force to replace it)")
     allowed = dataset_entries(out)
     if allowed is None:
-        raise DlrmkitError(f"--out {out}: not a dlrmkit dataset (no readable {SPEC_FILE}); "
-                           "--force replaces only a dataset or an empty folder")
+        raise DlrmkitError(
+            f"--out {out}: not a dlrmkit dataset (no readable {SPEC_FILE}); "
+            "--force replaces only a dataset or an empty folder"
+        )
     foreign = sorted(e for e in entries if e not in allowed)
     if foreign:
-        raise DlrmkitError(f"--out {out}: holds '{foreign[0]}', which is not part of its dataset; "
-                           "--force replaces only a dataset or an empty folder")
+        raise DlrmkitError(
+            f"--out {out}: holds '{foreign[0]}', which is not part of its dataset; "
+            "--force replaces only a dataset or an empty folder"
+        )
     for p in inputs:
         if _inside(p, out):
             raise DlrmkitError(f"--out {out}: holds the input {p}; choose another --out")
@@ -156,8 +160,10 @@ def output_lock(out: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise DlrmkitError(f"--out {out}: another dlrmkit process is writing it (lock {path} is held); "
-                               "wait for it or choose another --out") from None
+            raise DlrmkitError(
+                f"--out {out}: another dlrmkit process is writing it (lock {path} is held); "
+                "wait for it or choose another --out"
+            ) from None
         try:  # the holder before us may have removed the file after we opened it: lock the current one
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:

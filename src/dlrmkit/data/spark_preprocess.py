@@ -37,8 +37,10 @@ def spark_session(master: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return (
-        SparkSession.builder.master(master).appName("dlrmkit-preprocess")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        SparkSession.builder.master(master)
+        .appName("dlrmkit-preprocess")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("DLRMKIT_SPARK_DRIVER_MEMORY", "2g"))
         .getOrCreate()
     )
@@ -85,12 +87,18 @@ def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -
         # job 2: category counts of the training rows, merged on the executors
         jobs = [(t, split_at[t.index]) for t in tasks if split_at[t.index] > 0]
         counts = (
-            sc.parallelize(jobs, max(len(jobs), 1)).map(lambda j: count_task(j[0], limit=j[1]).counts)
+            sc.parallelize(jobs, max(len(jobs), 1))
+            .map(lambda j: count_task(j[0], limit=j[1]).counts)
             .treeReduce(_merge)
         )
         p1 = Pass1(tasks, results, counts, split_at, boundary, n_test, n_val)
-        vocab = Vocabulary.build(CAT_COLS, counts, opts.frequency_threshold, opts.max_table_size,
-                                 extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"})
+        vocab = Vocabulary.build(
+            CAT_COLS,
+            counts,
+            opts.frequency_threshold,
+            opts.max_table_size,
+            extra={"numerical_columns": INT_COLS, "numerical_transform": "log1p"},
+        )
         bvocab = sc.broadcast(vocab)
 
         def encode_all(part_dir: str) -> None:

@@ -145,8 +145,10 @@ class SplitBinaryDataset:
             if not finite.all():
                 row, col = (int(x[0]) for x in np.nonzero(~finite))
                 path = _rel(self.numerical.file_of_row(start + row), self.spec.base_directory)
-                raise DatasetError(f"{path}: row {start + row} feature '{self.spec.numerical_names[col]}' is "
-                                   f"{float(dense[row, col])} (numerical features must be finite)")
+                raise DatasetError(
+                    f"{path}: row {start + row} feature '{self.spec.numerical_names[col]}' is "
+                    f"{float(dense[row, col])} (numerical features must be finite)"
+                )
 
     def check_ids(self, ids: np.ndarray, start: int) -> None:
         bad = (ids.max(axis=0) >= self.cardinalities) | (ids.min(axis=0) < 0)
@@ -176,8 +178,9 @@ class SplitBinaryWriter:
     """Appends rows to a new dataset. Files go to `<out>.tmp`; `finish()` writes the spec and
     renames the folder, so an interrupted write never leaves a dataset that looks complete."""
 
-    def __init__(self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False,
-                 val: bool = False):
+    def __init__(
+        self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False, val: bool = False
+    ):
         from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir
 
         self.out_dir = os.path.abspath(out_dir)

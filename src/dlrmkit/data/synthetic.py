@@ -90,8 +90,9 @@ class Teacher:
         self.bias = [rng.normal(0, cfg.bias_std, n) if s else None for n, s in zip(cfg.table_sizes, stored)]
         self.latent = [rng.normal(0, cfg.latent_std, (n, k)) if s else None for n, s in zip(cfg.table_sizes, stored)]
         keys = np.random.default_rng([seed, 5]).integers(0, 2**63, len(cfg.table_sizes))
-        self.hashed = [None if s else HashedTable(int(key), k, cfg.bias_std, cfg.latent_std)
-                       for s, key in zip(stored, keys)]
+        self.hashed = [
+            None if s else HashedTable(int(key), k, cfg.bias_std, cfg.latent_std) for s, key in zip(stored, keys)
+        ]
         self.cdfs = []
         for n, s in zip(cfg.table_sizes, stored):
             if s:
@@ -145,8 +146,14 @@ class Teacher:
         self.offset = (lo + hi) / 2
 
 
-def generate(out_dir: str, cfg: SynthConfig, seed: int = 0, preset: str = "custom", overwrite: bool = False,
-             progress: bool | None = None) -> FeatureSpec:
+def generate(
+    out_dir: str,
+    cfg: SynthConfig,
+    seed: int = 0,
+    preset: str = "custom",
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> FeatureSpec:
     """Writes the dataset chunk by chunk (memory: the teacher's stored tables, one chunk, and
     the test rows' probabilities for the optimal AUC). `progress`: None shows a bar on a terminal."""
     if cfg.rows <= 0 or cfg.test_rows <= 0:
@@ -159,14 +166,22 @@ def generate(out_dir: str, cfg: SynthConfig, seed: int = 0, preset: str = "custo
         return _generate(out_dir, cfg, seed, preset, overwrite, progress)
 
 
-def _generate(out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite: bool,
-              progress: bool | None) -> FeatureSpec:
+def _generate(
+    out_dir: str, cfg: SynthConfig, seed: int, preset: str, overwrite: bool, progress: bool | None
+) -> FeatureSpec:
     teacher = Teacher(cfg, seed)
     teacher.calibrate(np.random.default_rng([seed, 2]))
     writer = SplitBinaryWriter(out_dir, cfg.num_numerical, cfg.table_sizes, overwrite=overwrite)
     test_probs, test_labels = [], []
-    bar = tqdm(total=cfg.rows + cfg.test_rows, unit="row", unit_scale=True, desc="synth", dynamic_ncols=True,
-               disable=None if progress is None else not progress, leave=False)
+    bar = tqdm(
+        total=cfg.rows + cfg.test_rows,
+        unit="row",
+        unit_scale=True,
+        desc="synth",
+        dynamic_ncols=True,
+        disable=None if progress is None else not progress,
+        leave=False,
+    )
     try:
         for mapping, rows, stream in ((TRAIN, cfg.rows, 3), (TEST, cfg.test_rows, 4)):
             rng = np.random.default_rng([seed, stream])

@@ -14,14 +14,28 @@ from dlrmkit.resources import check_disk, check_memory
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output dataset folder")
-    p.add_argument("--preset", help=f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
-                   "Kaggle's 26 table sizes (33.8M rows), terabyte: MLPerf's Criteo Terabyte tables (40M-row cap)")
-    p.add_argument("--cardinalities", metavar="N1,N2,...", help="table sizes of any shape (13 numerical features), "
-                   "instead of --preset")
-    p.add_argument("--scale", type=cli_types.positive_float, default=1.0, help="multiply every table size by F (at "
-                   "least 1 row each), e.g. --preset terabyte --scale 0.1 (default 1)")
-    p.add_argument("--rows", type=cli_types.rows, help="training rows (default: the preset's; 1,000,000 with --cardinalities)")
-    p.add_argument("--test-rows", type=cli_types.rows, help="test rows (default: the preset's; 100,000 with --cardinalities)")
+    p.add_argument(
+        "--preset",
+        help=f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
+        "Kaggle's 26 table sizes (33.8M rows), terabyte: MLPerf's Criteo Terabyte tables (40M-row cap)",
+    )
+    p.add_argument(
+        "--cardinalities",
+        metavar="N1,N2,...",
+        help="table sizes of any shape (13 numerical features), instead of --preset",
+    )
+    p.add_argument(
+        "--scale",
+        type=cli_types.positive_float,
+        default=1.0,
+        help="multiply every table size by F (at least 1 row each), e.g. --preset terabyte --scale 0.1 (default 1)",
+    )
+    p.add_argument(
+        "--rows", type=cli_types.rows, help="training rows (default: the preset's; 1,000,000 with --cardinalities)"
+    )
+    p.add_argument(
+        "--test-rows", type=cli_types.rows, help="test rows (default: the preset's; 100,000 with --cardinalities)"
+    )
     p.add_argument("--seed", type=cli_types.seed, default=0, help="seed of the teacher and the samples (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -32,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     row_bytes = 1 + 2 * cfg.num_numerical + sum(categorical_dtype(c).itemsize for c in cfg.table_sizes)
     check_disk(args.out, (cfg.rows + cfg.test_rows) * row_bytes, "--rows/--test-rows")
     check_memory(cfg.test_rows * 24, "--test-rows")  # test probabilities and labels, for the optimal AUC
-    spec = generate(args.out, cfg, seed=args.seed, preset=name, overwrite=args.force,
-                    progress=False if args.no_progress else None)
+    spec = generate(
+        args.out, cfg, seed=args.seed, preset=name, overwrite=args.force, progress=False if args.no_progress else None
+    )
     rows = spec.metadata["rows"]
     print(
         f"wrote {args.out}: {rows['train']} train + {rows['test']} test rows, "

@@ -105,8 +105,9 @@ def _header(path: str, first: bytes, delim: bytes) -> list[str]:
     return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
 
 
-def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: Report | None
-                  ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+def _text_batches(
+    opts: TranscodeOptions, path: str, needed: list[str], report: Report | None
+) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Delimited text, split into lines and fields without quote handling: a field's surrounding
     quotes are removed later, and a stray quote is an ordinary character, so it can never join
     lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
@@ -147,9 +148,15 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
         if report is not None and wrong.any():
             rows = np.flatnonzero(wrong)
             report.read += len(rows)
-            report.bad_at("wrong_field_count", len(rows), [int(line_no[r]) for r in rows[:5]], [
-                f"{path}: data row {int(line_no[r])}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
-                for r in rows[:5]])
+            report.bad_at(
+                "wrong_field_count",
+                len(rows),
+                [int(line_no[r]) for r in rows[:5]],
+                [
+                    f"{path}: data row {int(line_no[r])}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
+                    for r in rows[:5]
+                ],
+            )
         keep = ~blank & ~wrong
         if not keep.any():
             continue
@@ -159,8 +166,9 @@ def _text_batches(opts: TranscodeOptions, path: str, needed: list[str], report: 
             pa.py_buffer(block),
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=len(block) + 1),
             parse_options=pacsv.ParseOptions(delimiter=delim.decode(), quote_char=False, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(needed, pa.binary()), include_columns=needed,
-                                                 strings_can_be_null=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(needed, pa.binary()), include_columns=needed, strings_can_be_null=False
+            ),
         )
         yield table, line_no[keep]
 
@@ -190,8 +198,14 @@ def _field(arr: pa.Array) -> pa.Array:
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r'^"(.*)"$', replacement=r"\1"))
 
 
-def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str, rows: np.ndarray,
-          rows_out: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
+def clean(
+    opts: TranscodeOptions,
+    t: pa.Table,
+    report: Report | None,
+    path: str,
+    rows: np.ndarray,
+    rows_out: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
     """Valid rows only: labels (bool), numerical (float16) and categorical string columns.
     `rows` holds each row's 1-based data-row number. Every skipped row is counted by its first
     failing check: undecodable bytes, a bad label, a bad number, or a number that float16
@@ -236,8 +250,12 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
         for reason, mask_bad in reasons:
             bad_rows = np.flatnonzero(mask_bad)
             if len(bad_rows):
-                report.bad_at(reason, len(bad_rows), [int(rows[r]) for r in bad_rows[:5]],
-                              [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]])
+                report.bad_at(
+                    reason,
+                    len(bad_rows),
+                    [int(rows[r]) for r in bad_rows[:5]],
+                    [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]],
+                )
     good = utf8_ok & lab_ok & num_ok & range_ok
     if rows_out is not None:
         rows_out.append(rows[good])
@@ -247,7 +265,9 @@ def clean(opts: TranscodeOptions, t: pa.Table, report: Report | None, path: str,
     return lab_val[good] == 1, dense, cats
 
 
-def iter_clean(opts: TranscodeOptions, report: Report | None) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.Array]]]:
+def iter_clean(
+    opts: TranscodeOptions, report: Report | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.Array]]]:
     for k, path in enumerate(opts.inputs):
         if report is not None:
             report.file_index = k
@@ -288,15 +308,23 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
         if take:
             acc.add([value_counts(c.slice(0, take)) for c in cats])
         seen += len(lab)
-    vocab = Vocabulary.build(opts.categorical, acc.result(), opts.frequency_threshold, opts.max_table_size,
-                             extra={"numerical_columns": opts.numerical, "numerical_transform": "log1p" if opts.log else "none"})
+    vocab = Vocabulary.build(
+        opts.categorical,
+        acc.result(),
+        opts.frequency_threshold,
+        opts.max_table_size,
+        extra={"numerical_columns": opts.numerical, "numerical_transform": "log1p" if opts.log else "none"},
+    )
     writer = SplitBinaryWriter(opts.out, len(opts.numerical), vocab.cardinalities, overwrite=opts.force, val=n_val > 0)
     try:
         seen = 0
         tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
         for lab, dense, cats in iter_clean(opts, None):
-            ids = np.stack([vocab.encode_column(t, c, tables[t]) for t, c in enumerate(cats)], axis=1) \
-                if cats else np.zeros((len(lab), 0), np.int64)
+            ids = (
+                np.stack([vocab.encode_column(t, c, tables[t]) for t, c in enumerate(cats)], axis=1)
+                if cats
+                else np.zeros((len(lab), 0), np.int64)
+            )
             bounds = [0, boundary - seen, boundary + n_val - seen, len(lab)]
             bounds = [max(0, min(len(lab), b)) for b in bounds]
             for mapping, lo, hi in zip(("train", "val", "test"), bounds[:-1], bounds[1:]):
@@ -305,14 +333,24 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             seen += len(lab)
         vocab.save(writer.tmp_dir)
         meta = {
-            "generator": "dlrmkit transcode", "source_files": [os.path.abspath(p) for p in opts.inputs],
-            "label": opts.label, "numerical_columns": opts.numerical, "categorical_columns": opts.categorical,
-            "frequency_threshold": opts.frequency_threshold, "max_table_size": opts.max_table_size,
+            "generator": "dlrmkit transcode",
+            "source_files": [os.path.abspath(p) for p in opts.inputs],
+            "label": opts.label,
+            "numerical_columns": opts.numerical,
+            "categorical_columns": opts.categorical,
+            "frequency_threshold": opts.frequency_threshold,
+            "max_table_size": opts.max_table_size,
             "vocabulary_rows": "train mapping only (val and test rows are never counted)",
             "numerical_transform": "missing/negative -> 0, log(1+x), float16" if opts.log else "missing -> 0, float16",
             "vocabulary": "vocabulary/",
-            "preprocess": {"report": {"rows_read": report.read, "rows_written": total,
-                                      "rows_skipped": report.skipped, "first_bad_rows": report.first}},
+            "preprocess": {
+                "report": {
+                    "rows_read": report.read,
+                    "rows_written": total,
+                    "rows_skipped": report.skipped,
+                    "first_bad_rows": report.first,
+                }
+            },
         }
         return writer.finish(meta), report
     except BaseException:
@@ -328,19 +366,35 @@ def transcode_from_args(args: argparse.Namespace) -> int:
     if not args.header and not args.columns:
         raise DlrmkitError("--no-header needs --columns a,b,c")
     opts = TranscodeOptions(
-        inputs=args.input, out=args.out, label=args.label, numerical=_names(args.numerical),
-        categorical=_names(args.categorical), delimiter=args.delimiter, header=args.header,
-        columns=_names(args.columns) or None, test_rows=args.test_rows, test_fraction=args.test_fraction,
-        val_rows=args.val_rows, val_fraction=args.val_fraction, frequency_threshold=args.frequency_threshold, max_table_size=args.max_table_size, log=args.log_transform,
+        inputs=args.input,
+        out=args.out,
+        label=args.label,
+        numerical=_names(args.numerical),
+        categorical=_names(args.categorical),
+        delimiter=args.delimiter,
+        header=args.header,
+        columns=_names(args.columns) or None,
+        test_rows=args.test_rows,
+        test_fraction=args.test_fraction,
+        val_rows=args.val_rows,
+        val_fraction=args.val_fraction,
+        frequency_threshold=args.frequency_threshold,
+        max_table_size=args.max_table_size,
+        log=args.log_transform,
         force=args.force,
     )
     spec, report = transcode(opts)
     n_skipped = sum(report.skipped.values())
-    print(f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
-          f"  skipped {n_skipped:,}" + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""))
+    print(
+        f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
+        f"  skipped {n_skipped:,}"
+        + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else "")
+    )
     for pos in report.first:
         print(f"  bad row: {pos}")
     rows = spec.metadata["rows"]
     val = f" + {rows['val']:,} val" if "val" in rows else ""
-    print(f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}")
+    print(
+        f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}"
+    )
     return 0

@@ -15,17 +15,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numerical", default="", help="comma-separated numerical (float) columns")
     p.add_argument("--categorical", default="", help="comma-separated categorical columns (any strings or integers)")
     p.add_argument("--delimiter", type=ct.single_char, help="field delimiter (default: tab for .tsv, else comma)")
-    p.add_argument("--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)")
+    p.add_argument(
+        "--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)"
+    )
     p.add_argument("--columns", help="comma-separated column names, with --no-header")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
-    g.add_argument("--test-fraction", type=ct.fraction, help="the last fraction F of the valid rows are the test mapping")
+    g.add_argument(
+        "--test-fraction", type=ct.fraction, help="the last fraction F of the valid rows are the test mapping"
+    )
     v = p.add_mutually_exclusive_group()
-    v.add_argument("--val-rows", type=ct.nonneg_rows, help="the N valid rows before the test rows are the val mapping (model selection)")
-    v.add_argument("--val-fraction", type=ct.fraction,
-                   help="the last fraction F of the rows before the test rows are the val mapping (default: none; "
-                        "`train` then holds out its own)")
-    p.add_argument("--frequency-threshold", type=ct.frequency_threshold, default=1, help="categories seen fewer than K times share id 0")
+    v.add_argument(
+        "--val-rows",
+        type=ct.nonneg_rows,
+        help="the N valid rows before the test rows are the val mapping (model selection)",
+    )
+    v.add_argument(
+        "--val-fraction",
+        type=ct.fraction,
+        help="the last fraction F of the rows before the test rows are the val mapping (default: none; "
+        "`train` then holds out its own)",
+    )
+    p.add_argument(
+        "--frequency-threshold",
+        type=ct.frequency_threshold,
+        default=1,
+        help="categories seen fewer than K times share id 0",
+    )
     p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
     p.add_argument("--log-transform", action="store_true", help="numerical: negative -> 0, then log(1+x)")
     p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")

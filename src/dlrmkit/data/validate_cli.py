@@ -48,7 +48,9 @@ def validate(path: str) -> dict:
         counts = np.sort(hist[t])[::-1]
         k = max(1, int(np.ceil(0.01 * c)))
         total = counts.sum()
-        summary["tables"].append({"name": name, "cardinality": c, "top1pct_share": float(counts[:k].sum() / total) if total else 0.0})
+        summary["tables"].append(
+            {"name": name, "cardinality": c, "top1pct_share": float(counts[:k].sum() / total) if total else 0.0}
+        )
     return summary
 
 

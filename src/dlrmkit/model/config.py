@@ -32,9 +32,7 @@ class ModelConfig:
         from dlrmkit.errors import DlrmkitError
 
         if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
-            raise DlrmkitError(
-                f"bottom MLP must end at the embedding dim {self.embedding_dim}, got {self.bottom_mlp}"
-            )
+            raise DlrmkitError(f"bottom MLP must end at the embedding dim {self.embedding_dim}, got {self.bottom_mlp}")
         if not self.top_mlp or self.top_mlp[-1] != 1:
             raise DlrmkitError(f"top MLP must end in 1 output (the logit), got {self.top_mlp}")
         if self.interaction not in ("dot", "cat"):

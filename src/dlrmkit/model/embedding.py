@@ -39,8 +39,11 @@ class JaggedIds:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "JaggedIds":
         """The same ids on `device` (itself when already there), as Tensor.to."""
-        return JaggedIds(self.values.to(device, non_blocking=non_blocking),
-                         self.offsets.to(device, non_blocking=non_blocking), self.batch_size)
+        return JaggedIds(
+            self.values.to(device, non_blocking=non_blocking),
+            self.offsets.to(device, non_blocking=non_blocking),
+            self.batch_size,
+        )
 
     def pin_memory(self) -> "JaggedIds":
         """The same ids in page-locked host memory, as Tensor.pin_memory."""
@@ -114,8 +117,9 @@ def draw_base_seed(generator: torch.Generator) -> int:
 
 
 @torch.no_grad()
-def init_table_block(out: torch.Tensor, base: int, table: int, table_rows: int, dim: int,
-                     row_start: int = 0, col_start: int = 0) -> None:
+def init_table_block(
+    out: torch.Tensor, base: int, table: int, table_rows: int, dim: int, row_start: int = 0, col_start: int = 0
+) -> None:
     """Fill `out` with rows [row_start, +len(out)) and columns [col_start, +out.shape[1]) of
     the init of table `table` ([table_rows, dim], uniform +-sqrt(1/rows)). Each chunk of
     INIT_CHUNK_ROWS rows has its own generator, seeded by (base, table, chunk), so a shard gets
@@ -153,8 +157,9 @@ class BagGrad:
     grad: torch.Tensor  # [bags, dim], the pooled output's gradient (any strides; read at update time)
 
     def to_sparse(self, shape: torch.Size) -> torch.Tensor:
-        return torch.sparse_coo_tensor(self.rows.unsqueeze(0), self.grad.index_select(0, self.bags), shape,
-                                       check_invariants=False)
+        return torch.sparse_coo_tensor(
+            self.rows.unsqueeze(0), self.grad.index_select(0, self.bags), shape, check_invariants=False
+        )
 
 
 class PooledLookup(torch.autograd.Function):
@@ -222,9 +227,13 @@ class FusedTable(nn.Module):
                 return F.embedding(ids + self.row_offsets, self.weight, sparse=True)
             b, t = ids.shape  # one id per bag, sample-major
             offsets = torch.arange(b * t + 1, dtype=torch.int64, device=ids.device)
-            return PooledLookup.apply(self.weight, (ids + self.row_offsets).reshape(-1), offsets, sink).view(b, t, self.dim)
+            return PooledLookup.apply(self.weight, (ids + self.row_offsets).reshape(-1), offsets, sink).view(
+                b, t, self.dim
+            )
         fused, offsets = ids.sample_major(self.row_offsets)
-        return PooledLookup.apply(self.weight, fused, offsets, sink).view(ids.batch_size, len(self.table_sizes), self.dim)
+        return PooledLookup.apply(self.weight, fused, offsets, sink).view(
+            ids.batch_size, len(self.table_sizes), self.dim
+        )
 
 
 def select_tables(ids: Ids, tables: list[int]) -> Ids:
@@ -279,8 +288,10 @@ class TablePiece:
 
 def fused_pieces(tables: list[int], fused: FusedTable) -> list[TablePiece]:
     """Whole-table pieces of the tables `tables` fused in `fused`, in its order."""
-    return [TablePiece(t, 0, rows, 0, fused.dim, None, fused.weight, offset)
-            for t, offset, rows in zip(tables, fused.row_offsets.tolist(), fused.table_sizes)]
+    return [
+        TablePiece(t, 0, rows, 0, fused.dim, None, fused.weight, offset)
+        for t, offset, rows in zip(tables, fused.row_offsets.tolist(), fused.table_sizes)
+    ]
 
 
 class EmbeddingCollection(nn.Module):

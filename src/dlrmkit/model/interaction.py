@@ -39,8 +39,9 @@ class DotInteraction(nn.Module):
         rows, cols = torch.tril_indices(num_features, num_features, offset=0 if self_interaction else -1)
         self.register_buffer("flat_index", rows * num_features + cols, persistent=False)
         # each pair's cell and its mirror, for PairDots' backward
-        self.register_buffer("both_index", torch.cat([rows * num_features + cols, cols * num_features + rows]),
-                             persistent=False)
+        self.register_buffer(
+            "both_index", torch.cat([rows * num_features + cols, cols * num_features + rows]), persistent=False
+        )
         self.num_features = num_features
 
     @property

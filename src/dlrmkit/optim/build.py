@@ -26,8 +26,9 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
     if optimizer not in OPTIMIZERS:
         raise DlrmkitError(f"unknown optimizer '{optimizer}' (choose {', '.join(OPTIMIZERS)})")
     if embedding_optimizer is not None and embedding_optimizer not in EMBEDDING_OPTIMIZERS:
-        raise DlrmkitError(f"unknown embedding optimizer '{embedding_optimizer}' "
-                           f"(choose {', '.join(EMBEDDING_OPTIMIZERS)})")
+        raise DlrmkitError(
+            f"unknown embedding optimizer '{embedding_optimizer}' (choose {', '.join(EMBEDDING_OPTIMIZERS)})"
+        )
     if optimizer == "split-sgd":
         if precision != "bf16":
             raise DlrmkitError("--optimizer split-sgd keeps bf16 weights: it needs --precision bf16")
@@ -50,9 +51,15 @@ def defer_table_grads(embeddings: torch.nn.Module) -> None:
             table.defer_grads()
 
 
-def build_optimizers(model: torch.nn.Module, optimizer: str, lr: float, embedding_optimizer: str | None = None,
-                     precision: str = "fp32", lamb_lr: float | None = None,
-                     embedding_weight_decay: float = 0.0) -> list[Optimizer]:
+def build_optimizers(
+    model: torch.nn.Module,
+    optimizer: str,
+    lr: float,
+    embedding_optimizer: str | None = None,
+    precision: str = "fp32",
+    lamb_lr: float | None = None,
+    embedding_weight_decay: float = 0.0,
+) -> list[Optimizer]:
     """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
     `dense_parameters()` and `embeddings`). split-SGD turns the model's weights into bf16 halves.
     `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together.

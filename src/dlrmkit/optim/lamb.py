@@ -13,14 +13,28 @@ from torch.optim import Optimizer
 
 
 class Lamb(Optimizer):
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.0, bias_correction: bool = True, lr_scale: float = 1.0):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        bias_correction: bool = True,
+        lr_scale: float = 1.0,
+    ):
         """`lr_scale` multiplies whatever `lr` the LR schedule sets, so one schedule can drive the
         embeddings' SGD (lr ~ 1-30) and LAMB (lr ~ 0.01) together."""
         if lr < 0 or eps <= 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                    "bias_correction": bias_correction, "lr_scale": lr_scale}
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bias_correction,
+            "lr_scale": lr_scale,
+        }
         super().__init__(params, defaults)
 
     @torch.no_grad()

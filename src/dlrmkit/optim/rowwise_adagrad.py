@@ -20,8 +20,9 @@ class RowWiseAdagrad(Optimizer):
             for p in group["params"]:
                 if p.dim() != 2:
                     raise ValueError("row-wise Adagrad needs 2-D [rows, dim] embedding weights")
-                self.state[p]["sum"] = torch.full((p.shape[0],), initial_accumulator_value,
-                                                  dtype=torch.float32, device=p.device)
+                self.state[p]["sum"] = torch.full(
+                    (p.shape[0],), initial_accumulator_value, dtype=torch.float32, device=p.device
+                )
 
     @torch.no_grad()
     def step(self, closure=None):

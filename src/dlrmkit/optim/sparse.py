@@ -71,10 +71,18 @@ class SparseAdagrad(Optimizer):
     `weight_decay` adds wd * w to the gradient of the rows a batch touches (lazy L2: rare ids are
     pulled to 0 as often as they are seen, the regularization small data needs)."""
 
-    def __init__(self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0,
-                 weight_decay: float = 0.0):
-        super().__init__(params, {"lr": lr, "eps": eps, "initial_accumulator_value": initial_accumulator_value,
-                                  "weight_decay": weight_decay})
+    def __init__(
+        self, params, lr: float, eps: float = 1e-10, initial_accumulator_value: float = 0.0, weight_decay: float = 0.0
+    ):
+        super().__init__(
+            params,
+            {
+                "lr": lr,
+                "eps": eps,
+                "initial_accumulator_value": initial_accumulator_value,
+                "weight_decay": weight_decay,
+            },
+        )
         for group in self.param_groups:
             for p in group["params"]:
                 self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value, dtype=torch.float32)

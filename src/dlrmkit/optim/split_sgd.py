@@ -21,6 +21,7 @@ from dlrmkit.optim.bf16_split import join_fp32, split_fp32, truncate_to_bf16  # 
 from dlrmkit.optim.sparse import clear_bag_grads, take_bag_grads
 from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_dense_step, fused_sparse_step
 
+
 class SplitSGD(Optimizer):
     """Plain SGD on split bf16/int16 weights. Taking ownership of `params`: on construction each
     fp32 parameter's data is replaced by its bf16 top half (the low half goes to state["low"]);

@@ -44,12 +44,23 @@ def _build():
 
     flags = ["-O3", "-ffp-contract=off"]
     try:
-        load(name="dlrmkit_split_sgd_v2", sources=[str(_SOURCE)], extra_cflags=[*flags, "-fopenmp"],
-             extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+        load(
+            name="dlrmkit_split_sgd_v2",
+            sources=[str(_SOURCE)],
+            extra_cflags=[*flags, "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+            verbose=False,
+        )
     except Exception as exc:  # no OpenMP for this compiler: the same kernel on one thread
         log.info("split-SGD kernel: OpenMP build failed (%s), building it single-threaded", exc)
-        load(name="dlrmkit_split_sgd_v2_serial", sources=[str(_SOURCE)], extra_cflags=flags,
-             is_python_module=False, verbose=False)
+        load(
+            name="dlrmkit_split_sgd_v2_serial",
+            sources=[str(_SOURCE)],
+            extra_cflags=flags,
+            is_python_module=False,
+            verbose=False,
+        )
     return torch.ops.dlrmkit_split_sgd.split_sgd_rows
 
 
@@ -74,7 +85,10 @@ def _self_check(op) -> bool:
     for d in (1, 8, 13, 128):
         w = torch.randn(50, d, generator=gen) * 4
         rows = torch.randint(0, 50, (400,), generator=gen)
-        for r, g in ((rows, torch.randn(400, d, generator=gen).bfloat16()), (rows.sort()[0], torch.randn(400, d, generator=gen))):
+        for r, g in (
+            (rows, torch.randn(400, d, generator=gen).bfloat16()),
+            (rows.sort()[0], torch.randn(400, d, generator=gen)),
+        ):
             ref = w.clone().index_add_(0, r, g.float(), alpha=-0.37)
             pairs = w.view(torch.int16).view(50, d, 2)
             hi, lo = pairs[..., 1].contiguous().view(torch.bfloat16), pairs[..., 0].contiguous()
@@ -168,10 +182,17 @@ def _warn_if_slow_clone() -> None:
     model-named clones ran scalar on an AVX-512 AMD CPU: docs/BENCHMARKS.md, row kernels): say so."""
     level, cpu = int(torch.ops.dlrmkit_split_sgd.isa_level()), cpu_isa_level()
     if cpu is not None and cpu > max(level, 0):
-        why = ("the compiler made no ISA clones (GCC >= 12 with glibc on x86-64 does)" if level == -1
-               else f"it dispatched to level {level}")
-        log.warning("split-SGD kernel runs without the vector code this CPU has (x86-64-v%d): %s; "
-                    "table updates are several times slower", cpu, why)
+        why = (
+            "the compiler made no ISA clones (GCC >= 12 with glibc on x86-64 does)"
+            if level == -1
+            else f"it dispatched to level {level}"
+        )
+        log.warning(
+            "split-SGD kernel runs without the vector code this CPU has (x86-64-v%d): %s; "
+            "table updates are several times slower",
+            cpu,
+            why,
+        )
 
 
 def fused_dense_step(p: torch.Tensor, low: torch.Tensor, grad: torch.Tensor, lr: float) -> bool:

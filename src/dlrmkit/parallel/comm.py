@@ -32,8 +32,15 @@ class CommStats:
             self.seconds.clear()
 
 
-def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None = None,
-               stats: CommStats | None = None, kind: str = "a2a", group=None) -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    dtype: torch.dtype | None = None,
+    stats: CommStats | None = None,
+    kind: str = "a2a",
+    group=None,
+) -> torch.Tensor:
     """Flat all-to-all: the first send_counts[0] elements of `x` go to rank 0, and so on;
     returns the received elements, rank by rank. Counts are in elements."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
@@ -45,15 +52,29 @@ def all_to_all(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], 
     return out
 
 
-def all_to_all_started(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
-                       stats: CommStats | None, kind: str, group=None):
+def all_to_all_started(
+    x: torch.Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    dtype: torch.dtype | None,
+    stats: CommStats | None,
+    kind: str,
+    group=None,
+):
     """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
     received elements only after wait() returns; wait() also records the exposed seconds."""
     return _launch(x, send_counts, recv_counts, dtype, stats, kind, group)
 
 
-def _launch(x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype: torch.dtype | None,
-            stats: CommStats | None, kind: str, group=None):
+def _launch(
+    x: torch.Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    dtype: torch.dtype | None,
+    stats: CommStats | None,
+    kind: str,
+    group=None,
+):
     """The one all-to-all launch behind `all_to_all` (waited at once) and `all_to_all_started`."""
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
@@ -85,9 +106,24 @@ class AllToAll(torch.autograd.Function):
     it before then (tables that defer their gradients, FusedTable.defer_grads)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, send_counts: list[int], recv_counts: list[int], dtype, stats=None,
-                async_backward: bool = False, waits: list | None = None, early: dict | None = None):
-        ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape, ctx.stats = send_counts, recv_counts, dtype, x.shape, stats
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        dtype,
+        stats=None,
+        async_backward: bool = False,
+        waits: list | None = None,
+        early: dict | None = None,
+    ):
+        ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.shape, ctx.stats = (
+            send_counts,
+            recv_counts,
+            dtype,
+            x.shape,
+            stats,
+        )
         ctx.async_backward, ctx.early = async_backward, early
         if waits is not None and dist.is_initialized() and dist.get_world_size() > 1:
             # launched only: the caller runs waits[0]() (under no_grad) before reading the result
@@ -121,18 +157,30 @@ class LaunchBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, early: dict, send_counts: list[int], recv_counts: list[int], dtype, stats=None):
-        ctx.early, ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.stats = early, send_counts, recv_counts, dtype, stats
+        ctx.early, ctx.send_counts, ctx.recv_counts, ctx.dtype, ctx.stats = (
+            early,
+            send_counts,
+            recv_counts,
+            dtype,
+            stats,
+        )
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        ctx.early["started"] = all_to_all_started(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype,
-                                                  ctx.stats, "pooled_bwd")
+        ctx.early["started"] = all_to_all_started(
+            grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd"
+        )
         return grad, None, None, None, None, None
 
 
-def all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 25 << 20, dtype: torch.dtype | None = None,
-                   stats: CommStats | None = None, group=None) -> None:
+def all_reduce_sum(
+    tensors: list[torch.Tensor],
+    bucket_bytes: int = 25 << 20,
+    dtype: torch.dtype | None = None,
+    stats: CommStats | None = None,
+    group=None,
+) -> None:
     """Sums each tensor over ranks in place (on process group `group`, default the default
     group), flattening them into buckets of about `bucket_bytes` so a model with many small
     layers makes few collective calls."""
@@ -156,14 +204,17 @@ def ring_bytes(payload: int, world_size: int) -> int:
     return 2 * (world_size - 1) * payload // world_size
 
 
-def _reduce_bucket(bucket: list[torch.Tensor], dtype: torch.dtype | None, stats: CommStats | None = None,
-                   group=None) -> None:
+def _reduce_bucket(
+    bucket: list[torch.Tensor], dtype: torch.dtype | None, stats: CommStats | None = None, group=None
+) -> None:
     flat = torch.cat([t.reshape(-1) for t in bucket])
     wire = flat if dtype is None else flat.to(dtype)
     t0 = time.perf_counter()
     dist.all_reduce(wire, group=group)
     if stats is not None:
-        stats.add("allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()), time.perf_counter() - t0)
+        stats.add(
+            "allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()), time.perf_counter() - t0
+        )
     if wire is not flat:
         flat.copy_(wire)
     offset = 0

@@ -64,8 +64,9 @@ def bind_cores(local_rank: int, local_world: int) -> list[int] | None:
     return share
 
 
-def init_distributed(backend: str | None = None, timeout_s: float = 1800.0, device: str = "cpu",
-                     bind: bool = False) -> DistContext:
+def init_distributed(
+    backend: str | None = None, timeout_s: float = 1800.0, device: str = "cpu", bind: bool = False
+) -> DistContext:
     """The DistContext of this process: a process group when started by torchrun, else single.
     `device` 'cuda' puts this rank on GPU LOCAL_RANK, with NCCL; on CPU, `bind` binds the rank
     to its share of the cores (bind_cores) before the process group starts its threads."""
@@ -78,8 +79,10 @@ def init_distributed(backend: str | None = None, timeout_s: float = 1800.0, devi
         if not torch.cuda.is_available():
             raise DlrmkitError("--device cuda needs a CUDA GPU; torch sees none here")
         if local_rank >= torch.cuda.device_count():
-            raise DlrmkitError(f"local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} visible): "
-                               f"start at most that many processes per node")
+            raise DlrmkitError(
+                f"local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} visible): "
+                f"start at most that many processes per node"
+            )
         ctx_device = torch.device("cuda", local_rank)
         torch.cuda.set_device(ctx_device)
     else:
@@ -88,7 +91,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 1800.0, devi
     timeout = timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         try:
-            bound = {"device_id": ctx_device} if ctx_device.type == "cuda" else {}  # NCCL: this rank's GPU from the start
+            bound = (
+                {"device_id": ctx_device} if ctx_device.type == "cuda" else {}
+            )  # NCCL: this rank's GPU from the start
             dist.init_process_group(backend=backend, timeout=timeout, **bound, **_attempt_store(rank, world))
         except (RuntimeError, ValueError) as exc:
             raise DlrmkitError(f"could not start process group (backend {backend}): {exc}".splitlines()[0]) from exc
@@ -102,8 +107,13 @@ def _attempt_store(rank: int, world: int) -> dict:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if not attempt or attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
-                          timeout=timedelta(seconds=300))
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timedelta(seconds=300),
+    )
     return {"store": dist.PrefixStore(f"dlrmkit/attempt_{attempt}", store), "rank": rank, "world_size": world}
 
 

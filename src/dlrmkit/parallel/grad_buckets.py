@@ -18,8 +18,9 @@ def nonzero_rows(g: torch.Tensor) -> torch.Tensor:
     `g.to_sparse(1)` gives, built directly (to_sparse(1) took 35-130 ms for a 3,187 x 16
     gradient, the replicated tables of Criteo Kaggle: most of the sharded step at batch 128)."""
     rows = g.ne(0).any(1).nonzero().squeeze(1)
-    return torch.sparse_coo_tensor(rows.unsqueeze(0), g.index_select(0, rows), g.shape, is_coalesced=True,
-                                   check_invariants=False)
+    return torch.sparse_coo_tensor(
+        rows.unsqueeze(0), g.index_select(0, rows), g.shape, is_coalesced=True, check_invariants=False
+    )
 
 
 class GradBuckets:
@@ -32,8 +33,14 @@ class GradBuckets:
     collective costs a round of wake-ups on both ranks. `finish` waits for all of them and
     writes the summed extras back in place."""
 
-    def __init__(self, params: list[torch.nn.Parameter], bucket_bytes: int, dtype: torch.dtype | None,
-                 stats: comm.CommStats, first_bucket_bytes: int | None = None):
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        bucket_bytes: int,
+        dtype: torch.dtype | None,
+        stats: comm.CommStats,
+        first_bucket_bytes: int | None = None,
+    ):
         self.dtype, self.stats, self.buckets = dtype, stats, [[]]
         size = 0
         for p in reversed(params):
@@ -60,8 +67,10 @@ class GradBuckets:
 
     def _launch(self, b: int, extras: list[torch.Tensor] = ()) -> None:
         ps = self.buckets[b]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps] +
-                         [t.reshape(-1) for t in extras])
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
+            + [t.reshape(-1) for t in extras]
+        )
         wire = flat if self.dtype is None else flat.to(self.dtype)
         self.ready[b] = -1  # launched
         self.works.append((b, flat, wire, list(extras), dist.all_reduce(wire, async_op=True)))

@@ -42,8 +42,9 @@ class ParallelConfig:
     ids_ahead: bool = True  # with overlap: exchange the next batch's ids during this step (gloo; parallel/ids_ahead.py)
 
 
-def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int,
-               optimizer_state: float = 0) -> ShardingPlan:
+def build_plan(
+    model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int, optimizer_state: float = 0
+) -> ShardingPlan:
     cfg = model.cfg
     if pcfg.plan_path:
         plan = ShardingPlan.load(pcfg.plan_path)
@@ -52,8 +53,16 @@ def build_plan(model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: 
     memory = None
     if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
         memory = int(0.8 * torch.cuda.get_device_properties(ctx.device).total_memory)
-    return make_plan(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.sharding, batch_size=batch_size,
-                     min_rows_sharded=pcfg.min_rows_sharded, device_memory=memory, optimizer_state=optimizer_state)
+    return make_plan(
+        cfg.table_sizes,
+        cfg.table_dim,
+        ctx.world_size,
+        pcfg.sharding,
+        batch_size=batch_size,
+        min_rows_sharded=pcfg.min_rows_sharded,
+        device_memory=memory,
+        optimizer_state=optimizer_state,
+    )
 
 
 class HybridParallel:
@@ -62,8 +71,14 @@ class HybridParallel:
     rank generates only its shards, with the values single-process init gives them; without
     it, shards are copied out of the model's (already initialized) tables."""
 
-    def __init__(self, model: DLRM, plan: ShardingPlan, ctx: DistContext, pcfg: ParallelConfig | None = None,
-                 seed: int | None = None):
+    def __init__(
+        self,
+        model: DLRM,
+        plan: ShardingPlan,
+        ctx: DistContext,
+        pcfg: ParallelConfig | None = None,
+        seed: int | None = None,
+    ):
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
         sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
@@ -100,8 +115,13 @@ class HybridParallel:
     def set_overlap(self, on: bool) -> None:
         """Switch between overlapped and blocking communication (bench compares both)."""
         if on and self.buckets is None and self.ctx.world_size > 1:
-            self.buckets = GradBuckets(self.model.dense_parameters(), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats,
-                                       self.pcfg.first_bucket_bytes)
+            self.buckets = GradBuckets(
+                self.model.dense_parameters(),
+                self.pcfg.bucket_bytes,
+                self.pcfg.comm_dtype,
+                self.stats,
+                self.pcfg.first_bucket_bytes,
+            )
         if self.buckets is not None:
             self.buckets.enabled = on
         self.sharded.overlap = on
@@ -110,8 +130,11 @@ class HybridParallel:
         """`batch` with dense features and labels on this rank's device (ids stay for the exchange)."""
         if self.ctx.device.type == "cpu":
             return batch
-        return replace(batch, dense=batch.dense.to(self.ctx.device, non_blocking=True),
-                       labels=batch.labels.to(self.ctx.device, non_blocking=True))
+        return replace(
+            batch,
+            dense=batch.dense.to(self.ctx.device, non_blocking=True),
+            labels=batch.labels.to(self.ctx.device, non_blocking=True),
+        )
 
     def start_lookups(self, batch) -> None:
         """Starts `batch`'s lookups and pooled all-to-all when overlapping (forward then waits)."""
@@ -150,8 +173,9 @@ class HybridParallel:
         loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
         return float(self.backward_step(loss_sum, global_batch, []))
 
-    def backward_step(self, loss_sum: torch.Tensor, global_batch: int, optimizers: list,
-                      loss_ok=None, gate_early: bool = True) -> torch.Tensor:
+    def backward_step(
+        self, loss_sum: torch.Tensor, global_batch: int, optimizers: list, loss_ok=None, gate_early: bool = True
+    ) -> torch.Tensor:
         """Backward of `loss_sum / global_batch`, then the optimizers' steps (all of them or none:
         `loss_ok(global mean loss)` decides, e.g. on a non-finite loss). Optimizers whose
         parameters take no all-reduce (the model-parallel tables') step while the dense
@@ -175,8 +199,11 @@ class HybridParallel:
                 work = dist.all_reduce(total, async_op=True)
             rep_rest = [t for t in rest if t is not total]
         reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
-        early = [o for o in optimizers if self.overlapping and
-                 not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+        early = [
+            o
+            for o in optimizers
+            if self.overlapping and not any(id(p) in reduced for g in o.param_groups for p in g["params"])
+        ]
         gated = gate_early and loss_ok is not None
         finished = overlapped and gated and work is None
         if finished:
@@ -204,8 +231,12 @@ class HybridParallel:
     def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
         """The replicated tables and their gradients as dense tensors (summed over ranks in place)."""
         reps = self.sharded.replicated_parameters()
-        return reps, [p.grad.to_dense() if p.grad is not None and p.grad.is_sparse else
-                      (p.grad if p.grad is not None else torch.zeros_like(p)) for p in reps]
+        return reps, [
+            p.grad.to_dense()
+            if p.grad is not None and p.grad.is_sparse
+            else (p.grad if p.grad is not None else torch.zeros_like(p))
+            for p in reps
+        ]
 
     def reduce_gradients(self, taken: tuple | None = None) -> None:
         """Sums dense and replicated gradients over ranks. `taken`: backward_step's (replicated
@@ -219,8 +250,9 @@ class HybridParallel:
             grads = []
         else:
             grads = [p.grad for p in self.model.dense_parameters() if p.grad is not None]
-        comm.all_reduce_sum(grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes,
-                            self.pcfg.comm_dtype, self.stats)
+        comm.all_reduce_sum(
+            grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats
+        )
         for p, g in zip(reps, rep_grads):
             p.grad = nonzero_rows(g)  # rows nobody touched drop out: the sparse optimizers skip them
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)
@@ -232,8 +264,9 @@ def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tup
     return np.concatenate([p for p, _ in parts]), np.concatenate([l for _, l in parts])
 
 
-def setup_parallel(model: DLRM, cfg, optimizer_state: float = 0.0
-                   ) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
+def setup_parallel(
+    model: DLRM, cfg, optimizer_state: float = 0.0
+) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
     """For the trainer: under torchrun, a process group, a plan and the sharded model;
     otherwise (DistContext(), None, None) and training stays single-process. `optimizer_state`:
     values the tables' optimizer keeps per weight, counted in the plan's memory (0: evaluation)."""
@@ -244,11 +277,18 @@ def setup_parallel(model: DLRM, cfg, optimizer_state: float = 0.0
     from dlrmkit.device import resolve_device
 
     device = resolve_device(getattr(cfg, "device", None) or "cpu").type
-    ctx = init_distributed(getattr(cfg, "backend", None), float(getattr(cfg, "collective_timeout", 0) or 1800.0), device,
-                           bind=getattr(cfg, "bind_cores", True))
-    pcfg = ParallelConfig(sharding=getattr(cfg, "sharding", "auto") or "auto", plan_path=getattr(cfg, "plan", None),
-                          loader=getattr(cfg, "loader", "exchange") or "exchange",
-                          comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None)
+    ctx = init_distributed(
+        getattr(cfg, "backend", None),
+        float(getattr(cfg, "collective_timeout", 0) or 1800.0),
+        device,
+        bind=getattr(cfg, "bind_cores", True),
+    )
+    pcfg = ParallelConfig(
+        sharding=getattr(cfg, "sharding", "auto") or "auto",
+        plan_path=getattr(cfg, "plan", None),
+        loader=getattr(cfg, "loader", "exchange") or "exchange",
+        comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None,
+    )
     plan = build_plan(model, ctx, pcfg, cfg.batch_size, optimizer_state)
     return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
 
@@ -259,9 +299,18 @@ class TrainerParallel(HybridParallel):
     def loader(self, dataset, cfg):
         from dlrmkit.parallel.loader import DistBatchLoader
 
-        self.train_loader = DistBatchLoader(dataset, cfg.batch_size, self.ctx.rank, self.ctx.world_size,
-                                            self.sharded.id_tables, self.pcfg.loader, self.ctx.cpu_group,
-                                            shuffle=cfg.shuffle, seed=cfg.seed, pin_memory=self.ctx.device.type == "cuda")
+        self.train_loader = DistBatchLoader(
+            dataset,
+            cfg.batch_size,
+            self.ctx.rank,
+            self.ctx.world_size,
+            self.sharded.id_tables,
+            self.pcfg.loader,
+            self.ctx.cpu_group,
+            shuffle=cfg.shuffle,
+            seed=cfg.seed,
+            pin_memory=self.ctx.device.type == "cuda",
+        )
         if self.overlapping:
             self.train_loader.ahead = self.ahead  # training batches: ids exchanged one batch ahead
         return self.train_loader
@@ -285,12 +334,21 @@ class TrainerParallel(HybridParallel):
         params = list(self.sharded.parameters())
         ids = {id(p) for p in params}
         tables = sum(p.numel() * p.element_size() for p in params)
-        state = sum(v.numel() * v.element_size() for opt in optimizers for p, st in opt.state.items()
-                    if id(p) in ids for v in st.values() if isinstance(v, torch.Tensor))
+        state = sum(
+            v.numel() * v.element_size()
+            for opt in optimizers
+            for p, st in opt.state.items()
+            if id(p) in ids
+            for v in st.values()
+            if isinstance(v, torch.Tensor)
+        )
         planned = self.plan.rank_stats()[self.ctx.rank]["memory"]
         ranks = comm.all_gather_objects((tables, state, planned), self.ctx.cpu_group)
-        return {"rank_table_bytes": [t for t, _, _ in ranks], "rank_state_bytes": [s for _, s, _ in ranks],
-                "rank_planned_bytes": [p for _, _, p in ranks]}
+        return {
+            "rank_table_bytes": [t for t, _, _ in ranks],
+            "rank_state_bytes": [s for _, s, _ in ranks],
+            "rank_planned_bytes": [p for _, _, p in ranks],
+        }
 
     @torch.no_grad()
     def evaluate(self, dataset, batch_size: int) -> dict[str, float]:
@@ -302,8 +360,15 @@ class TrainerParallel(HybridParallel):
         was = self.model.training
         self.model.eval()
         probs, labels = [], []
-        for batch in DistBatchLoader(dataset, batch_size, self.ctx.rank, self.ctx.world_size, self.sharded.id_tables,
-                                     self.pcfg.loader, self.ctx.cpu_group).epoch(0):
+        for batch in DistBatchLoader(
+            dataset,
+            batch_size,
+            self.ctx.rank,
+            self.ctx.world_size,
+            self.sharded.id_tables,
+            self.pcfg.loader,
+            self.ctx.cpu_group,
+        ).epoch(0):
             dense = batch.dense.to(self.ctx.device, non_blocking=True)
             probs.append(torch.sigmoid(self.model(dense, batch.ids).float()).cpu().numpy())
             labels.append(batch.labels.numpy())

@@ -27,10 +27,18 @@ from dlrmkit.parallel.sharded_embedding import DistIds
 LOADERS = ("exchange", "own-features", "broadcast")
 
 
-
 class DistBatchLoader(BatchLoader):
-    def __init__(self, dataset: SplitBinaryDataset, batch_size: int, rank: int, world_size: int,
-                 id_tables: list[int] | None = None, strategy: str = "exchange", group=None, **kw):
+    def __init__(
+        self,
+        dataset: SplitBinaryDataset,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        id_tables: list[int] | None = None,
+        strategy: str = "exchange",
+        group=None,
+        **kw,
+    ):
         if strategy not in LOADERS:
             raise DlrmkitError(f"unknown --loader '{strategy}' (choose {', '.join(LOADERS)})")
         super().__init__(dataset, batch_size, **kw)
@@ -40,7 +48,9 @@ class DistBatchLoader(BatchLoader):
         self.bytes_read = 0
         self.ahead = None  # an IdsAhead: epochs' batches come with ids exchanged during the previous step
         id_sizes = [c.dtype.itemsize for c in dataset.categorical]
-        self.row_bytes = (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
+        self.row_bytes = (
+            (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
+        )
         self.id_bytes = id_sizes
 
     def local_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
@@ -68,7 +78,11 @@ class DistBatchLoader(BatchLoader):
         if self.strategy == "own-features":
             cols = [self.dataset.categorical[t].read(lo, hi)[:, 0] for t in self.id_tables]
             self.bytes_read += sum((hi - lo) * self.id_bytes[t] for t in self.id_tables)
-            global_ids = torch.from_numpy(np.stack(cols, axis=1).astype(np.int64)) if cols else torch.zeros(hi - lo, 0, dtype=torch.int64)
+            global_ids = (
+                torch.from_numpy(np.stack(cols, axis=1).astype(np.int64))
+                if cols
+                else torch.zeros(hi - lo, 0, dtype=torch.int64)
+            )
         return Batch(batch.dense, DistIds(batch.ids, sizes, global_ids), batch.labels)
 
     def _broadcast(self, lo: int, hi: int, a: int, b: int, sizes: list[int]) -> Batch:

@@ -51,10 +51,19 @@ class ShardingPlan:
     @classmethod
     def from_dict(cls, d: dict, source: str = "plan") -> "ShardingPlan":
         try:
-            tables = [TablePlan(int(t["rows"]), int(t["dim"]), str(t["strategy"]), [Shard(**s) for s in t["shards"]])
-                      for t in d["tables"]]
-            plan = cls(int(d["world_size"]), tables, int(d.get("batch_size", 65536)), d.get("device_memory"),
-                       int(d.get("bytes_per_value", 4)), float(d.get("optimizer_state", 0)), list(d.get("notes", [])))
+            tables = [
+                TablePlan(int(t["rows"]), int(t["dim"]), str(t["strategy"]), [Shard(**s) for s in t["shards"]])
+                for t in d["tables"]
+            ]
+            plan = cls(
+                int(d["world_size"]),
+                tables,
+                int(d.get("batch_size", 65536)),
+                d.get("device_memory"),
+                int(d.get("bytes_per_value", 4)),
+                float(d.get("optimizer_state", 0)),
+                list(d.get("notes", [])),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise DlrmkitError(f"{source}: not a sharding plan ({type(exc).__name__}: {exc})") from exc
         plan.validate(source)
@@ -88,8 +97,9 @@ class ShardingPlan:
                     raise DlrmkitError(f"{where}: shard on rank {s.rank}, outside world size {self.world_size}")
                 if not (0 <= s.row_start < s.row_end <= tp.rows and 0 <= s.col_start < s.col_end <= tp.dim):
                     raise DlrmkitError(f"{where}: shard {s} outside the table's {tp.rows} rows x {tp.dim} columns")
-            if tp.model_parallel and (sum(s.rows * s.cols for s in tp.shards) != tp.rows * tp.dim
-                                      or not _disjoint(tp.shards)):
+            if tp.model_parallel and (
+                sum(s.rows * s.cols for s in tp.shards) != tp.rows * tp.dim or not _disjoint(tp.shards)
+            ):
                 raise DlrmkitError(f"{where}: shards do not cover its {tp.rows} x {tp.dim} entries exactly once")
             problem = strategy_named(tp.strategy).check(tp.rows, tp.dim, tp.shards, self.world_size)
             if problem:
@@ -115,8 +125,10 @@ class ShardingPlan:
 
     def report(self) -> str:
         """A table: per rank its shards, memory, lookups and bytes sent per step."""
-        lines = [f"sharding plan: {len(self.tables)} tables on {self.world_size} ranks, global batch {self.batch_size}"
-                 + (f", {fmt_bytes(self.device_memory)} per device" if self.device_memory else "")]
+        lines = [
+            f"sharding plan: {len(self.tables)} tables on {self.world_size} ranks, global batch {self.batch_size}"
+            + (f", {fmt_bytes(self.device_memory)} per device" if self.device_memory else "")
+        ]
         counts = {s: sum(t.strategy == s for t in self.tables) for s in STRATEGIES}
         lines.append("strategies: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
         lines.append(f"{'rank':>4}  {'memory':>10}  {'lookups/step':>12}  {'sent/step':>10}  shards (table[rows,cols])")
@@ -133,8 +145,10 @@ class ShardingPlan:
             dp = sum(1 for t, _ in st["shards"] if not self.tables[t].model_parallel)
             if dp:
                 desc.append(f"+{dp} replicated")
-            lines.append(f"{st['rank']:>4}  {fmt_bytes(st['memory']):>10}  {st['lookups']:>12,}  "
-                         f"{fmt_bytes(st['sent_bytes']):>10}  {' '.join(desc) or '-'}")
+            lines.append(
+                f"{st['rank']:>4}  {fmt_bytes(st['memory']):>10}  {st['lookups']:>12,}  "
+                f"{fmt_bytes(st['sent_bytes']):>10}  {' '.join(desc) or '-'}"
+            )
         lines += self.notes
         return "\n".join(lines)
 
@@ -156,7 +170,12 @@ def _disjoint(shards: list[Shard]) -> bool:
         raise DlrmkitError(f"{len(shards)} shards of one table in an irregular (non-grid) layout: too many to check")
     for i, a in enumerate(shards):
         for b in shards[i + 1 :]:
-            if a.row_start < b.row_end and b.row_start < a.row_end and a.col_start < b.col_end and b.col_start < a.col_end:
+            if (
+                a.row_start < b.row_end
+                and b.row_start < a.row_end
+                and a.col_start < b.col_end
+                and b.col_start < a.col_end
+            ):
                 return False
     return True
 
@@ -172,11 +191,25 @@ def fmt_bytes(n: float | None) -> str:
 
 def parse_bytes(text: str) -> int:
     """'80GiB', '80GB', '512MiB', '1.5TiB' or a plain byte count."""
-    units = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": GiB, "tib": 1 << 40,
-             "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 1 << 10, "m": 1 << 20, "g": GiB, "t": 1 << 40}
+    units = {
+        "": 1,
+        "b": 1,
+        "kib": 1 << 10,
+        "mib": 1 << 20,
+        "gib": GiB,
+        "tib": 1 << 40,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "tb": 10**12,
+        "k": 1 << 10,
+        "m": 1 << 20,
+        "g": GiB,
+        "t": 1 << 40,
+    }
     s = text.strip().lower().replace(" ", "")
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num):]
+    unit = s[len(num) :]
     try:
         value = float(num)
     except ValueError:
@@ -187,10 +220,58 @@ def parse_bytes(text: str) -> int:
 
 
 # ---- presets ---------------------------------------------------------------------------------
-_MLPERF_ROWS = [40_000_000] * 4 + [40_790_948, 3_067_956, 590_152, 405_282, 39_060, 20_265, 17_295, 12_973,
-                                   11_938, 7_424, 7_122, 2_209, 1_543, 976, 155, 108, 63, 36, 14, 10, 4, 3]
-_KAGGLE_ROWS = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
-                5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
+_MLPERF_ROWS = [40_000_000] * 4 + [
+    40_790_948,
+    3_067_956,
+    590_152,
+    405_282,
+    39_060,
+    20_265,
+    17_295,
+    12_973,
+    11_938,
+    7_424,
+    7_122,
+    2_209,
+    1_543,
+    976,
+    155,
+    108,
+    63,
+    36,
+    14,
+    10,
+    4,
+    3,
+]
+_KAGGLE_ROWS = [
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+]
 
 
 def _rows_113b() -> list[int]:
@@ -232,8 +313,10 @@ def make_plan(
     n, b, opt = world_size, bytes_per_value, optimizer_state
     most = sum(min(n, max(int(r), 1)) if strategy == "row_wise" else n for r in table_sizes)
     if most > MAX_SHARDS:  # memory and time grow with the shards: bound them before building any
-        raise DlrmkitError(f"{len(table_sizes):,} tables on {n:,} ranks could need {most:,} shards, more than the "
-                           f"planner handles ({MAX_SHARDS:,}); use fewer ranks (--world-size) or tables")
+        raise DlrmkitError(
+            f"{len(table_sizes):,} tables on {n:,} ranks could need {most:,} shards, more than the "
+            f"planner handles ({MAX_SHARDS:,}); use fewer ranks (--world-size) or tables"
+        )
     plan = ShardingPlan(n, [], batch_size, device_memory, b, opt)
     cost = plan.cost
     weight = cost.weight_bytes
@@ -273,7 +356,9 @@ def make_plan(
             splits[t] += 1
             kinds[t] = "column_wise"
         if sum(splits[t] for t in mp) < n:
-            plan.notes.append(f"note: only {sum(splits[t] for t in mp)} shards for {n} ranks; some ranks hold no sharded table")
+            plan.notes.append(
+                f"note: only {sum(splits[t] for t in mp)} shards for {n} ranks; some ranks hold no sharded table"
+            )
 
     # shard shapes, then placement: largest first onto the least-loaded rank that can hold it,
     # a table's shards on distinct ranks where possible
@@ -291,9 +376,13 @@ def make_plan(
             shapes[t] = strategy_named(kind).shards(rows, dim, list(range(splits[t])))
     for r in range(n):
         if load[r] > cap:
-            raise DlrmkitError(f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available")
-    order = sorted(((t, s) for t, ss in shapes.items() for s in ss),
-                   key=lambda ts: (-cost.shard_memory(ts[1]), ts[0], ts[1].col_start, ts[1].row_start))
+            raise DlrmkitError(
+                f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available"
+            )
+    order = sorted(
+        ((t, s) for t, ss in shapes.items() for s in ss),
+        key=lambda ts: (-cost.shard_memory(ts[1]), ts[0], ts[1].col_start, ts[1].row_start),
+    )
     used: dict[int, set[int]] = {t: set() for t in shapes}
     heap = [(load[r], r) for r in range(n)]  # (load, rank): the least-loaded rank in O(log n), so
     heapq.heapify(heap)  # planning time grows as shards x log(ranks), not shards x ranks

@@ -75,5 +75,7 @@ class CostModel:
         for r, st in enumerate(stats):
             others_w = total_w - widths[r]
             others_ids = total_ids - len(id_cols[r])
-            st["sent_bytes"] += (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * ID_BYTES
+            st["sent_bytes"] += (
+                (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * ID_BYTES
+            )
         return stats

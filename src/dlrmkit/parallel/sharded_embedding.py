@@ -30,8 +30,17 @@ import torch.distributed as dist
 from torch import nn
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.embedding import (EmbeddingCollection, FusedTable, Ids, JaggedIds, TablePiece, draw_base_seed,
-                                     init_table_block, regroup, to_offsets)
+from dlrmkit.model.embedding import (
+    EmbeddingCollection,
+    FusedTable,
+    Ids,
+    JaggedIds,
+    TablePiece,
+    draw_base_seed,
+    init_table_block,
+    regroup,
+    to_offsets,
+)
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.plan import ShardingPlan
 from dlrmkit.parallel.sharding import Shard, strategy
@@ -96,17 +105,23 @@ class ShardedEmbedding(nn.Module):
         self.widths = [sum(s.cols for _, s in shards) for shards, _ in layouts]
         self.strategies = [strategy(tp.strategy) for tp in plan.tables]
         # a strategy that buckets ids by row range anywhere: the general, jagged path
-        self.bucketed = any(self.strategies[t].buckets(a, b, self.table_sizes[t]) for keys in self.all_keys for t, a, b in keys)
+        self.bucketed = any(
+            self.strategies[t].buckets(a, b, self.table_sizes[t]) for keys in self.all_keys for t, a, b in keys
+        )
         # local lookups: one FusedTable per shard width
         self.group_keys: list[tuple[int, list[int]]] = []  # (width, indices into self.shards)
         for i, (_, s) in enumerate(self.shards):
             if not self.group_keys or self.group_keys[-1][0] != s.cols:
                 self.group_keys.append((s.cols, []))
             self.group_keys[-1][1].append(i)
-        self.local_tables = nn.ModuleList(FusedTable([self.shards[i][1].rows for i in idx], w) for w, idx in self.group_keys)
+        self.local_tables = nn.ModuleList(
+            FusedTable([self.shards[i][1].rows for i in idx], w) for w, idx in self.group_keys
+        )
         col = {t: j for j, t in enumerate(self.id_tables)}
         key_of = {k: j for j, k in enumerate(self.keys)}
-        self.register_buffer("id_cols", torch.tensor([col[t] for t, _ in self.shards], dtype=torch.int64), persistent=False)
+        self.register_buffer(
+            "id_cols", torch.tensor([col[t] for t, _ in self.shards], dtype=torch.int64), persistent=False
+        )
         self.shard_key = [key_of[(t, s.row_start, s.row_end)] for t, s in self.shards]
         # where each received column goes in the [L, T*dim] output, senders in rank order
         target = [c for shards, _ in layouts for t, s in shards for c in self.strategies[t].columns(t, s, self.dim)]
@@ -116,8 +131,9 @@ class ShardedEmbedding(nn.Module):
         for t, st in enumerate(self.strategies):
             if not st.model_parallel:
                 local.setdefault(st.name, []).append(t)
-        self.local_lookups = nn.ModuleList(strategy(name).local_lookup(tables, self.table_sizes, self.dim)
-                                           for name, tables in local.items())
+        self.local_lookups = nn.ModuleList(
+            strategy(name).local_lookup(tables, self.table_sizes, self.dim) for name, tables in local.items()
+        )
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
@@ -139,8 +155,9 @@ class ShardedEmbedding(nn.Module):
             for j, i in enumerate(idx):
                 t, s = self.shards[i]
                 off = int(table.row_offsets[j])
-                init_table_block(table.weight[off : off + s.rows], base, t, self.table_sizes[t], self.dim,
-                                 s.row_start, s.col_start)
+                init_table_block(
+                    table.weight[off : off + s.rows], base, t, self.table_sizes[t], self.dim, s.row_start, s.col_start
+                )
         for lookup in self.local_lookups:
             lookup.init_tables(base)
 
@@ -181,7 +198,9 @@ class ShardedEmbedding(nn.Module):
         for p in pieces:
             if p.rank is not None and p.weight is not None:
                 full[p.table][p.row_start : p.row_end, p.col_start : p.col_end] = p.data.cpu()
-        comm.all_reduce_sum([full[t] for t, st in enumerate(self.strategies) if st.model_parallel], group=self.cpu_group)
+        comm.all_reduce_sum(
+            [full[t] for t, st in enumerate(self.strategies) if st.model_parallel], group=self.cpu_group
+        )
         for p in pieces:
             if p.rank is None:
                 full[p.table] = p.data.cpu().clone()
@@ -209,8 +228,13 @@ class ShardedEmbedding(nn.Module):
 
     def one_hot_fast(self, ids: DistIds) -> bool:
         """Whether `ids` take the fast path's single all-to-all (counts known without asking)."""
-        return (isinstance(ids.local, torch.Tensor) and not self.bucketed and any(self.widths)
-                and ids.global_ids is None and ids.bags is None)
+        return (
+            isinstance(ids.local, torch.Tensor)
+            and not self.bucketed
+            and any(self.widths)
+            and ids.global_ids is None
+            and ids.bags is None
+        )
 
     def exchange_started(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids"):
         """The fast path's all-to-all launched (gloo runs it in its own threads): a function
@@ -221,8 +245,15 @@ class ShardedEmbedding(nn.Module):
         if not dist.is_initialized() or self.world_size == 1:
             out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind)
             return lambda: out.view(sum(sizes), len(self.id_tables))
-        out, wait = comm.all_to_all_started(torch.cat(sends), send_counts, recv_counts, None, self.stats, kind,
-                                            group if group is not None else self.cpu_group)
+        out, wait = comm.all_to_all_started(
+            torch.cat(sends),
+            send_counts,
+            recv_counts,
+            None,
+            self.stats,
+            kind,
+            group if group is not None else self.cpu_group,
+        )
 
         def result() -> torch.Tensor:
             wait()
@@ -230,7 +261,9 @@ class ShardedEmbedding(nn.Module):
 
         return result
 
-    def key_bags(self, ids: Ids, keys: list[Key], cols: list[int] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def key_bags(
+        self, ids: Ids, keys: list[Key], cols: list[int] | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per key, the ids (relative to the range start) and bag lengths [B] of `ids`' samples
         that the key's shards receive, as its table's strategy selects them (row-wise: bucketing
         by row range, vectorized per key). Key i's ids are table cols[i] of `ids` (default: its
@@ -242,14 +275,16 @@ class ShardedEmbedding(nn.Module):
         values, lens = [], []
         for i, (t, a, e) in enumerate(keys):
             c = cols[i] if cols is not None else t
-            v, l = self.strategies[t].select_ids(jag.values[bounds[c] : bounds[c + 1]], lengths[c], one_hot, a, e,
-                                                 self.table_sizes[t])
+            v, l = self.strategies[t].select_ids(
+                jag.values[bounds[c] : bounds[c + 1]], lengths[c], one_hot, a, e, self.table_sizes[t]
+            )
             values.append(v)
             lens.append(l)
         return values, lens
 
-    def exchange_bags(self, local: Ids, sizes: list[int], group=None,
-                      kind: str = "ids") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def exchange_bags(
+        self, local: Ids, sizes: list[int], group=None, kind: str = "ids"
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """General path: (values, lengths, order) of the global batch's bags for this rank's
         keys; bag order[k * G + g] of (values, lengths) is key k's bag of global sample g.
         Two all-to-alls: bag lengths, then the ids (whose counts the lengths give)."""
@@ -265,11 +300,13 @@ class ShardedEmbedding(nn.Module):
         empty = torch.zeros(0, dtype=torch.int64)
         group = group if group is not None else self.cpu_group
         recv_len_counts = [k * sizes[s] for s in range(n)]
-        got_len = comm.all_to_all(torch.cat(lens) if lens else empty, len_counts, recv_len_counts,
-                                  stats=self.stats, kind=kind, group=group)
+        got_len = comm.all_to_all(
+            torch.cat(lens) if lens else empty, len_counts, recv_len_counts, stats=self.stats, kind=kind, group=group
+        )
         recv_val_counts = [int(x.sum()) for x in torch.split(got_len, recv_len_counts)]
-        got_val = comm.all_to_all(torch.cat(vals) if vals else empty, val_counts, recv_val_counts,
-                                  stats=self.stats, kind=kind, group=group)
+        got_val = comm.all_to_all(
+            torch.cat(vals) if vals else empty, val_counts, recv_val_counts, stats=self.stats, kind=kind, group=group
+        )
         # received bag order is (source, key, sample); wanted (key, source, sample) = (key, global sample)
         base = torch.tensor([0] + recv_len_counts).cumsum(0).tolist()
         order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
@@ -286,10 +323,15 @@ class ShardedEmbedding(nn.Module):
         """Fast path: [G, local columns] pooled outputs of this rank's shards, one id per bag."""
         g = global_ids.shape[0]
         ids = global_ids.to(self.device).index_select(1, self.id_cols)  # [G, shards]
-        outs = [table(ids[:, idx[0] : idx[-1] + 1]).reshape(g, -1) for (w, idx), table in zip(self.group_keys, self.local_tables)]
+        outs = [
+            table(ids[:, idx[0] : idx[-1] + 1]).reshape(g, -1)
+            for (w, idx), table in zip(self.group_keys, self.local_tables)
+        ]
         return torch.cat(outs, dim=1)
 
-    def lookup_bags(self, values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor | None, g: int) -> torch.Tensor:
+    def lookup_bags(
+        self, values: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor | None, g: int
+    ) -> torch.Tensor:
         """General path: [G, local columns] sum-pooled outputs of this rank's shards."""
         outs = []
         for (w, idx), table in zip(self.group_keys, self.local_tables):

@@ -42,19 +42,23 @@ def slice_jagged(ids: JaggedIds, a: int, b: int) -> JaggedIds:
 
 
 class BenchParallel(HybridParallel):
-    def batches(self, cfg: ModelConfig, global_batch: int, count: int, seed: int,
-                one_hot: bool = False) -> list[LocalBatch]:
+    def batches(
+        self, cfg: ModelConfig, global_batch: int, count: int, seed: int, one_hot: bool = False
+    ) -> list[LocalBatch]:
         """The single-process bench's batches (same seed), each rank keeping its slice;
         `one_hot`: one id per (sample, table) as [B, T] tensors, as Criteo datasets give."""
         from dlrmkit.perf.workload import random_batches
 
         n, r = self.ctx.world_size, self.ctx.rank
         sizes, (a, b) = batch_split(global_batch, n), batch_slice(global_batch, r, n)
+
         def local_ids(ids: JaggedIds):
             return ids.values.view(-1, global_batch).t()[a:b].contiguous() if one_hot else slice_jagged(ids, a, b)
 
-        self.cycle = [LocalBatch(x.dense[a:b], DistIds(local_ids(x.ids), sizes), x.labels[a:b])
-                      for x in random_batches(cfg, global_batch, count, seed, max_bag=1 if one_hot else 10)]
+        self.cycle = [
+            LocalBatch(x.dense[a:b], DistIds(local_ids(x.ids), sizes), x.labels[a:b])
+            for x in random_batches(cfg, global_batch, count, seed, max_bag=1 if one_hot else 10)
+        ]
         return self.cycle
 
     def step(self, batch: LocalBatch, optimizers) -> torch.Tensor:
@@ -106,13 +110,27 @@ class BenchParallel(HybridParallel):
         wall = time.perf_counter() - t0
         sec, byt = dict(self.stats.seconds), dict(self.stats.bytes)
         a2a = sum(sec.get(k, 0.0) for k in A2A)  # "ids_ahead" (the worker's wait) is not the step's
-        phases = {"lookup": sec.get("lookup", 0.0), "all_to_all": a2a,
-                  "dense_compute": sec.get("forward", 0.0) + sec.get("backward", 0.0) - sec.get("lookup", 0.0) - a2a,
-                  "all_reduce": sec.get("reduce_total", 0.0), "optimizer": sec.get("optimizer", 0.0), "step": wall}
+        phases = {
+            "lookup": sec.get("lookup", 0.0),
+            "all_to_all": a2a,
+            "dense_compute": sec.get("forward", 0.0) + sec.get("backward", 0.0) - sec.get("lookup", 0.0) - a2a,
+            "all_reduce": sec.get("reduce_total", 0.0),
+            "optimizer": sec.get("optimizer", 0.0),
+            "step": wall,
+        }
         keys = sorted(phases)
         t = torch.tensor([phases[k] / steps for k in keys], dtype=torch.float64)
-        b = torch.tensor([byt.get("ids", 0) + byt.get("ids_ahead", 0), byt.get("pooled_fwd", 0) + byt.get("pooled_bwd", 0),
-                          byt.get("allreduce", 0)], dtype=torch.float64) / steps
+        b = (
+            torch.tensor(
+                [
+                    byt.get("ids", 0) + byt.get("ids_ahead", 0),
+                    byt.get("pooled_fwd", 0) + byt.get("pooled_bwd", 0),
+                    byt.get("allreduce", 0),
+                ],
+                dtype=torch.float64,
+            )
+            / steps
+        )
         dist.all_reduce(t)
         dist.all_reduce(b)
         self.set_overlap(self.pcfg.overlap)
@@ -124,7 +142,8 @@ class BenchParallel(HybridParallel):
         """Adds bytes/step and the blocking/overlapped breakdowns to `result`; rank 0 prints."""
         steps = max(args.steps, 3)
         mean_bag = float(sum(len(b.ids.local.values) for b in batches)) / sum(
-            b.ids.local.batch_size * b.ids.local.num_tables for b in batches)
+            b.ids.local.batch_size * b.ids.local.num_tables for b in batches
+        )
         result["bytes_min_per_step"] = least = self.min_bytes(args.batch_size, mean_bag)
         result["breakdown_blocking"] = blocking = self.measure(step, batches, steps, overlap=False)
         result["breakdown_overlapped"] = overlapped = self.measure(step, batches, steps, overlap=True)
@@ -136,18 +155,35 @@ class BenchParallel(HybridParallel):
         for k, m in (("ids", "ids"), ("pooled", "pooled"), ("allreduce", "allreduce")):
             got = blocking[f"bytes_{k}"]
             print(f"  {k:10s} {got / 1e6:10.3f} MB  minimum {least[m] / 1e6:10.3f} MB  ({got / max(least[m], 1):.2f}x)")
-        print(f"  loader (exchange) reads {args.batch_size * row_bytes / 1e6:.3f} MB/step from disk for a one-hot "
-              f"dataset of this shape (each rank its slice; no rank reads another's rows)")
-        print("step breakdown, ms per step (mean over ranks): lookup, all-to-all, dense compute "
-              "(forward + backward - lookup - all-to-all), all-reduce (exposed), optimizer, step")
+        print(
+            f"  loader (exchange) reads {args.batch_size * row_bytes / 1e6:.3f} MB/step from disk for a one-hot "
+            f"dataset of this shape (each rank its slice; no rank reads another's rows)"
+        )
+        print(
+            "step breakdown, ms per step (mean over ranks): lookup, all-to-all, dense compute "
+            "(forward + backward - lookup - all-to-all), all-reduce (exposed), optimizer, step"
+        )
         for name, d in (("blocking", blocking), ("overlapped", overlapped)):
-            print(f"  {name:10s} " + "  ".join(f"{k} {1e3 * d[k + '_s']:.2f}" for k in
-                                               ("lookup", "all_to_all", "dense_compute", "all_reduce", "optimizer", "step")))
+            print(
+                f"  {name:10s} "
+                + "  ".join(
+                    f"{k} {1e3 * d[k + '_s']:.2f}"
+                    for k in ("lookup", "all_to_all", "dense_compute", "all_reduce", "optimizer", "step")
+                )
+            )
 
 
-def parallel_setup(model: DLRM, batch_size: int, sharding: str, backend: str | None = None,
-                   overlap: bool = False, seed: int | None = None, ids_ahead: bool = True,
-                   bucket_bytes: int | None = None, bind: bool = True) -> BenchParallel | None:
+def parallel_setup(
+    model: DLRM,
+    batch_size: int,
+    sharding: str,
+    backend: str | None = None,
+    overlap: bool = False,
+    seed: int | None = None,
+    ids_ahead: bool = True,
+    bucket_bytes: int | None = None,
+    bind: bool = True,
+) -> BenchParallel | None:
     """None unless started by torchrun. `bind`: each rank on its own cores (parallel.dist.bind_cores)."""
     if not launched_by_torchrun():
         return None

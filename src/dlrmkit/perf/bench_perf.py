@@ -15,27 +15,48 @@ from dlrmkit.errors import DlrmkitError
 
 
 def add_perf_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reference", action="store_true",
-                   help="also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
-                        "on the same batches, one window after each of dlrmkit's, and print dlrmkit's speed-up "
-                        "over it (median of the window ratios)")
-    p.add_argument("--profile", action="store_true",
-                   help="profile a few steps with torch.profiler and print each phase's share of a step")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
+        "on the same batches, one window after each of dlrmkit's, and print dlrmkit's speed-up "
+        "over it (median of the window ratios)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile a few steps with torch.profiler and print each phase's share of a step",
+    )
     p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
     p.add_argument("--trace", help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
     p.add_argument("--plot", help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
-    p.add_argument("--embedding-backend", default="native", choices=["native", "fbgemm"],
-                   help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
-                        "needs fbgemm-gpu-cpu; single process only)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
-                        "the default, as it measured fastest (docs/BENCHMARKS.md); --no-compile times the eager path")
+    p.add_argument(
+        "--embedding-backend",
+        default="native",
+        choices=["native", "fbgemm"],
+        help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
+        "needs fbgemm-gpu-cpu; single process only)",
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
+        "the default, as it measured fastest (docs/BENCHMARKS.md); --no-compile times the eager path",
+    )
     from dlrmkit.config import TrainConfig
     from dlrmkit.options import add_options
 
-    add_options(p, TrainConfig, {"table_placement": {
-        "help": "GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner decide (auto); "
-                "on CPU every placement is host memory"}})
+    add_options(
+        p,
+        TrainConfig,
+        {
+            "table_placement": {
+                "help": "GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner decide (auto); "
+                "on CPU every placement is host memory"
+            }
+        },
+    )
 
 
 def default_threads(requested: int) -> int:
@@ -50,13 +71,15 @@ def default_threads(requested: int) -> int:
     return max(1, cores // max(local, 1))
 
 
-def prepare_model(args: argparse.Namespace, model: torch.nn.Module, parallel: bool,
-                  device: torch.device | None = None) -> None:
+def prepare_model(
+    args: argparse.Namespace, model: torch.nn.Module, parallel: bool, device: torch.device | None = None
+) -> None:
     """Applies --table-placement (on a GPU), --embedding-backend and --compile to the model before
     its optimizers are built."""
     device = device if device is not None else torch.device("cpu")
-    args._placement = place_tables(model, device, getattr(args, "table_placement", "auto"),
-                                   getattr(args, "optimizer", "sgd") == "adagrad")
+    args._placement = place_tables(
+        model, device, getattr(args, "table_placement", "auto"), getattr(args, "optimizer", "sgd") == "adagrad"
+    )
     if getattr(args, "embedding_backend", "native") == "fbgemm":
         if device.type != "cpu":
             raise DlrmkitError("--embedding-backend fbgemm: CPU only (the fbgemm-gpu-cpu wheel); use --device cpu")
@@ -88,8 +111,9 @@ def collect_profile(args: argparse.Namespace, model, optimizers, step, batches, 
     rank0 = par is None or par.ctx.rank == 0
     instrument(model, optimizers, par)
     it = iter(range(1 << 30))
-    shares, step_s = profile_steps(step, lambda: batches[next(it) % len(batches)], args.profile_steps,
-                                   trace=args.trace if rank0 else None)
+    shares, step_s = profile_steps(
+        step, lambda: batches[next(it) % len(batches)], args.profile_steps, trace=args.trace if rank0 else None
+    )
     result.update(profile_shares=shares, profile_step_s=step_s)
 
 

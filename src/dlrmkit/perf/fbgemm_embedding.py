@@ -35,12 +35,15 @@ class FbgemmEmbeddings(nn.Module):
         from fbgemm_gpu.split_embedding_configs import EmbOptimType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
 
         self.dim, self.num_tables = source.dims[0], len(source.table_sizes)
         specs = [(rows, self.dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for rows in source.table_sizes]
-        self.tbe = SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=EmbOptimType.EXACT_SGD, learning_rate=lr,
-                                                         pooling_mode=PoolingMode.SUM)
+        self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
+            specs, optimizer=EmbOptimType.EXACT_SGD, learning_rate=lr, pooling_mode=PoolingMode.SUM
+        )
         fused = source.tables[0]
         with torch.no_grad():
             for t, w in enumerate(self.tbe.split_embedding_weights()):

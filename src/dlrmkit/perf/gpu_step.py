@@ -37,8 +37,10 @@ def check_device_options(device: torch.device, parallel: bool, baselines: bool, 
     if baselines:
         raise DlrmkitError("--device cuda: --compare-fp32/--reference time CPU loops; run them with --device cpu")
     if profile:
-        raise DlrmkitError("--device cuda: --profile/--plot not yet (its phase shares are CPU time ranges, "
-                           "which do not wait for the GPU)")
+        raise DlrmkitError(
+            "--device cuda: --profile/--plot not yet (its phase shares are CPU time ranges, "
+            "which do not wait for the GPU)"
+        )
 
 
 class Prefetcher:
@@ -80,12 +82,16 @@ def gpu_autocast(precision: str):
     return torch.autocast("cuda", dtype=compute_dtype(precision), enabled=precision != "fp32", cache_enabled=False)
 
 
-def gpu_training_step(model, optimizers: list, precision: str, device: torch.device, ids_device: torch.device,
-                      batches: list | None = None) -> Callable:
+def gpu_training_step(
+    model, optimizers: list, precision: str, device: torch.device, ids_device: torch.device, batches: list | None = None
+) -> Callable:
     """train.step.training_step on the GPU: the pinned batch is copied in (the next of `batches`
     prefetched on a side stream, when given), then the same BCE step."""
-    move = (Prefetcher(batches, device, ids_device) if batches and device.type == "cuda"
-            else (lambda batch: batch_to(batch, device, ids_device)))
+    move = (
+        Prefetcher(batches, device, ids_device)
+        if batches and device.type == "cuda"
+        else (lambda batch: batch_to(batch, device, ids_device))
+    )
     return training_step(model, optimizers, precision, amp=lambda: gpu_autocast(precision), move=move)
 
 
@@ -102,4 +108,3 @@ def graph_mlps(model, batch, precision: str, device: torch.device, ids_device: t
         samples = (((b.dense,),) if model.has_dense else ()) + ((z.detach().requires_grad_(),),)
         torch.cuda.make_graphed_callables(modules, samples)
     torch.cuda.synchronize(device)
-

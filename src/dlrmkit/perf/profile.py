@@ -17,8 +17,18 @@ import torch
 from torch.profiler import record_function
 
 # the phases of a step, in the order they are printed
-PHASES = ["data_loading", "embedding_lookup", "all_to_all", "bottom_mlp", "interaction", "top_mlp",
-          "backward", "all_reduce", "optimizer", "other"]
+PHASES = [
+    "data_loading",
+    "embedding_lookup",
+    "all_to_all",
+    "bottom_mlp",
+    "interaction",
+    "top_mlp",
+    "backward",
+    "all_reduce",
+    "optimizer",
+    "other",
+]
 PREFIX = "dlrmkit::"
 STEP = PREFIX + "step"  # one range per profiled step: data loading + the training step
 
@@ -33,7 +43,7 @@ class Interval:
 def phase_of(name: str) -> str | None:
     """The phase of a profiler event name, or None for events that are not phase markers."""
     if name.startswith(PREFIX):
-        phase = name[len(PREFIX):]
+        phase = name[len(PREFIX) :]
         return phase if phase in PHASES else None
     low = name.lower()
     if "alltoall" in low or "all_to_all" in low:
@@ -81,8 +91,12 @@ def _wrap(obj, attr: str, phase: str) -> None:
 def instrument(model: torch.nn.Module, optimizers: list, parallel=None) -> None:
     """Adds phase ranges to this model, these optimizers and (under torchrun) the hybrid-parallel
     wrapper. Affects these instances only; the added ranges cost ~1 us each when not profiling."""
-    for attr, phase in (("bottom_mlp", "bottom_mlp"), ("embeddings", "embedding_lookup"),
-                        ("interaction", "interaction"), ("top_mlp", "top_mlp")):
+    for attr, phase in (
+        ("bottom_mlp", "bottom_mlp"),
+        ("embeddings", "embedding_lookup"),
+        ("interaction", "interaction"),
+        ("top_mlp", "top_mlp"),
+    ):
         module = getattr(model, attr, None)
         if module is not None:
             _wrap(module, "forward", phase)
@@ -120,8 +134,11 @@ def step_breakdown(events) -> tuple[dict[str, float], float]:
     acc = {p: 0.0 for p in PHASES}
     total = 0.0
     for s in steps:
-        inside = [Interval(i.phase, max(i.start, s.start), min(i.end, s.end)) for i in phases
-                  if i.end > s.start and i.start < s.end]
+        inside = [
+            Interval(i.phase, max(i.start, s.start), min(i.end, s.end))
+            for i in phases
+            if i.end > s.start and i.start < s.end
+        ]
         span = s.end - s.start
         for p, f in breakdown(inside, span, s.start).items():
             acc[p] += f * span

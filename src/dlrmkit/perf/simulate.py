@@ -71,7 +71,9 @@ def load_profile(spec: str) -> HardwareProfile:
         with open(spec, encoding="utf-8") as f:
             profile = HardwareProfile(**json.load(f))
     except OSError:
-        raise DlrmkitError(f"--hardware: '{spec}' is not one of {', '.join(PROFILES)}, 'measured', or a readable JSON file") from None
+        raise DlrmkitError(
+            f"--hardware: '{spec}' is not one of {', '.join(PROFILES)}, 'measured', or a readable JSON file"
+        ) from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise DlrmkitError(f"--hardware {spec}: not a hardware profile ({exc})") from None
     for name, value in vars(profile).items():  # every figure a finite positive number
@@ -113,8 +115,18 @@ def measure_here(size: int = 1024) -> HardwareProfile:
         amp = 5 * 2 * size**3 / (time.perf_counter() - t0)
     except RuntimeError:
         amp = flops
-    return HardwareProfile("measured", flops, amp, bw, bw / 2, bw / 2, ranks_per_node=1 << 20, latency_s=50e-6,
-                           gemm_efficiency=1.0, mem_efficiency=1.0)
+    return HardwareProfile(
+        "measured",
+        flops,
+        amp,
+        bw,
+        bw / 2,
+        bw / 2,
+        ranks_per_node=1 << 20,
+        latency_s=50e-6,
+        gemm_efficiency=1.0,
+        mem_efficiency=1.0,
+    )
 
 
 def dense_costs(dim: int, num_tables: int, num_numerical: int = 13) -> tuple[int, int, int]:
@@ -127,7 +139,9 @@ def dense_costs(dim: int, num_tables: int, num_numerical: int = 13) -> tuple[int
     top_in = dim + t * (t - 1) // 2
     acts = sum(bottom) + sum(top) + t * dim + t * t + top_in
     sizes_b, sizes_t = [num_numerical] + bottom, [top_in] + top
-    params = sum(a * b + b for a, b in zip(sizes_b[:-1], sizes_b[1:])) + sum(a * b + b for a, b in zip(sizes_t[:-1], sizes_t[1:]))
+    params = sum(a * b + b for a, b in zip(sizes_b[:-1], sizes_b[1:])) + sum(
+        a * b + b for a, b in zip(sizes_t[:-1], sizes_t[1:])
+    )
     return flops_per_sample(cfg), acts, params
 
 
@@ -156,18 +170,36 @@ def simulate(plan, hw: HardwareProfile, precision: str = "fp32") -> dict:
         a2a = st["sent_bytes"] * (act_bytes / 4) / link if n > 1 else 0.0
         allreduce = 2 * (n - 1) / n * params * 4 / ring if n > 1 else 0.0
         latency = (4 + math.ceil(params * 4 / (25 << 20))) * hw.latency_s * (1 + math.log2(max(n, 1))) if n > 1 else 0.0
-        phases = dict(compute=compute, lookups=lookups, all_to_all=a2a + latency / 2, all_reduce=allreduce + latency / 2)
+        phases = dict(
+            compute=compute, lookups=lookups, all_to_all=a2a + latency / 2, all_reduce=allreduce + latency / 2
+        )
         total = sum(phases.values())
         if worst is None or total > worst[0]:
             worst = (total, phases)
     total, phases = worst
     comm = phases["all_to_all"] + phases["all_reduce"]
-    return dict(world_size=n, batch_size=g, hardware=hw.name, precision=precision, step_s=total,
-                samples_per_s=g / total, comm_share=comm / total, phases=phases)
+    return dict(
+        world_size=n,
+        batch_size=g,
+        hardware=hw.name,
+        precision=precision,
+        step_s=total,
+        samples_per_s=g / total,
+        comm_share=comm / total,
+        phases=phases,
+    )
 
 
-def simulate_scaling(rows: list[int], dim: int, hw: HardwareProfile, world_sizes: list[int], batch_size: int,
-                     precision: str = "fp32", sharding: str = "auto", weak: bool = False) -> list[dict]:
+def simulate_scaling(
+    rows: list[int],
+    dim: int,
+    hw: HardwareProfile,
+    world_sizes: list[int],
+    batch_size: int,
+    precision: str = "fp32",
+    sharding: str = "auto",
+    weak: bool = False,
+) -> list[dict]:
     """simulate() for a fresh plan at each world size; `weak`: batch_size is per rank."""
     from dlrmkit.parallel.plan import make_plan
 
@@ -191,9 +223,13 @@ def anchor_errors(rows: list[int], dim: int) -> list[dict]:
 
 
 def format_table(results: list[dict]) -> str:
-    lines = [f"{'ranks':>6} {'batch':>8} {'step ms':>9} {'samples/s':>14} {'comm':>6}  compute/lookups/a2a/allreduce ms"]
+    lines = [
+        f"{'ranks':>6} {'batch':>8} {'step ms':>9} {'samples/s':>14} {'comm':>6}  compute/lookups/a2a/allreduce ms"
+    ]
     for r in results:
         p = r["phases"]
-        lines.append(f"{r['world_size']:>6} {r['batch_size']:>8} {r['step_s'] * 1e3:>9.3f} {r['samples_per_s']:>14,.0f} "
-                     f"{100 * r['comm_share']:>5.1f}%  " + "/".join(f"{v * 1e3:.3f}" for v in p.values()))
+        lines.append(
+            f"{r['world_size']:>6} {r['batch_size']:>8} {r['step_s'] * 1e3:>9.3f} {r['samples_per_s']:>14,.0f} "
+            f"{100 * r['comm_share']:>5.1f}%  " + "/".join(f"{v * 1e3:.3f}" for v in p.values())
+        )
     return "\n".join(lines)

@@ -10,13 +10,21 @@ from dlrmkit.errors import DlrmkitError
 def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     from dlrmkit.perf.simulate import PROFILES
 
-    p.add_argument("--simulate", action="store_true",
-                   help="estimate step time, samples/s and communication share for 8..1024 ranks (or --world-size)")
-    p.add_argument("--hardware", default="a100-80gb",
-                   help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)")
+    p.add_argument(
+        "--simulate",
+        action="store_true",
+        help="estimate step time, samples/s and communication share for 8..1024 ranks (or --world-size)",
+    )
+    p.add_argument(
+        "--hardware",
+        default="a100-80gb",
+        help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
+    )
     p.add_argument("--precision", default="fp32", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP")
     p.add_argument("--weak", action="store_true", help="with --simulate: --batch-size is per rank (weak scaling)")
-    p.add_argument("--anchors", action="store_true", help="with --simulate: compare with NVIDIA's published DLRM figures")
+    p.add_argument(
+        "--anchors", action="store_true", help="with --simulate: compare with NVIDIA's published DLRM figures"
+    )
 
 
 def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
@@ -28,15 +36,19 @@ def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
         raise DlrmkitError("--world-size must be at least 1")
     results = simulate_scaling(rows, dim, hw, sizes, args.batch_size, args.precision, args.sharding, args.weak)
     kind = "per-rank" if args.weak else "global"
-    print(f"simulated on {hw.name} ({args.precision}), {kind} batch {args.batch_size}, sharding {args.sharding}; "
-          f"no compute/communication overlap assumed")
+    print(
+        f"simulated on {hw.name} ({args.precision}), {kind} batch {args.batch_size}, sharding {args.sharding}; "
+        f"no compute/communication overlap assumed"
+    )
     print(format_table(results))
     out = {"hardware": vars(hw) if hasattr(hw, "__dict__") else hw, "runs": results}
     if args.anchors:
         errs = anchor_errors(rows, dim)
         for a in errs:
-            print(f"anchor {a['label']}: published {a['samples_per_s'] / 1e6:.2f}M samples/s, "
-                  f"simulated {a['estimate'] / 1e6:.2f}M ({100 * a['error']:+.0f}%)")
+            print(
+                f"anchor {a['label']}: published {a['samples_per_s'] / 1e6:.2f}M samples/s, "
+                f"simulated {a['estimate'] / 1e6:.2f}M ({100 * a['error']:+.0f}%)"
+            )
         out["anchors"] = errs
     if args.json:
         from dlrmkit.atomic_io import write_json

@@ -32,9 +32,14 @@ import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train import ckpt_storage as storage
-from dlrmkit.train import ckpt_state
-from dlrmkit.train.ckpt_dirs import (LATEST, MANIFEST, check_fresh_directory, check_writable_directory,  # noqa: F401
-                                     existing_checkpoints, latest_checkpoint, latest_or_none, prune, resolve_checkpoint)
+from dlrmkit.train import ckpt_legacy, ckpt_state
+from dlrmkit.train.ckpt_dirs import LATEST, MANIFEST, latest_or_none, prune, resolve_checkpoint
+
+# re-exported: callers find every checkpoint function here
+from dlrmkit.train.ckpt_dirs import check_fresh_directory as check_fresh_directory
+from dlrmkit.train.ckpt_dirs import check_writable_directory as check_writable_directory
+from dlrmkit.train.ckpt_dirs import existing_checkpoints as existing_checkpoints
+from dlrmkit.train.ckpt_dirs import latest_checkpoint as latest_checkpoint
 from dlrmkit.train.ckpt_state import checkpoint_meta, model_state  # noqa: F401 (re-exported)
 from dlrmkit.train.ckpt_state import quiet as _quiet
 from dlrmkit.train.faults import fault_point
@@ -93,16 +98,26 @@ def _listed_files(path: str, manifest: dict[str, Any]) -> dict[str, dict[str, An
     fp = os.path.join(path, MANIFEST)
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
-        raise DlrmkitError(f"{fp}: lists no files with their SHA-256; refused (every checkpoint lists every file it holds)")
+        raise DlrmkitError(
+            f"{fp}: lists no files with their SHA-256; refused (every checkpoint lists every file it holds)"
+        )
     expected = storage.FORMAT_FILES[manifest.get("format") == LEGACY_FORMAT]
     for name, info in files.items():
-        if (not isinstance(name, str) or not expected.fullmatch(name) or not isinstance(info, dict)
-                or not isinstance(info.get("bytes"), int) or not isinstance(info.get("sha256"), str)):
-            raise DlrmkitError(f"{fp}: file entry {str(name)[:60]!r} is not a file of a {manifest.get('format')} "
-                               f"checkpoint; refused")
+        if (
+            not isinstance(name, str)
+            or not expected.fullmatch(name)
+            or not isinstance(info, dict)
+            or not isinstance(info.get("bytes"), int)
+            or not isinstance(info.get("sha256"), str)
+        ):
+            raise DlrmkitError(
+                f"{fp}: file entry {str(name)[:60]!r} is not a file of a {manifest.get('format')} checkpoint; refused"
+            )
     for name in sorted(set(os.listdir(path)) - set(files) - {MANIFEST}):
-        raise DlrmkitError(f"{os.path.join(path, name)}: not listed in {MANIFEST}; refused (a checkpoint holds only "
-                           f"the files its manifest lists); use an older checkpoint (point '{LATEST}' at it)")
+        raise DlrmkitError(
+            f"{os.path.join(path, name)}: not listed in {MANIFEST}; refused (a checkpoint holds only "
+            f"the files its manifest lists); use an older checkpoint (point '{LATEST}' at it)"
+        )
     return files
 
 
@@ -127,11 +142,15 @@ def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
             if not os.path.isfile(fp):
                 error = f"{fp}: checkpoint file is missing; use an older checkpoint (point '{LATEST}' at it)"
             elif os.path.getsize(fp) != info["bytes"]:
-                error = (f"{fp}: checkpoint file is truncated or altered ({os.path.getsize(fp)} bytes, manifest says "
-                         f"{info['bytes']}); use an older checkpoint (point '{LATEST}' at it)")
+                error = (
+                    f"{fp}: checkpoint file is truncated or altered ({os.path.getsize(fp)} bytes, manifest says "
+                    f"{info['bytes']}); use an older checkpoint (point '{LATEST}' at it)"
+                )
             elif file_digest(fp, bar=bar) != info["sha256"]:
-                error = (f"{fp}: checkpoint file is corrupt (SHA-256 differs from {MANIFEST}); "
-                         f"use an older checkpoint (point '{LATEST}' at it)")
+                error = (
+                    f"{fp}: checkpoint file is corrupt (SHA-256 differs from {MANIFEST}); "
+                    f"use an older checkpoint (point '{LATEST}' at it)"
+                )
     _broadcast_error(error)
     return manifest
 
@@ -161,8 +180,9 @@ def model_config_of(path: str, manifest: dict[str, Any]):
 
 
 # ---- save -----------------------------------------------------------------------------------------
-def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int = 2,
-                    show: bool = True) -> str:
+def save_checkpoint(
+    directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int = 2, show: bool = True
+) -> str:
     """Write `state` (flat: name -> tensor, ShardedTensor or DTensor) with DCP and `meta` into the
     manifest, atomically. Under torch.distributed every rank calls this with its own shards.
     A write error (disk full, read-only) is one line on every rank; the temporary folder is
@@ -175,8 +195,10 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
         if rank0:
             shutil.rmtree(tmp, ignore_errors=True)
         prev = latest_or_none(directory)
-        return (f"cannot write checkpoint {final}: {storage.os_error(exc)}; "
-                f"{'the previous checkpoint ' + prev + ' is intact' if prev else 'no checkpoint was written'}")
+        return (
+            f"cannot write checkpoint {final}: {storage.os_error(exc)}; "
+            f"{'the previous checkpoint ' + prev + ' is intact' if prev else 'no checkpoint was written'}"
+        )
 
     error = None
     if rank0:
@@ -203,9 +225,11 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
     fault_point("save:after-data")
     error, digests = None, {}
     try:
-        digests = {n: writer.digests.get(n) or {"bytes": os.path.getsize(os.path.join(tmp, n)),
-                                                "sha256": file_digest(os.path.join(tmp, n))}
-                   for n in _files_of(tmp, _rank())}  # data files: hashed as they were written
+        digests = {
+            n: writer.digests.get(n)
+            or {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": file_digest(os.path.join(tmp, n))}
+            for n in _files_of(tmp, _rank())
+        }  # data files: hashed as they were written
     except OSError as exc:
         error = failed(exc)
     if _distributed():
@@ -215,13 +239,24 @@ def save_checkpoint(directory: str, step: int, state: dict[str, Any], meta: dict
         digests = {k: v for _, d in gathered for k, v in d.items()}
     if rank0 and error is None:
         try:
-            _publish(directory, name, tmp, final, {
-                "format": FORMAT, **meta, "step": step,
-                "world_size": dist.get_world_size() if _distributed() else 1,
-                "tensors": {k: {"shape": list(v.size), "dtype": str(v.properties.dtype).replace("torch.", "")}
-                            for k, v in sorted(metadata.state_dict_metadata.items()) if hasattr(v, "size")},
-                "files": dict(sorted(digests.items())),
-            })
+            _publish(
+                directory,
+                name,
+                tmp,
+                final,
+                {
+                    "format": FORMAT,
+                    **meta,
+                    "step": step,
+                    "world_size": dist.get_world_size() if _distributed() else 1,
+                    "tensors": {
+                        k: {"shape": list(v.size), "dtype": str(v.properties.dtype).replace("torch.", "")}
+                        for k, v in sorted(metadata.state_dict_metadata.items())
+                        if hasattr(v, "size")
+                    },
+                    "files": dict(sorted(digests.items())),
+                },
+            )
         except OSError as exc:
             error = failed(exc)
         else:
@@ -272,20 +307,28 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
     saved = manifest["tensors"]
     for key, value in state.items():
         if key not in saved:
-            raise DlrmkitError(f"{path}: checkpoint has no tensor '{key}' (it was written for another model "
-                               f"or optimizer); start a fresh --checkpoint-dir or match the run to the checkpoint")
+            raise DlrmkitError(
+                f"{path}: checkpoint has no tensor '{key}' (it was written for another model "
+                f"or optimizer); start a fresh --checkpoint-dir or match the run to the checkpoint"
+            )
         shape = list(_global_shape(value))
         if saved[key].get("shape") != shape:
-            raise DlrmkitError(f"{path}: tensor '{key}' has shape {saved[key].get('shape')} in the checkpoint "
-                               f"but {shape} in this model; the checkpoint belongs to another model shape")
+            raise DlrmkitError(
+                f"{path}: tensor '{key}' has shape {saved[key].get('shape')} in the checkpoint "
+                f"but {shape} in this model; the checkpoint belongs to another model shape"
+            )
     show = show and _rank() == 0
-    reader = (storage.LegacyReader(path) if manifest.get("format") == LEGACY_FORMAT
-              else storage.RawReader(path, show=show))
+    reader = (
+        ckpt_legacy.LegacyReader(path)
+        if manifest.get("format") == LEGACY_FORMAT
+        else storage.RawReader(path, show=show)
+    )
     reader.read_metadata()  # refused here, in one line, before DCP (which would log and retry)
     with _quiet():
         try:
-            _dcp().load(state, storage_reader=reader, planner=storage.TensorsOnlyLoadPlanner(),
-                        no_dist=not _distributed())
+            _dcp().load(
+                state, storage_reader=reader, planner=ckpt_legacy.TensorsOnlyLoadPlanner(), no_dist=not _distributed()
+            )
         except (Exception, storage.checkpoint_exception()) as exc:  # DCP wraps reader errors
             cause = storage.cause(exc)
             if isinstance(cause, DlrmkitError):
@@ -293,8 +336,9 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             raise DlrmkitError(f"{path}: checkpoint could not be read ({storage.os_error(cause)})") from None
 
 
-def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module, optimizers: list,
-                        show: bool = True) -> None:
+def restore_model_state(
+    path: str, manifest: dict[str, Any], model: torch.nn.Module, optimizers: list, show: bool = True
+) -> None:
     """Load checkpoint `path` into a live model and its optimizers (ckpt_state.restore_model_state)."""
     ckpt_state.restore_model_state(path, manifest, model, optimizers, load_into, show)
 
@@ -315,9 +359,11 @@ def load_single_process_model(path: str, check: Any = None):
     try:
         model = DLRM(cfg)
     except (RuntimeError, MemoryError) as exc:  # a manifest may describe a model larger than memory
-        raise DlrmkitError(f"{path}: cannot allocate the model its manifest describes "
-                           f"(tables {cfg.table_sizes[:4]}{'...' if len(cfg.table_sizes) > 4 else ''}, "
-                           f"dim {cfg.embedding_dim}): {str(exc)[:80]}") from None
+        raise DlrmkitError(
+            f"{path}: cannot allocate the model its manifest describes "
+            f"(tables {cfg.table_sizes[:4]}{'...' if len(cfg.table_sizes) > 4 else ''}, "
+            f"dim {cfg.embedding_dim}): {str(exc)[:80]}"
+        ) from None
     tensors, _ = model_state(model, [])
     tensors.pop(f"rng.{_rank()}")
     load_into(path, tensors, manifest)

@@ -13,6 +13,7 @@ from dlrmkit.train.ckpt_storage import os_error
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
+
 def latest_checkpoint(directory: str) -> str | None:
     """Path of the checkpoint `latest` names, or None when there is none yet."""
     pointer = os.path.join(directory, LATEST)
@@ -24,8 +25,10 @@ def latest_checkpoint(directory: str) -> str | None:
         raise DlrmkitError(f"{pointer}: names {name[:60]!r}, not a step_N folder; write the name of one into it")
     path = os.path.join(directory, name)
     if not os.path.isdir(path):
-        raise DlrmkitError(f"{pointer} names '{name}', which does not exist in {directory}; "
-                           f"write the name of an existing step_N folder into it")
+        raise DlrmkitError(
+            f"{pointer} names '{name}', which does not exist in {directory}; "
+            f"write the name of an existing step_N folder into it"
+        )
     return path
 
 
@@ -70,8 +73,10 @@ def check_fresh_directory(directory: str) -> None:
     if found:
         latest = os.path.join(directory, LATEST)
         named = open(latest, encoding="utf-8").read().strip()[:40] if os.path.isfile(latest) else found[-1]
-        raise DlrmkitError(f"--checkpoint-dir {directory} already holds checkpoints of another run (latest: {named}); "
-                           f"pass --resume to continue it, or give a new or empty --checkpoint-dir")
+        raise DlrmkitError(
+            f"--checkpoint-dir {directory} already holds checkpoints of another run (latest: {named}); "
+            f"pass --resume to continue it, or give a new or empty --checkpoint-dir"
+        )
 
 
 def latest_or_none(directory: str) -> str | None:

@@ -51,8 +51,13 @@ def _table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str,
     rank writes its shards and DCP reshards on load."""
     opt_of = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
     keys = _row_state_keys(emb, optimizers)
-    state_dims = {k: v.dim() for o in optimizers for p in emb.parameters()  # same on every rank: one optimizer
-                  for k, v in o.state.get(p, {}).items() if k in keys}
+    state_dims = {
+        k: v.dim()
+        for o in optimizers
+        for p in emb.parameters()  # same on every rank: one optimizer
+        for k, v in o.state.get(p, {}).items()
+        if k in keys
+    }
     by_table: dict[int, list[Any]] = {}
     for piece in emb.logical_shards():
         by_table.setdefault(piece.table, []).append(piece)
@@ -71,8 +76,9 @@ def _table_state(emb: Any, optimizers: list[torch.optim.Optimizer]) -> dict[str,
     return out
 
 
-def _sharded_table(t: int, pieces: list[Any], dev: str, keys: list[str], state_dims: dict[str, int],
-                   opt_of: dict) -> dict[str, Any]:
+def _sharded_table(
+    t: int, pieces: list[Any], dev: str, keys: list[str], state_dims: dict[str, int], opt_of: dict
+) -> dict[str, Any]:
     """table.<t>.weight and table.<t>.opt.<key> of a table split over ranks, as ShardedTensors.
     `dev`: this rank's device (cpu or cuda:LOCAL_RANK; ShardedTensor checks only local shards')."""
     from torch.distributed._shard.metadata import ShardMetadata
@@ -94,22 +100,27 @@ def _sharded_table(t: int, pieces: list[Any], dev: str, keys: list[str], state_d
     for key in ["weight"] + [f"opt.{k}" for k in keys]:
         one_d = key != "weight" and state_dims.get(key[4:]) == 1
         if one_d and any(p.cols != dim for p in pieces):
-            raise DlrmkitError(f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
-                               f"has one copy per column shard and cannot be saved as one logical tensor; "
-                               f"use --sharding row_wise/table_wise or an element-wise optimizer")
+            raise DlrmkitError(
+                f"table {t}: a per-row optimizer state ('{key[4:]}') under column-wise sharding "
+                f"has one copy per column shard and cannot be saved as one logical tensor; "
+                f"use --sharding row_wise/table_wise or an element-wise optimizer"
+            )
         shards = []
         for p in local:
             src = p.weight.data if key == "weight" else opt_of[id(p.weight)].state[p.weight][key[4:]]
             shards.append(LocalShard(p.rows_of(src), meta(p) if not one_d else meta_1d(p)))
         dtype = shards[0].tensor.dtype if shards else torch.float32  # no local shard: float32 state
         size = torch.Size([rows] if one_d else [rows, dim])
-        st_meta = ShardedTensorMetadata([meta_1d(p) if one_d else meta(p) for p in pieces], size,
-                                        TensorProperties(dtype=dtype))
+        st_meta = ShardedTensorMetadata(
+            [meta_1d(p) if one_d else meta(p) for p in pieces], size, TensorProperties(dtype=dtype)
+        )
         out[f"table.{t}.{key}"] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, st_meta)
     return out
 
 
-def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> tuple[dict[str, Any], dict[str, Any]]:
+def model_state(
+    model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tensors, extras): the flat logical state of a DLRM and its optimizers, as views into the
     live tensors (so loading into it restores them in place), and the JSON-able non-tensor part.
     The tables come from `model.embeddings.logical_shards()` (EmbeddingCollection, or
@@ -140,27 +151,37 @@ def model_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer])
     return tensors, extras
 
 
-def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Module,
-                        optimizers: list[torch.optim.Optimizer], load: Callable[..., None], show: bool = True) -> None:
+def restore_model_state(
+    path: str,
+    manifest: dict[str, Any],
+    model: torch.nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    load: Callable[..., None],
+    show: bool = True,
+) -> None:
     """Load checkpoint `path` (verified, with its `manifest`) into a live model and optimizers,
     creating lazily-built optimizer state (e.g. Adam moments) that the checkpoint holds. `load`
     reads the stored tensors into the state (checkpoint.load_into: the storage lives there)."""
     saved_opts = manifest.get("optimizers")
     now = [type(o).__name__ for o in optimizers]
     if saved_opts is not None and saved_opts != now:
-        raise DlrmkitError(f"{path}: checkpoint was trained with optimizers {saved_opts}, this run uses {now}; "
-                           f"pass the same --optimizer or start a fresh --checkpoint-dir")
+        raise DlrmkitError(
+            f"{path}: checkpoint was trained with optimizers {saved_opts}, this run uses {now}; "
+            f"pass the same --optimizer or start a fresh --checkpoint-dir"
+        )
     params = dict(model.named_parameters())
     dense_opt = {id(p): o for o in optimizers for g in o.param_groups for p in g["params"]}
     for key, info in manifest["tensors"].items():  # create missing dense optimizer state
         if key.startswith("dense_opt."):
-            fqn, k = key[len("dense_opt."):].rsplit(".", 1)
+            fqn, k = key[len("dense_opt.") :].rsplit(".", 1)
             p = params.get(fqn)
             if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
                 # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
                 # fused or capturable, which keep it on the GPU), anything larger beside the parameter
                 where = "cpu" if not info["shape"] else p.device
-                dense_opt[id(p)].state[p][k] = torch.zeros(info["shape"], dtype=getattr(torch, info["dtype"]), device=where)
+                dense_opt[id(p)].state[p][k] = torch.zeros(
+                    info["shape"], dtype=getattr(torch, info["dtype"]), device=where
+                )
     tensors, _ = model_state(model, optimizers)
     rng_key = f"rng.{_rank()}"
     if rng_key not in manifest["tensors"]:
@@ -176,8 +197,11 @@ def restore_model_state(path: str, manifest: dict[str, Any], model: torch.nn.Mod
             opt = dense_opt.get(id(p)) if p is not None else None
             if opt is not None:
                 current = opt.state[p].get(k)
-                opt.state[p][k] = (torch.tensor(value, dtype=current.dtype, device=current.device)
-                                   if torch.is_tensor(current) else value)
+                opt.state[p][k] = (
+                    torch.tensor(value, dtype=current.dtype, device=current.device)
+                    if torch.is_tensor(current)
+                    else value
+                )
 
 
 def checkpoint_meta(model_cfg: Any, train_cfg: Any, **train_state: Any) -> dict[str, Any]:

@@ -23,17 +23,20 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import re
 import sys
 
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader, StorageReader, StorageWriter
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint import StorageReader, StorageWriter
 from torch.distributed.checkpoint.metadata import (
-    ChunkStorageMetadata, Metadata, MetadataIndex, StorageMeta, TensorProperties, TensorStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
 )
 from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
@@ -47,7 +50,10 @@ BLOCK = 64 << 20  # bytes per write/read block: the most a save or load adds to 
 DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 DATA_FILE = re.compile(r"data_[0-9]{1,6}\.bin")
 # the files a checkpoint folder may hold besides its manifest: [this format, the first format]
-FORMAT_FILES = [re.compile(r"metadata\.json|data_[0-9]{1,6}\.bin"), re.compile(r"\.metadata|__[0-9]{1,6}_[0-9]{1,6}\.distcp")]
+FORMAT_FILES = [
+    re.compile(r"metadata\.json|data_[0-9]{1,6}\.bin"),
+    re.compile(r"\.metadata|__[0-9]{1,6}_[0-9]{1,6}\.distcp"),
+]
 
 
 def progress(total: int, what: str, show: bool = True):
@@ -55,8 +61,18 @@ def progress(total: int, what: str, show: bool = True):
     (rank 0)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024, delay=2.0,
-                disable=None if show else True, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc=what,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        delay=2.0,
+        disable=None if show else True,
+        file=sys.stderr,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -70,7 +86,11 @@ def _bytes(t: torch.Tensor):
     """A CPU tensor's bytes: a view where _flat gives one, else of a copy (numpy has no bfloat16:
     go through uint8)."""
     flat = _flat(t)
-    return (flat if flat is not None else t.clone(memory_format=torch.contiguous_format).reshape(-1)).view(torch.uint8).numpy()
+    return (
+        (flat if flat is not None else t.clone(memory_format=torch.contiguous_format).reshape(-1))
+        .view(torch.uint8)
+        .numpy()
+    )
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -130,8 +150,11 @@ class RawWriter(StorageWriter):
 
     def write_data(self, plan, planner) -> Future:
         name = plan.storage_data
-        total = sum(math.prod(i.tensor_data.size) * torch._utils._element_size(i.tensor_data.properties.dtype)
-                    for i in plan.items if i.type != WriteItemType.BYTE_IO)
+        total = sum(
+            math.prod(i.tensor_data.size) * torch._utils._element_size(i.tensor_data.properties.dtype)
+            for i in plan.items
+            if i.type != WriteItemType.BYTE_IO
+        )
         results, digest = [], hashlib.sha256()
         with open(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
             for item in plan.items:
@@ -142,14 +165,19 @@ class RawWriter(StorageWriter):
                 rows = _rows(t)
                 step = _block_rows(rows.shape, t.element_size())
                 for lo in range(0, rows.shape[0], step):
-                    block = rows[lo:lo + step].contiguous().cpu()  # a view unless a column shard or on a GPU
+                    block = rows[lo : lo + step].contiguous().cpu()  # a view unless a column shard or on a GPU
                     raw = _bytes(block)
                     f.write(raw)
                     digest.update(raw)
                     bar.update(block.numel() * block.element_size())
                 length = f.tell() - offset
-                results.append(WriteResult(index=item.index, size_in_bytes=length,
-                                           storage_data={"file": name, "offset": offset, "length": length}))
+                results.append(
+                    WriteResult(
+                        index=item.index,
+                        size_in_bytes=length,
+                        storage_data={"file": name, "offset": offset, "length": length},
+                    )
+                )
             f.flush()
             os.fsync(f.fileno())
             self.digests[name] = {"bytes": f.tell(), "sha256": digest.hexdigest()}
@@ -166,8 +194,10 @@ class RawWriter(StorageWriter):
             tensors[fqn] = {
                 "dtype": str(md.properties.dtype).replace("torch.", ""),
                 "size": list(md.size),
-                "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes), **where[(fqn, tuple(c.offsets))]}
-                           for c in md.chunks],
+                "chunks": [
+                    {"offsets": list(c.offsets), "sizes": list(c.sizes), **where[(fqn, tuple(c.offsets))]}
+                    for c in md.chunks
+                ],
             }
         tmp = os.path.join(self.path, METADATA + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
@@ -186,8 +216,11 @@ class RawWriter(StorageWriter):
 
 # ---- read ----------------------------------------------------------------------------------------
 def _ints(value: Any, n: int | None, where: str) -> list[int]:
-    if (not isinstance(value, list) or (n is not None and len(value) != n)
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+    if (
+        not isinstance(value, list)
+        or (n is not None and len(value) != n)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
         raise DlrmkitError(f"{where}: expected a list of {n if n is not None else ''} non-negative integers")
     return value
 
@@ -231,8 +264,13 @@ def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict,
             chunks.append(ChunkStorageMetadata(torch.Size(offs), torch.Size(sizes)))
             storage[MetadataIndex(fqn, offs)] = ({"file": name, "offset": start, "length": length}, sizes, dtype)
         sd_md[fqn] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), chunks)
-    meta = Metadata(state_dict_metadata=sd_md, planner_data={k: (k,) for k in sd_md},
-                    storage_data=storage, storage_meta=StorageMeta(), version="1.0.0")
+    meta = Metadata(
+        state_dict_metadata=sd_md,
+        planner_data={k: (k,) for k in sd_md},
+        storage_data=storage,
+        storage_meta=StorageMeta(),
+        version="1.0.0",
+    )
     return meta, storage
 
 
@@ -280,8 +318,17 @@ class RawReader(StorageReader):
                         if info["offset"] + info["length"] > size:
                             raise DlrmkitError(f"{fp}: shorter than its metadata says (truncated)")
                         target = planner.resolve_tensor(req).detach()  # another dtype: converted, as DCP does
-                        _read_rectangle(f, fp, info["offset"], shape, list(req.storage_offsets), list(req.lengths),
-                                        target, dtype, bar)
+                        _read_rectangle(
+                            f,
+                            fp,
+                            info["offset"],
+                            shape,
+                            list(req.storage_offsets),
+                            list(req.lengths),
+                            target,
+                            dtype,
+                            bar,
+                        )
                         planner.commit_tensor(req, target)
         fut: Future = Future()
         fut.set_result(None)
@@ -301,8 +348,17 @@ def _readinto(f, fp: str, pos: int, buf) -> None:
         done += n
 
 
-def _read_rectangle(f, fp: str, base: int, shape: list[int], offs: list[int], lens: list[int],
-                    target: torch.Tensor, dtype: torch.dtype, bar) -> None:
+def _read_rectangle(
+    f,
+    fp: str,
+    base: int,
+    shape: list[int],
+    offs: list[int],
+    lens: list[int],
+    target: torch.Tensor,
+    dtype: torch.dtype,
+    bar,
+) -> None:
     """Copy the block [offs, offs+lens) of a row-major chunk `shape` stored at `base` into
     `target` (shape lens), row block by row block: straight into `target`'s memory when it is a
     contiguous CPU tensor and the block spans whole rows, else through a bounded buffer."""
@@ -315,7 +371,7 @@ def _read_rectangle(f, fp: str, base: int, shape: list[int], offs: list[int], le
     for lo in range(0, lens[0], step):
         n = min(step, lens[0] - lo)
         pos = base + (offs[0] + lo) * row_bytes
-        dest = target[lo:lo + n]
+        dest = target[lo : lo + n]
         if whole_rows and dest.is_cpu and dest.dtype == dtype and _flat(dest) is not None:
             _readinto(f, fp, pos, _bytes(dest))
         else:
@@ -325,57 +381,3 @@ def _read_rectangle(f, fp: str, base: int, shape: list[int], offs: list[int], le
                 buf = buf.narrow(d, offs[d], lens[d])
             dest.copy_(buf)
         bar.update(dest.numel() * itemsize)
-
-
-# ---- the first format: DCP's own files, pickled metadata --------------------------------------------
-_ALLOWED = {
-    ("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
-    ("collections", "OrderedDict"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    *(("torch.distributed.checkpoint.metadata", n) for n in (
-        "ChunkStorageMetadata", "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
-        "TensorStorageMetadata", "_MEM_FORMAT_ENCODING")),
-}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Builds only DCP metadata classes, torch dtypes and sizes: any other global is refused, so
-    a crafted `.metadata` cannot name a function to call."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED or (module == "torch" and name in DTYPES):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refused global {module}.{name}")
-
-
-class LegacyReader(FileSystemReader):
-    """The first format (DCP's FileSystemWriter: pickled `.metadata`, torch.save'd chunks, read by
-    DCP with torch.load(weights_only=True)), with the metadata unpickled from an allow-list."""
-
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        if getattr(self, "_meta", None) is None:
-            self._meta = self._read_metadata()
-        return self._meta
-
-    def _read_metadata(self) -> Metadata:
-        fp = os.path.join(str(self.path), ".metadata")
-        try:
-            with open(fp, "rb") as f:
-                meta = _MetadataUnpickler(f).load()
-        except Exception as exc:  # any unpickling failure, refused global included
-            raise DlrmkitError(f"{fp}: refused checkpoint metadata ({type(exc).__name__}: {str(exc)[:120]})") from None
-        if not isinstance(meta, Metadata) or not isinstance(meta.storage_data, dict) or not all(
-                isinstance(v, TensorStorageMetadata) for v in meta.state_dict_metadata.values()):
-            raise DlrmkitError(f"{fp}: refused checkpoint metadata (not tensor metadata)")
-        for info in meta.storage_data.values():
-            rel = getattr(info, "relative_path", None)
-            if not isinstance(rel, str) or os.path.basename(rel) != rel or getattr(info, "transform_descriptors", None):
-                raise DlrmkitError(f"{fp}: refused checkpoint metadata (file {rel!r} is not a plain name)")
-        meta.storage_meta = StorageMeta(load_id=self.load_id)
-        return meta
-
-
-class TensorsOnlyLoadPlanner(DefaultLoadPlanner):
-    """DCP's load planner, minus torch.load(weights_only=False) of non-tensor entries."""
-
-    def load_bytes(self, read_item, value) -> None:
-        raise DlrmkitError(f"checkpoint entry '{read_item.dest_index.fqn}' is not a tensor; refused")

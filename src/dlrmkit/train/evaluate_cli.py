@@ -18,17 +18,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
-    add_options(p, TrainConfig, {  # the torchrun options, as train's
-        "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
-        "plan": {}, "loader": {}, "backend": {}, "bind_cores": {},
-    })
+    add_options(
+        p,
+        TrainConfig,
+        {  # the torchrun options, as train's
+            "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
+            "plan": {},
+            "loader": {},
+            "backend": {},
+            "bind_cores": {},
+        },
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.train.checkpoint import load_single_process_model
-    from dlrmkit.train.trainer import evaluate_model
+    from dlrmkit.train.evaluation import evaluate_model
 
     from dlrmkit.parallel.dist import launched_by_torchrun
 
@@ -53,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         model, cfg, par = load_parallel_model(args.checkpoint, args, check)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
-    metrics = par.evaluate(dataset, args.batch_size) if par else evaluate_model(model, dataset, args.batch_size, progress=True)
+    metrics = (
+        par.evaluate(dataset, args.batch_size)
+        if par
+        else evaluate_model(model, dataset, args.batch_size, progress=True)
+    )
     result = {**metrics, "rows": len(dataset), "world_size": par.ctx.world_size if par else 1}
     if par is not None:
         from dlrmkit.parallel.dist import shutdown

@@ -43,5 +43,7 @@ def collective_failure(exc: BaseException, timeout_s: float) -> str | None:
     ops = [f.name for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("distributed_c10d.py")]
     op = ops[-1] if ops else "collective"
     why = "timed out" if "time" in text.lower() else "lost its peer"
-    return (f"collective '{op}' {why} on rank {os.environ.get('RANK', '0')} (--collective-timeout {timeout_s:g}s): "
-            f"a peer rank stopped answering or died; restart the job (--resume continues from the last checkpoint)")
+    return (
+        f"collective '{op}' {why} on rank {os.environ.get('RANK', '0')} (--collective-timeout {timeout_s:g}s): "
+        f"a peer rank stopped answering or died; restart the job (--resume continues from the last checkpoint)"
+    )

@@ -41,11 +41,23 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
     scale = numerical_scale(train)
     ids_per_row = sum(cards) / max(rows, 1)
     if rows <= SMALL_ROWS:
-        r = Recipe("small-data", {
-            "wide": True, "embedding_dim": 8, "bottom_mlp": [32, 8] if train.num_numerical else [],
-            "top_mlp": [32, 1], "optimizer": "adagrad", "lr": 0.05, "embedding_weight_decay": 0.01,
-            "batch_size": 64, "epochs": 30, "patience": 3, "restore_best": True, "embedding_init_scale": 0.1,
-        })
+        r = Recipe(
+            "small-data",
+            {
+                "wide": True,
+                "embedding_dim": 8,
+                "bottom_mlp": [32, 8] if train.num_numerical else [],
+                "top_mlp": [32, 1],
+                "optimizer": "adagrad",
+                "lr": 0.05,
+                "embedding_weight_decay": 0.01,
+                "batch_size": 64,
+                "epochs": 30,
+                "patience": 3,
+                "restore_best": True,
+                "embedding_init_scale": 0.1,
+            },
+        )
         r.reasons += [
             f"{rows:,} training rows (<= {SMALL_ROWS:,}): a plain DLRM overfits within an epoch here",
             f"{sum(cards):,} ids in {len(cards)} tables ({ids_per_row:.2f} per training row): narrow tables "
@@ -56,21 +68,43 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
             "restore the best weights",
         ]
     elif rows <= LARGE_ROWS:
-        r = Recipe("medium-data", {
-            "embedding_dim": 16, "bottom_mlp": [64, 16] if train.num_numerical else [], "top_mlp": [64, 32, 1],
-            "optimizer": "sgd", "lr": 1.0, "batch_size": 256, "epochs": 6, "patience": 2, "restore_best": True,
-        })
-        r.reasons.append(f"{rows:,} training rows ({SMALL_ROWS:,} to {LARGE_ROWS:,}): the tiny preset's recipe (dim 16, "
-                         "SGD 1.0, batch 256, 6 epochs), evaluated on the validation rows each epoch, stop after 2 "
-                         "without improvement, restore the best weights")
+        r = Recipe(
+            "medium-data",
+            {
+                "embedding_dim": 16,
+                "bottom_mlp": [64, 16] if train.num_numerical else [],
+                "top_mlp": [64, 32, 1],
+                "optimizer": "sgd",
+                "lr": 1.0,
+                "batch_size": 256,
+                "epochs": 6,
+                "patience": 2,
+                "restore_best": True,
+            },
+        )
+        r.reasons.append(
+            f"{rows:,} training rows ({SMALL_ROWS:,} to {LARGE_ROWS:,}): the tiny preset's recipe (dim 16, "
+            "SGD 1.0, batch 256, 6 epochs), evaluated on the validation rows each epoch, stop after 2 "
+            "without improvement, restore the best weights"
+        )
     else:
-        r = Recipe("large-data", {
-            "embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16] if train.num_numerical else [],
-            "top_mlp": [512, 256, 1], "optimizer": "sgd", "lr": 0.1, "batch_size": 128, "epochs": 1,
-            "restore_best": True,
-        })
-        r.reasons.append(f"{rows:,} training rows (> {LARGE_ROWS:,}): the DLRM reference's Criteo Kaggle recipe "
-                         "(dim 16, SGD 0.1, batch 128, one epoch)")
+        r = Recipe(
+            "large-data",
+            {
+                "embedding_dim": 16,
+                "bottom_mlp": [512, 256, 64, 16] if train.num_numerical else [],
+                "top_mlp": [512, 256, 1],
+                "optimizer": "sgd",
+                "lr": 0.1,
+                "batch_size": 128,
+                "epochs": 1,
+                "restore_best": True,
+            },
+        )
+        r.reasons.append(
+            f"{rows:,} training rows (> {LARGE_ROWS:,}): the DLRM reference's Criteo Kaggle recipe "
+            "(dim 16, SGD 0.1, batch 128, one epoch)"
+        )
     if scale > RAW_NUMERICAL:
         r.values["numerical_transform"] = "signed-log"
         seen = "over 65,504 (float16 infinities)" if np.isinf(scale) else f"up to {scale:,.0f}"
@@ -99,8 +133,10 @@ def apply(args: Any, recipe: Recipe) -> list[str]:
 
 
 def describe(recipe: Recipe, filled: list[str], val_source: str | None = None) -> str:
-    lines = [f"recipe {recipe.name} (no --preset): " + ", ".join(
-        f"{k.replace('_', '-')} {format_value(recipe.values[k])}" for k in recipe.values if k in filled)]
+    lines = [
+        f"recipe {recipe.name} (no --preset): "
+        + ", ".join(f"{k.replace('_', '-')} {format_value(recipe.values[k])}" for k in recipe.values if k in filled)
+    ]
     overridden = [k for k in recipe.values if k not in filled]
     if overridden:
         lines.append("  kept from the command line/config: " + ", ".join(k.replace("_", "-") for k in overridden))

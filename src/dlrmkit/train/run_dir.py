@@ -19,8 +19,18 @@ from dlrmkit.train.config_file import dump_config
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
 WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume", "tensorboard"}
-RECIPE = ("batch_size", "epochs", "lr", "optimizer", "warmup_steps", "decay_start", "decay_steps",
-          "embedding_dim", "bottom_mlp", "top_mlp")
+RECIPE = (
+    "batch_size",
+    "epochs",
+    "lr",
+    "optimizer",
+    "warmup_steps",
+    "decay_start",
+    "decay_steps",
+    "embedding_dim",
+    "bottom_mlp",
+    "top_mlp",
+)
 
 
 @dataclass
@@ -47,7 +57,9 @@ def new_run_path(root: str = "runs") -> str:
             return path
         except FileExistsError:
             if not os.path.isdir(root):
-                raise DlrmkitError(f"{root}: is a file; runs are written into a folder of that name (or pass --run-dir)") from None
+                raise DlrmkitError(
+                    f"{root}: is a file; runs are written into a folder of that name (or pass --run-dir)"
+                ) from None
             continue
         except OSError as exc:
             raise DlrmkitError(f"{path}: cannot create the run folder ({os_error_text(exc)}); pass --run-dir") from None
@@ -87,18 +99,23 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     elif cfg.checkpoint_dir is None and cfg.resume and cfg.run_dir:
         cfg.checkpoint_dir = os.path.join(path, "checkpoints")
     if cfg.log_jsonl is None:
-        cfg.log_jsonl = os.path.join(cfg.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
+        cfg.log_jsonl = (
+            os.path.join(cfg.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
+        )
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # a fresh run in a reused folder starts a fresh log
     if is_rank_zero():
         dump_config(options, run.file("config.yaml"))
-        write_json(run.file("run.json"), {
-            "log_jsonl": os.path.abspath(run.log_jsonl),
-            "checkpoint_dir": os.path.abspath(run.checkpoint_dir) if run.checkpoint_dir else None,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "argv": argv,
-        })
+        write_json(
+            run.file("run.json"),
+            {
+                "log_jsonl": os.path.abspath(run.log_jsonl),
+                "checkpoint_dir": os.path.abspath(run.checkpoint_dir) if run.checkpoint_dir else None,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "argv": argv,
+            },
+        )
     return run
 
 
@@ -124,8 +141,10 @@ def write_plan(run: RunDir, trainer: Any) -> None:
     """plan.json: the model shape, and the sharding plan when the trainer has one."""
     if not is_rank_zero():
         return
-    plan: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "1")),
-                            "model_config": asdict(trainer.model_cfg)}
+    plan: dict[str, Any] = {
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "model_config": asdict(trainer.model_cfg),
+    }
     sharding = getattr(trainer, "plan", None)
     if sharding is not None:
         plan["sharding_plan"] = sharding.to_dict() if hasattr(sharding, "to_dict") else str(sharding)
@@ -159,7 +178,7 @@ def read_run(path: str) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise DlrmkitError(f"{info_path}: not valid JSON") from None
     if not isinstance(info, dict) or not isinstance(info.get("log_jsonl"), str):
-        raise DlrmkitError(f"{info_path}: not a run description (needs a \"log_jsonl\" path)")
+        raise DlrmkitError(f'{info_path}: not a run description (needs a "log_jsonl" path)')
     cfg_path = os.path.join(path, "config.yaml")
     info["config"] = {}
     if os.path.isfile(cfg_path):

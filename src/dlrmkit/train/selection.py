@@ -16,8 +16,9 @@ DEFAULT_VAL_FRACTION = 0.1  # held out when a dataset has no val mapping
 MAX_HELD_OUT = 1_000_000  # ... at most this many rows: enough for AUC to +-0.001, cheap to evaluate
 
 
-def validation_split(spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None
-                     ) -> tuple[SplitBinaryDataset, SplitBinaryDataset | None, str]:
+def validation_split(
+    spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None
+) -> tuple[SplitBinaryDataset, SplitBinaryDataset | None, str]:
     """(train rows, validation rows or None, where the validation rows come from).
     `fraction` None: the val mapping, else the last 10% (at most 1M rows) of train; 0: none."""
     if fraction is not None and not 0 <= fraction < 1:
@@ -31,9 +32,13 @@ def validation_split(spec: FeatureSpec, train: SplitBinaryDataset, fraction: flo
     held = int(round(n * fraction)) if fraction is not None else min(int(round(n * DEFAULT_VAL_FRACTION)), MAX_HELD_OUT)
     if held < 1 or held >= n:
         return train, None, f"none (too few train rows, {n}, to hold any out)"
-    return (train.window(0, n - held), train.window(n - held, n, "val"),
-            f"the last {held:,} train rows, held out (the dataset has no val mapping; --val-fraction)"
-            if val is None else f"the last {held:,} train rows (--val-fraction)")
+    return (
+        train.window(0, n - held),
+        train.window(n - held, n, "val"),
+        f"the last {held:,} train rows, held out (the dataset has no val mapping; --val-fraction)"
+        if val is None
+        else f"the last {held:,} train rows (--val-fraction)",
+    )
 
 
 class BestWeights:

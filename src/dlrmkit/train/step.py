@@ -27,8 +27,9 @@ class StepHooks:
         """The loss that backward takes (under the autocast context)."""
         return F.binary_cross_entropy_with_logits(logits, batch.labels)
 
-    def backward_and_update(self, loss: torch.Tensor, optimizers: list,
-                            loss_ok: Callable[[torch.Tensor], bool] | None) -> torch.Tensor:
+    def backward_and_update(
+        self, loss: torch.Tensor, optimizers: list, loss_ok: Callable[[torch.Tensor], bool] | None
+    ) -> torch.Tensor:
         """Backward and the optimizers' steps (none of them when `loss_ok(loss)` says no).
         Returns the step's loss, detached and still a tensor."""
         if loss_ok is not None and not loss_ok(loss):
@@ -44,8 +45,15 @@ class StepHooks:
 ONE_PROCESS = StepHooks()
 
 
-def training_step(model: torch.nn.Module, optimizers: list, precision: str = "fp32", amp=None, move=None,
-                  loss_ok: Callable[[torch.Tensor], bool] | None = None, hooks: StepHooks = ONE_PROCESS) -> Callable:
+def training_step(
+    model: torch.nn.Module,
+    optimizers: list,
+    precision: str = "fp32",
+    amp=None,
+    move=None,
+    loss_ok: Callable[[torch.Tensor], bool] | None = None,
+    hooks: StepHooks = ONE_PROCESS,
+) -> Callable:
     """A function batch -> loss (detached, still a tensor: no host sync) that takes one step.
     `amp()` is the autocast context (default: CPU autocast at `precision`); `move(batch)`, if
     given, copies the batch where the model is first; `loss_ok(loss)`, if given, may veto the

@@ -17,7 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Train's options come from TrainConfig's fields; options not given stay off the namespace,
     so `--config` can fill them and flags given win (config_file.config_from_args)."""
     add_options(p, TrainConfig, unset_absent=True)
-    p.add_argument("--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win")
+    p.add_argument(
+        "--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win"
+    )
 
 
 def check_outputs(cfg: TrainConfig) -> None:
@@ -25,8 +27,12 @@ def check_outputs(cfg: TrainConfig) -> None:
     from dlrmkit.atomic_io import check_not_inside, check_output_dir, check_output_file
 
     data = {"--data": cfg.data}
-    for option, path in (("--metrics-json", cfg.metrics_json), ("--log-jsonl", cfg.log_jsonl),
-                         ("--checkpoint-dir", cfg.checkpoint_dir), ("--run-dir", cfg.run_dir)):
+    for option, path in (
+        ("--metrics-json", cfg.metrics_json),
+        ("--log-jsonl", cfg.log_jsonl),
+        ("--checkpoint-dir", cfg.checkpoint_dir),
+        ("--run-dir", cfg.run_dir),
+    ):
         check_not_inside(path, option, data)
     check_output_file(cfg.metrics_json, "--metrics-json")
     check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
@@ -141,5 +147,7 @@ def baseline_lift(data: str, metrics: dict) -> str:
     base = read_baseline(data)
     if base is None or math.isnan(metrics["auc"]):
         return ""
-    return (f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
-            f"lift {metrics['auc'] - base['test_auc']:+.4f}")
+    return (
+        f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
+        f"lift {metrics['auc'] - base['test_auc']:+.4f}"
+    )

@@ -19,8 +19,9 @@ FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bou
 def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> DlrmkitError:
     """The one line for a NaN/Inf loss: its step, the last good checkpoint, what to try."""
     where = f"; the last good checkpoint is {checkpoint_dir}/latest" if checkpoint_dir else ""
-    return DlrmkitError(f"loss is {value} at step {step}{where}; lower --lr, check the "
-                        f"data, or allow skipping with --skip-nonfinite N")
+    return DlrmkitError(
+        f"loss is {value} at step {step}{where}; lower --lr, check the data, or allow skipping with --skip-nonfinite N"
+    )
 
 
 class TrainLoss:

@@ -11,7 +11,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -25,38 +24,11 @@ from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast, enable_tf32
 from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import ONE_PROCESS, training_step
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
-from dlrmkit.metrics import log_loss, roc_auc
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
-            move: Callable[[Batch], Batch] | None = None, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Click probabilities and labels for every row of `dataset`, in order; `move` takes each
-    batch to where the model is (a GPU). `progress`: a bar on a terminal once it takes over 2 s."""
-    was_training = model.training
-    model.eval()
-    probs, labels = [], []
-    loader = BatchLoader(dataset, batch_size)
-    batches = tqdm(loader.epoch(0), total=len(loader), desc="evaluating", unit="batch", delay=2.0, leave=False,
-                   disable=None if progress else True, dynamic_ncols=True)
-    for batch in batches:
-        moved = move(batch) if move is not None else batch
-        probs.append(torch.sigmoid(model(moved.dense, moved.ids).float()).cpu().numpy())
-        labels.append(batch.labels.numpy())
-    model.train(was_training)
-    if not probs:
-        return np.empty(0), np.empty(0)
-    return np.concatenate(probs), np.concatenate(labels)
-
-
-def evaluate_model(model: torch.nn.Module, dataset: SplitBinaryDataset, batch_size: int,
-                   move: Callable[[Batch], Batch] | None = None, progress: bool = False) -> dict[str, float]:
-    probs, labels = predict(model, dataset, batch_size, move, progress)
-    return {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
 
 
 class Trainer:
@@ -91,27 +63,47 @@ class Trainer:
 
         world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; checked before any collective
         if cfg.batch_size < world:
-            raise DlrmkitError(f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
-                               f"needs at least one sample per step; use --batch-size {world} or more")
+            raise DlrmkitError(
+                f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
+                f"needs at least one sample per step; use --batch-size {world} or more"
+            )
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg, table_state_per_weight(cfg))
         self.device, self.placement, self.move = self.place(cfg)
-        self.optimizers = build_optimizers(self.model, cfg.optimizer, cfg.lr, cfg.embedding_optimizer,
-                                           cfg.precision, cfg.lamb_lr, cfg.embedding_weight_decay or 0.0)
+        self.optimizers = build_optimizers(
+            self.model,
+            cfg.optimizer,
+            cfg.lr,
+            cfg.embedding_optimizer,
+            cfg.precision,
+            cfg.lamb_lr,
+            cfg.embedding_weight_decay or 0.0,
+        )
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
         if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
             self.par.gate_early = cfg.skip_nonfinite > 0
         # the skip decision needs the loss on the host before the update: one process with
         # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
         check_each_step = self.par is not None or cfg.skip_nonfinite > 0
-        self.step_fn = training_step(self.model, self.optimizers, cfg.precision,
-                                     move=self.par.to_device if self.par else self.move,
-                                     amp=lambda: autocast(cfg.precision, self.device.type),
-                                     loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None)
-                                              if check_each_step else None),
-                                     hooks=self.par or ONE_PROCESS)
-        self.loader = (self.par.loader(self.train_set, cfg) if self.par else
-                       BatchLoader(self.train_set, cfg.batch_size, shuffle=cfg.shuffle, seed=cfg.seed,
-                                   pin_memory=self.device.type == "cuda"))
+        self.step_fn = training_step(
+            self.model,
+            self.optimizers,
+            cfg.precision,
+            move=self.par.to_device if self.par else self.move,
+            amp=lambda: autocast(cfg.precision, self.device.type),
+            loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None),
+            hooks=self.par or ONE_PROCESS,
+        )
+        self.loader = (
+            self.par.loader(self.train_set, cfg)
+            if self.par
+            else BatchLoader(
+                self.train_set,
+                cfg.batch_size,
+                shuffle=cfg.shuffle,
+                seed=cfg.seed,
+                pin_memory=self.device.type == "cuda",
+            )
+        )
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
@@ -144,7 +136,9 @@ class Trainer:
             return device, None, None
         if self.par is not None:
             if cfg.table_placement == "host":
-                raise DlrmkitError("--table-placement host: single process only (under torchrun shards live on the GPUs)")
+                raise DlrmkitError(
+                    "--table-placement host: single process only (under torchrun shards live on the GPUs)"
+                )
             enable_tf32(device)
             return device, None, None
         # counted as an fp32 accumulator per weight: at most what Adagrad (row-wise: far less) adds
@@ -187,8 +181,14 @@ class Trainer:
         self.skipped_nonfinite += 1
         if self.skipped_nonfinite > self.cfg.skip_nonfinite:
             raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint_dir)
-        self.log({"event": "skip_nonfinite", "step": self.step + 1, "loss": float(loss.detach()),
-                  "skipped": self.skipped_nonfinite})
+        self.log(
+            {
+                "event": "skip_nonfinite",
+                "step": self.step + 1,
+                "loss": float(loss.detach()),
+                "skipped": self.skipped_nonfinite,
+            }
+        )
         return False
 
     def track_loss(self, loss: torch.Tensor) -> None:
@@ -215,12 +215,18 @@ class Trainer:
         self.check_loss()  # never a checkpoint of weights a non-finite loss has updated
         tensors, extras = ckpt.model_state(self.model, self.optimizers)
         meta = ckpt.checkpoint_meta(
-            self.model_cfg, self.cfg, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
-            best_auc=self.best_auc, skipped_nonfinite=self.skipped_nonfinite, **extras,
+            self.model_cfg,
+            self.cfg,
+            epoch=self.epoch,
+            batch_in_epoch=self.batch_in_epoch,
+            best_auc=self.best_auc,
+            skipped_nonfinite=self.skipped_nonfinite,
+            **extras,
             dataset={"path": os.path.abspath(self.cfg.data), "fingerprint": self.fingerprint()},
         )
-        path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints,
-                                    show=self.cfg.progress)
+        path = ckpt.save_checkpoint(
+            self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints, show=self.cfg.progress
+        )
         self.last_save_time, self.last_saved_step = time.monotonic(), self.step
         return path
 
@@ -240,8 +246,11 @@ class Trainer:
         path = self.save()
         if self.dist.rank == 0:
             size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
-            print(f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
-                  f"--no-final-checkpoint skips it)", file=sys.stderr)
+            print(
+                f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
+                f"--no-final-checkpoint skips it)",
+                file=sys.stderr,
+            )
 
     def load(self, path: str) -> None:
         path = ckpt.resolve_checkpoint(path)
@@ -251,10 +260,12 @@ class Trainer:
             raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {self.model_cfg}")
         data = meta.get("dataset")
         if isinstance(data, dict) and data.get("fingerprint") != self.fingerprint():
-            raise DlrmkitError(f"{path}: checkpoint was trained on {data.get('path')} (fingerprint "
-                               f"{str(data.get('fingerprint'))[:12]}), but --data {self.cfg.data} is another dataset "
-                               f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
-                               f"fresh --checkpoint-dir")
+            raise DlrmkitError(
+                f"{path}: checkpoint was trained on {data.get('path')} (fingerprint "
+                f"{str(data.get('fingerprint'))[:12]}), but --data {self.cfg.data} is another dataset "
+                f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
+                f"fresh --checkpoint-dir"
+            )
         ckpt.restore_model_state(path, meta, self.model, self.optimizers, show=self.cfg.progress)
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best_auc = meta["best_auc"]
@@ -270,8 +281,11 @@ class Trainer:
 
     def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
-            return (self.par.evaluate(dataset, self.cfg.eval_batch_size) if self.par else
-                    evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress))
+            return (
+                self.par.evaluate(dataset, self.cfg.eval_batch_size)
+                if self.par
+                else evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress)
+            )
 
     def evaluate(self) -> dict[str, float]:
         """AUC and log loss on the validation rows (never the test mapping); keeps the best
@@ -322,8 +336,13 @@ class Trainer:
         steps_per_epoch = len(self.loader)
         total = cfg.max_steps if cfg.max_steps else steps_per_epoch * cfg.epochs
         # disable=None: no bar when stderr is not a terminal (logs, CI, subprocesses)
-        self._bar = bar = tqdm(total=total, initial=min(self.step, total), unit="step", dynamic_ncols=True,
-                               disable=None if cfg.progress and self.dist.rank == 0 else True)
+        self._bar = bar = tqdm(
+            total=total,
+            initial=min(self.step, total),
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if cfg.progress and self.dist.rank == 0 else True,
+        )
         train_time, samples = 0.0, 0
         stop = self.step >= total
         while not stop:
@@ -340,9 +359,16 @@ class Trainer:
                     mean_loss = self.losses.mean()
                     rate = samples / max(train_time + time.perf_counter() - t0, 1e-9)
                     bar.set_postfix(loss=f"{mean_loss:.4f}", samples_s=f"{rate:,.0f}")
-                    self.log({"event": "train", "step": self.step, "loss": mean_loss,
-                              **(self.par.traffic(self.step) if self.par else {}),
-                              "lr": self.schedule.lr_at(self.step - 1), "samples_per_s": rate})
+                    self.log(
+                        {
+                            "event": "train",
+                            "step": self.step,
+                            "loss": mean_loss,
+                            **(self.par.traffic(self.step) if self.par else {}),
+                            "lr": self.schedule.lr_at(self.step - 1),
+                            "samples_per_s": rate,
+                        }
+                    )
                 if self.step >= total:
                     stop = True
                 if cfg.eval_every and self.step % cfg.eval_every == 0 and not stop:

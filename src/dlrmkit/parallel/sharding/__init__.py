@@ -79,8 +79,9 @@ class Strategy:
         so bag lengths travel with them (the sharded module's general, jagged path)."""
         return False
 
-    def select_ids(self, values: Any, lengths: Any, one_hot: bool, row_start: int, row_end: int,
-                   rows: int) -> tuple[Any, Any]:
+    def select_ids(
+        self, values: Any, lengths: Any, one_hot: bool, row_start: int, row_end: int, rows: int
+    ) -> tuple[Any, Any]:
         """(ids, bag lengths [B]) that the shards of rows [row_start, row_end) receive from bags
         `values`, `lengths` of one table (ids relative to row_start; `one_hot`: one id per bag)."""
         return values, lengths

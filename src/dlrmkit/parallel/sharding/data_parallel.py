@@ -50,7 +50,9 @@ class DataParallel(Strategy):
         return [Shard(r, 0, rows, 0, dim) for r in ranks]
 
     def check(self, rows: int, dim: int, shards: list[Shard], world_size: int) -> str | None:
-        if sorted(s.rank for s in shards) != list(range(world_size)) or any((s.rows, s.cols) != (rows, dim) for s in shards):
+        if sorted(s.rank for s in shards) != list(range(world_size)) or any(
+            (s.rows, s.cols) != (rows, dim) for s in shards
+        ):
             return "a data_parallel table needs one full shard on every rank"
         return None
 

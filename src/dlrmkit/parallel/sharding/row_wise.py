@@ -26,8 +26,9 @@ class RowWise(Strategy):
     def buckets(self, row_start: int, row_end: int, rows: int) -> bool:
         return row_start != 0 or row_end != rows
 
-    def select_ids(self, values: torch.Tensor, lengths: torch.Tensor, one_hot: bool, row_start: int, row_end: int,
-                   rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def select_ids(
+        self, values: torch.Tensor, lengths: torch.Tensor, one_hot: bool, row_start: int, row_end: int, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ids in [row_start, row_end) and how many of them each bag holds (vectorized)."""
         if not self.buckets(row_start, row_end, rows):
             return values, lengths

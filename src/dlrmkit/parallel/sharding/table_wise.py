@@ -14,7 +14,9 @@ class TableWise(Strategy):
 
     def check(self, rows: int, dim: int, shards: list[Shard], world_size: int) -> str | None:
         if len(shards) != 1:
-            return "a table_wise table is one shard holding all of it (column slices: column_wise, row ranges: row_wise)"
+            return (
+                "a table_wise table is one shard holding all of it (column slices: column_wise, row ranges: row_wise)"
+            )
         return None
 
 
