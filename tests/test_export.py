@@ -48,7 +48,7 @@ def test_onnx_export_matches_checkpoint(tiny_data, tmp_path):
     dense, ids = example_inputs(cfg, batch=37)  # another batch size than the export's example: dynamic axis
     with torch.no_grad():
         want = model(dense, ids).numpy()
-    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    (got,) = session.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
+    runner = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = runner.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
     assert got.shape == (37,)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

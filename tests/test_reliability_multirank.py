@@ -185,7 +185,7 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
             return []
 
     def kill_all() -> None:
-        """The stopped rank lives in its own session: kill torchrun's workers first, by pid."""
+        """The stopped rank is detached from torchrun (start_new_session): kill its workers first, by pid."""
         for child in children(proc.pid):
             os.kill(child, signal.SIGKILL)
         os.killpg(proc.pid, signal.SIGKILL)
