@@ -15,23 +15,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.plan_cost import CostModel
+from dlrmkit.parallel.plan_cost import CostModel, TablePlan
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, strategy as strategy_named
 
 GiB = 1 << 30
 MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million
-
-
-@dataclass
-class TablePlan:
-    rows: int
-    dim: int
-    strategy: str
-    shards: list[Shard]
-
-    @property
-    def model_parallel(self) -> bool:
-        return strategy_named(self.strategy).model_parallel
 
 
 @dataclass

@@ -11,15 +11,25 @@ all-reduce of replicated tables; the MLPs' all-reduce is the same on every plan 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dlrmkit.parallel.dist import batch_split
-from dlrmkit.parallel.sharding import Shard
-
-if TYPE_CHECKING:
-    from dlrmkit.parallel.plan import TablePlan
+from dlrmkit.parallel.sharding import Shard, strategy as strategy_named
 
 ID_BYTES = 8  # an id on the wire and in a shard's id buffer (int64)
+
+
+@dataclass
+class TablePlan:
+    """One table's place in a plan: its shape, its strategy and its shards (what costs are of)."""
+
+    rows: int
+    dim: int
+    strategy: str
+    shards: list[Shard]
+
+    @property
+    def model_parallel(self) -> bool:
+        return strategy_named(self.strategy).model_parallel
 
 
 @dataclass(frozen=True)
