@@ -59,7 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         },
     )
     p.add_argument(
-        "--min-rows-sharded", type=ct.nonneg_int, default=2048, help="replicate tables with fewer rows (default 2048)"
+        "--min-rows-sharded",
+        type=ct.nonneg_int,
+        default=2048,
+        help="replicate tables with fewer rows than this and than the global batch (default 2048)",
     )
     p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...

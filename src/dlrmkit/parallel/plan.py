@@ -291,7 +291,9 @@ def make_plan(
     min_rows_sharded: int = data_parallel.MIN_ROWS_SHARDED,
     bytes_per_value: int = 4,
 ) -> ShardingPlan:
-    """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows replicated, others
+    """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows and under the global
+    batch replicated (then their gradients' all-reduce moves fewer bytes than the pooled
+    all-to-all that sharding them would add: rows x dim against batch x dim each way), others
     table-wise, split column-wise (then row-wise) when a table is larger than a rank's fair
     share or there are fewer shards than ranks; any other strategy applies to every table."""
     if world_size < 1:
@@ -312,7 +314,7 @@ def make_plan(
     kinds: list[str] = []
     for rows in table_sizes:
         if strategy == "auto":
-            kinds.append("data_parallel" if rows < min_rows_sharded else "table_wise")
+            kinds.append("data_parallel" if rows < min(min_rows_sharded, batch_size) else "table_wise")
         else:
             kinds.append(strategy)
     # split counts for model-parallel tables

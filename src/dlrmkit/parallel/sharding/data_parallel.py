@@ -10,7 +10,7 @@ from torch import nn
 from dlrmkit.model.embedding import FusedTable, Ids, JaggedIds, TablePiece, fused_pieces, select_tables
 from dlrmkit.parallel.sharding import Shard, Strategy
 
-MIN_ROWS_SHARDED = 2048  # auto plans replicate tables with fewer rows than this
+MIN_ROWS_SHARDED = 2048  # auto plans replicate tables with fewer rows than this (and than the global batch)
 
 
 class ReplicatedTables(nn.Module):
