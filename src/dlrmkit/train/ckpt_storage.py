@@ -11,7 +11,7 @@ bytes as they lie in memory (row blocks of at most BLOCK bytes; only non-contigu
 column shards, are copied, one block at a time) into `data_<rank>.bin`; rank 0 writes the
 metadata as JSON (`metadata.json`), validated field by field on read; reads go straight into
 the destination tensors (the live parameters), through a bounded buffer only where the
-destination is not contiguous. `LegacyReader` reads the first checkpoint format (DCP's own
+destination is not contiguous. `ckpt_legacy.LegacyReader` reads the first checkpoint format (DCP's own
 files) with an allow-listed unpickler. Non-tensor values (DCP's BYTE_IO, loaded with
 torch.load(weights_only=False)) are refused both ways.
 """
