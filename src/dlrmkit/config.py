@@ -76,6 +76,21 @@ def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> 
     )
 
 
+# TrainConfig fields a preset (or the recipe `auto` picks) fills when the command line leaves them unset
+RECIPE_FIELDS = (
+    "batch_size",
+    "epochs",
+    "lr",
+    "optimizer",
+    "warmup_steps",
+    "decay_start",
+    "decay_steps",
+    "embedding_dim",
+    "bottom_mlp",
+    "top_mlp",
+)
+
+
 @dataclass
 class TrainConfig:
     """Everything `dlrmkit train` needs, and the one definition of its options: each field's
@@ -244,18 +259,7 @@ class TrainConfig:
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
         out = TrainConfig(**asdict(self))
-        for name in (
-            "batch_size",
-            "epochs",
-            "lr",
-            "optimizer",
-            "warmup_steps",
-            "decay_start",
-            "decay_steps",
-            "embedding_dim",
-            "bottom_mlp",
-            "top_mlp",
-        ):
+        for name in RECIPE_FIELDS:
             if getattr(out, name) is None:
                 setattr(out, name, getattr(p, name))
         if out.batch_size is not None and out.batch_size <= 0:

@@ -14,6 +14,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.plan_cost import CostModel, TablePlan
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, strategy as strategy_named
@@ -232,34 +233,6 @@ _MLPERF_ROWS = [40_000_000] * 4 + [
     4,
     3,
 ]
-_KAGGLE_ROWS = [
-    1460,
-    583,
-    10131227,
-    2202608,
-    305,
-    24,
-    12517,
-    633,
-    3,
-    93145,
-    5683,
-    8351593,
-    3194,
-    27,
-    14992,
-    5461306,
-    10,
-    5652,
-    2173,
-    4,
-    7046547,
-    18,
-    15,
-    286181,
-    105,
-    142572,
-]
 
 
 def _rows_113b() -> list[int]:
@@ -273,7 +246,7 @@ def _rows_113b() -> list[int]:
 
 
 PRESET_TABLES: dict[str, tuple[list[int], int]] = {
-    "criteo-kaggle": (_KAGGLE_ROWS, 16),
+    "criteo-kaggle": (KAGGLE_TABLE_SIZES, 16),
     "criteo-1tb-mlperf": (_MLPERF_ROWS, 128),
     "criteo-1tb-113b": (_rows_113b(), 128),
 }

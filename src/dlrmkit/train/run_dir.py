@@ -12,25 +12,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
-from dlrmkit.config import TrainConfig
+from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train.config_file import dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
 WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume", "tensorboard"}
-RECIPE = (
-    "batch_size",
-    "epochs",
-    "lr",
-    "optimizer",
-    "warmup_steps",
-    "decay_start",
-    "decay_steps",
-    "embedding_dim",
-    "bottom_mlp",
-    "top_mlp",
-)
 
 
 @dataclass
@@ -74,7 +62,7 @@ def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
         if f.name in WHERE_OPTIONS:
             continue
         value = getattr(cfg, f.name)
-        if f.name in RECIPE and value is None:
+        if f.name in RECIPE_FIELDS and value is None:
             value = getattr(res, f.name, None)
         out[f.name] = value
     return out
