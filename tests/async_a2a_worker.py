@@ -1,7 +1,8 @@
 """torchrun worker for test_parallel_async.py: two copies of a sharded model, one whose tables
 defer their gradients (backward all-to-all in flight while autograd goes on) and whose ids are
 exchanged a batch ahead, one with ordinary sparse gradients (blocking all-to-all) and ids
-exchanged in forward, trained on the same batches; writes both."""
+exchanged in forward, trained on the same batches; then two on one-hot ids, whose next batch's
+ids ride in the pooled all-to-all or travel alone; writes all four."""
 
 import sys
 
@@ -54,6 +55,22 @@ for name in ("async", "blocking"):
     out[name] = {
         "launched": launched[before:],
         "init": init,
+        "ids_ahead_bytes": par.stats.bytes.get("ids_ahead", 0),
+        "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
+        "dense": [p.detach().clone() for p in model.dense_parameters()],
+    }
+# one-hot ids: the next batch's ride in the pooled all-to-all ("carried") or go alone ("own")
+for name in ("carried", "own"):
+    model = DLRM(cfg)
+    model.reset_parameters(0)
+    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "carried")
+    opts = build_optimizers(model, "sgd", 0.5)
+    before = len(launched)
+    for batch in par.batches(cfg, 256, 3, 1, one_hot=True):
+        par.step(batch, opts)
+    par.close()
+    out[name] = {
+        "launched": launched[before:],
         "ids_ahead_bytes": par.stats.bytes.get("ids_ahead", 0),
         "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
         "dense": [p.detach().clone() for p in model.dense_parameters()],

@@ -64,20 +64,36 @@ CPU_GROUP = None
 
 
 def record_collectives() -> None:
-    """Wraps the torch.distributed collectives dlrmkit calls, so each call is noted in CALLS."""
+    """Wraps the torch.distributed collectives dlrmkit calls, so each call is noted in CALLS. A
+    sum over ranks is noted as "all_reduce" whatever carries it (two gloo ranks exchange their
+    buffers in an all-to-all, comm.sum_started)."""
     import torch.distributed as dist
+
+    import dlrmkit.parallel.comm as comm
+
+    summing = [False]
 
     def wrap(name: str, fn):
         def recorded(tensor, *args, group=None, **kw):
             t = tensor[0] if isinstance(tensor, list) else tensor
             where = "cpu" if group is CPU_GROUP else ("default" if group in (None, dist.group.WORLD) else "other")
-            CALLS.append((name, where, str(t.dtype)))
+            CALLS.append(("all_reduce" if summing[0] else name, where, str(t.dtype)))
             return fn(tensor, *args, group=group, **kw)
 
         return recorded
 
     for name in ("all_to_all_single", "all_gather", "all_reduce", "broadcast"):
         setattr(dist, name, wrap(name, getattr(dist, name)))
+    sum_started = comm.sum_started
+
+    def sum_recorded(*args, **kw):
+        summing[0] = True
+        try:
+            return sum_started(*args, **kw)
+        finally:
+            summing[0] = False
+
+    comm.sum_started = sum_recorded
 
 
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:

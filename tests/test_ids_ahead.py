@@ -6,6 +6,8 @@ after the one in flight lands (so every rank issues the same collectives in the 
 import threading
 from dataclasses import dataclass
 
+import torch
+
 from dlrmkit.parallel.ids_ahead import DaemonWorker, IdsAhead
 
 
@@ -15,7 +17,8 @@ class FakeBatch:
 
 
 class FakeSharded:
-    def __init__(self, fast: bool = False):
+    def __init__(self, fast: bool = False, rides: bool = False):
+        self.rides, self.carried = rides, []
         self.calls: list = []
         self.threads: set = set()
         self.fast = fast
@@ -37,15 +40,35 @@ class FakeSharded:
 
 
 @dataclass
+class FakeCarried:
+    after: object
+    local: object
+    received: object = None
+
+    def deliver(self):
+        """What the carrying forward does: the exchanged ids arrive (a [2, 1] int tensor here)."""
+        self.received = torch.tensor([[self.local], [self.local + 100]])
+
+
+@dataclass
 class FakeIds:
     local: object
     batch_sizes: tuple = (1, 1)
     global_ids: object = None
 
 
-def ahead(fast: bool = False) -> tuple[IdsAhead, FakeSharded]:
-    sharded = FakeSharded(fast)
+def ahead(fast: bool = False, rides: bool = False) -> tuple[IdsAhead, FakeSharded]:
+    sharded = FakeSharded(fast, rides)
     a = IdsAhead(sharded)
+
+    def carry(after, ids):
+        """Ids ride in `after`'s pooled all-to-all when `rides` (the test plays the forward)."""
+        if not rides:
+            return None
+        sharded.carried.append(FakeCarried(after, ids.local))
+        return sharded.carried[-1]
+
+    a.carry = carry
     a.group, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
     return a, sharded
 
@@ -86,4 +109,32 @@ def test_one_hot_ids_are_launched_from_the_training_thread_one_ahead():
         assert sharded.calls == list(range(min(i + 2, 4)))  # the next one already launched
         assert sharded.waited == list(range(i + 1))  # this one landed, the next still in flight
     assert sharded.threads == {threading.current_thread().name}
+    a.close()
+
+
+def test_one_hot_ids_ride_in_the_previous_steps_pooled_all_to_all():
+    """Where the sharded module can carry them, the next batch's ids are registered to ride in
+    the pooled all-to-all of the batch just handed out (the very ids object the step will
+    start), with no collective of their own; a batch whose carrier never ran its forward is
+    exchanged when taken, and carried ids still pending are dropped, not waited for."""
+    a, sharded = ahead(fast=True, rides=True)
+    batches = [FakeBatch(FakeIds(i)) for i in range(3)]
+    for i, got in enumerate(a.pipeline(iter(batches))):
+        if i == 0:  # the first batch has no carrier: exchanged on its own
+            assert got.ids.global_ids == ("exchanged", 0, "group", "ids_ahead")
+        else:
+            assert torch.equal(got.ids.global_ids, torch.tensor([[i], [i + 100]]))
+        if i < 2:
+            assert sharded.carried[-1].after is got.ids and sharded.carried[-1].local == i + 1
+            sharded.carried[-1].deliver()  # the step's forward
+    assert sharded.calls == [0]
+    assert a.pending is None
+
+    a, sharded = ahead(fast=True, rides=True)
+    b0, b1, b2 = (FakeBatch(FakeIds(i)) for i in range(3))
+    a.take(b0, b1)  # b1 registered to ride; no forward runs
+    assert a.take(b1).ids == ("exchanged", b1.ids, "group", "ids_ahead")  # exchanged when taken
+    a.take(b2, b0)  # b0 registered; then an unexpected batch: b0 is dropped, nothing waited
+    a.take(b1)
+    assert sharded.calls == [0, b1.ids, 2, 1] and sharded.waited == [0, 2, 1] and a.pending is None
     a.close()

@@ -1,6 +1,7 @@
 """The asynchronous backward all-to-all (comm.AllToAll with async_backward) is taken when every
 local table defers its gradient, and gives the blocking path's weights; so do ids exchanged a
-batch ahead (parallel/ids_ahead.py) against ids exchanged in forward; the forward all-to-all is
+batch ahead (parallel/ids_ahead.py) against ids exchanged in forward, and one-hot ids riding in
+the previous step's pooled all-to-all against ids exchanged alone; the forward all-to-all is
 started before the model (ShardedEmbedding.start) on both."""
 
 import sys
@@ -38,3 +39,12 @@ def test_async_backward_all_to_all_matches_blocking(sharding, tmp_path):
         assert not all(torch.equal(a, b) for a, b in zip(got["async"]["tables"], got["async"]["init"])), (
             "tables trained"
         )
+        # one-hot ids ride in the previous step's pooled all-to-all: only the first batch's go
+        # alone, with the same bytes counted and the same training
+        # (row-wise shards take bucketed ids: a worker thread exchanges them a batch ahead instead)
+        carried, own = got["carried"], got["own"]
+        assert carried["launched"].count("ids_ahead") == (0 if sharding == "row_wise" else 1)
+        assert carried["launched"].count("pooled_fwd") == 3
+        assert carried["ids_ahead_bytes"] > 0 and own["ids_ahead_bytes"] == 0
+        for a, b in zip(carried["tables"] + carried["dense"], own["tables"] + own["dense"]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

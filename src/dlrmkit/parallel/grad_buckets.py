@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 from torch.profiler import record_function
 
 from dlrmkit.parallel import comm
@@ -71,9 +70,8 @@ class GradBuckets:
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
             + [t.reshape(-1) for t in extras]
         )
-        wire = flat if self.dtype is None else flat.to(self.dtype)
         self.ready[b] = -1  # launched
-        self.works.append((b, flat, wire, list(extras), dist.all_reduce(wire, async_op=True)))
+        self.works.append((b, flat, list(extras), comm.sum_started(flat, self.dtype, self.stats)))
 
     def launch_pending(self, extras: list[torch.Tensor] = ()) -> list[torch.Tensor]:
         """Launches the buckets not launched yet (no wait); `extras` go with the last bucket
@@ -93,11 +91,9 @@ class GradBuckets:
     def finish(self) -> None:
         self.launch_pending()
         t0 = time.perf_counter()
-        for b, flat, wire, extras, work in self.works:
+        for b, flat, extras, wait in self.works:
             with record_function("allreduce wait (gradient bucket)"):  # shows in profiles as all-reduce
-                work.wait()
-            if wire is not flat:
-                flat.copy_(wire)
+                wait()
             offset = 0
             for p in self.buckets[b]:
                 n = p.numel()
@@ -106,6 +102,5 @@ class GradBuckets:
             for t in extras:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
-            self.stats.add("allreduce", comm.ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size()))
         self.stats.add("allreduce", 0, time.perf_counter() - t0)  # exposed (not overlapped) time
         self.works, self.ready = [], [0] * len(self.buckets)

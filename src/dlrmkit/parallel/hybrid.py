@@ -32,7 +32,10 @@ class ParallelConfig:
     comm_dtype: torch.dtype | None = None
     bucket_bytes: int = 25 << 20
     # the first bucket (the top layers, whose gradients come first) closes at 1 MiB so its
-    # all-reduce starts while the rest of backward runs, as DDP's first bucket does
+    # all-reduce starts while the rest of backward runs, as DDP's first bucket does. Not for two
+    # gloo ranks (comm.pairwise, one exchange per sum): with a core each, an early bucket only
+    # added a collective (0.7 ms a step at criteo-kaggle's batch 128, nothing gained at `small`'s
+    # 2048: docs/BENCHMARKS.md)
     first_bucket_bytes: int = 1 << 20
     min_rows_sharded: int = 2048
     # overlap communication with compute: pooled all-to-all started before the model and backward's
@@ -120,7 +123,7 @@ class HybridParallel:
                 self.pcfg.bucket_bytes,
                 self.pcfg.comm_dtype,
                 self.stats,
-                self.pcfg.first_bucket_bytes,
+                None if comm.pairwise() else self.pcfg.first_bucket_bytes,
             )
         if self.buckets is not None:
             self.buckets.enabled = on

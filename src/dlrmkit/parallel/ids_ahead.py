@@ -1,8 +1,9 @@
 """The id all-to-all one batch ahead (torchrec's sparse-dist pipelining, on gloo): while step i
 trains, the ids of batch i+1 travel on a process group of their own, so the step's forward
 starts at the lookups. One-hot ids (the fast path: one all-to-all whose counts every rank
-knows) are launched as an async collective from the main thread and waited for at the next
-step: no Python thread, no hand-off. Jagged ids need two dependent all-to-alls (bag lengths,
+knows) ride in the current step's pooled all-to-all on CPU (ShardedEmbedding.carry: one
+collective fewer a step), or else are launched as an async collective of their own from the main
+thread and waited for at the next step: no Python thread, no hand-off. Jagged ids need two dependent all-to-alls (bag lengths,
 then ids), so a worker thread runs them. Collectives of one group must be issued in the same
 order on every rank: the step's all-to-alls and all-reduces use the default group from the main
 thread, this group's are issued in batch order, on every rank alike. Measured: docs/BENCHMARKS.md
@@ -18,6 +19,7 @@ from typing import Callable, Iterator
 
 import torch.distributed as dist
 
+from dlrmkit.parallel import comm
 from dlrmkit.parallel.sharded_embedding import DistIds, ShardedEmbedding
 
 
@@ -61,7 +63,8 @@ class IdsAhead:
         self.sharded = sharded
         self.group = None  # made at first use (dist.new_group), from the main thread of every rank
         self.pool: DaemonWorker | None = None
-        self.pending: tuple[object, Callable[[], DistIds]] | None = None
+        # (batch, the function returning its exchanged ids, comm.Carried if they ride in a pooled all-to-all)
+        self.pending: tuple[object, Callable[[], DistIds], object] | None = None
 
     @classmethod
     def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
@@ -85,8 +88,39 @@ class IdsAhead:
         else:
             self.drain()
             current = self._start(batch.ids)
-        self.pending = (following, self._start(following.ids)) if following is not None else None
-        return with_ids(batch, current())
+        rides = following is not None and self.sharded.one_hot_fast(following.ids)
+        self.pending = (following, self._start(following.ids), None) if following is not None and not rides else None
+        out = with_ids(batch, current())
+        if rides:  # in this batch's pooled all-to-all when it can carry them, else on their own
+            carried = self.carry(out.ids, following.ids)
+            wait = self._carried(following.ids, carried) if carried is not None else self._start(following.ids)
+            self.pending = (following, wait, carried)
+        return out
+
+    def carry(self, after: DistIds, ids: DistIds) -> comm.Carried | None:
+        """Has one-hot `ids` ride in the pooled all-to-all that `sharded.start(after)` launches,
+        instead of an all-to-all of their own: the Carried whose `received` is then [G, tables of
+        this rank], as exchange_ids returns. None where they cannot ride: blocking mode, or ids on
+        a group of their own (NCCL runs keep them on gloo, pooled embeddings on the GPU)."""
+        sharded = self.sharded
+        sharded.carrying = None
+        if not (sharded.overlap and sharded.cpu_group is None and sharded.device.type == "cpu"):
+            return None
+        data, send_counts = sharded.id_sends(ids.local)
+        recv_counts = [n * len(sharded.id_tables) for n in ids.batch_sizes]
+        sharded.carrying = (after, comm.Carried(data, send_counts, recv_counts, "ids_ahead"))
+        return sharded.carrying[1]
+
+    def _carried(self, ids: DistIds, carried) -> Callable[[], DistIds]:
+        """The function returning `ids` as the pooled all-to-all that carried them delivered
+        them; exchanged then if none did (no forward ran in between: on every rank alike)."""
+
+        def result() -> DistIds:
+            if carried.received is None:
+                return self._exchange(ids)
+            return dataclasses.replace(ids, global_ids=carried.received.view(sum(ids.batch_sizes), -1))
+
+        return result
 
     def _start(self, ids: DistIds) -> Callable[[], DistIds]:
         """Launches the exchange of `ids`; returns the function that waits for it."""
@@ -106,9 +140,9 @@ class IdsAhead:
 
     def drain(self) -> None:
         """Waits for the exchange started ahead (every rank started it) and drops it."""
-        if self.pending is not None:
+        if self.pending is not None and self.pending[2] is None:  # carried ids: nothing in flight
             self.pending[1]()
-            self.pending = None
+        self.pending = None
 
     def close(self) -> None:
         """Waits for the exchange started ahead and ends the worker (before leaving the group)."""

@@ -136,6 +136,7 @@ class ShardedEmbedding(nn.Module):
         )
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
+        self.carrying: tuple | None = None  # (ids, comm.Carried): rides in start(ids) (IdsAhead.carry)
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
         self.cpu_group = None  # process group of the id collectives (CPU tensors); None: the default
 
@@ -239,14 +240,13 @@ class ShardedEmbedding(nn.Module):
     def exchange_started(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids"):
         """The fast path's all-to-all launched (gloo runs it in its own threads): a function
         that waits for it and returns [G, tables of this rank]."""
-        sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
-        send_counts = [len(x) for x in sends]
+        send, send_counts = self.id_sends(local)
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
         if not dist.is_initialized() or self.world_size == 1:
-            out = comm.all_to_all(torch.cat(sends), send_counts, recv_counts, stats=self.stats, kind=kind)
+            out = comm.all_to_all(send, send_counts, recv_counts, stats=self.stats, kind=kind)
             return lambda: out.view(sum(sizes), len(self.id_tables))
         out, wait = comm.all_to_all_started(
-            torch.cat(sends),
+            send,
             send_counts,
             recv_counts,
             None,
@@ -260,6 +260,12 @@ class ShardedEmbedding(nn.Module):
             return out.view(sum(sizes), len(self.id_tables))
 
         return result
+
+    def id_sends(self, local: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """One-hot ids [b, tables] as the fast path sends them: rank by rank, the columns of the
+        tables it holds shards of; and the count for each rank."""
+        sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
+        return torch.cat(sends), [len(x) for x in sends]
 
     def key_bags(
         self, ids: Ids, keys: list[Key], cols: list[int] | None = None
@@ -346,7 +352,8 @@ class ShardedEmbedding(nn.Module):
         """Lookups and the pooled all-to-all of `ids` launched now; forward(ids) (the same ids
         object) then only waits and places the columns. The hybrid-parallel step calls this
         before the model, so the exchange travels while the bottom MLP runs."""
-        self.started = (ids, self._launch(ids))
+        carrying, self.carrying = self.carrying, None
+        self.started = (ids, self._launch(ids, carrying[1] if carrying is not None and carrying[0] is ids else None))
 
     def forward(self, ids: DistIds | Ids) -> torch.Tensor:
         started, self.started = self.started, None
@@ -357,9 +364,10 @@ class ShardedEmbedding(nn.Module):
             started = None
         return self._finish(*(started[1] if started is not None else self._launch(ids)))
 
-    def _launch(self, ids: DistIds | Ids) -> tuple:
-        """Id exchange (unless done ahead), local lookups, and the pooled all-to-all launched:
-        (local ids, local batch, received buffer or None, its waits, early-launch arguments)."""
+    def _launch(self, ids: DistIds | Ids, carry: comm.Carried | None = None) -> tuple:
+        """Id exchange (unless done ahead), local lookups, and the pooled all-to-all launched,
+        with `carry` in it: (local ids, local batch, received buffer or None, its waits,
+        early-launch arguments)."""
         if not isinstance(ids, DistIds):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
@@ -391,7 +399,7 @@ class ShardedEmbedding(nn.Module):
         late = self.overlap and len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
         waits: list | None = [] if self.overlap else None
         early: dict = {}
-        flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early)
+        flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early, carry)
         if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.LaunchBackward)
             return local, l, flat, waits, (early, send, recv)
         return local, l, flat, waits or [], None
