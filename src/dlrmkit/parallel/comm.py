@@ -75,8 +75,8 @@ class Carried:
     """Data that rides in another all-to-all instead of a collective of its own (the next
     batch's ids in the pooled one: on 2 bound CPU ranks each collective costs about 0.5 ms of
     wake-ups and syscalls). `data`: 1-D, `send_counts` of it to each rank, `recv_counts` from
-    each; its element size a multiple of the wire's, whose bytes it is sent as. `received`: what
-    arrived, rank by rank, once the carrying all-to-all was waited for (None until then)."""
+    each, any dtype (the collective moves bytes). `received`: what arrived, rank by rank, once
+    the carrying all-to-all was waited for (None until then)."""
 
     data: torch.Tensor
     send_counts: list[int]
@@ -100,19 +100,23 @@ def _launch(
     carry: Carried | None = None,
 ):
     """The one all-to-all launch behind `all_to_all` (waited at once) and `all_to_all_started`.
-    A carried payload goes after each destination's block, as the wire dtype's bytes."""
+    A carried payload goes after each destination's block."""
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
-    sends, recvs, c_recv = send_counts, recv_counts, []
-    if carry is not None:
-        k = carry.data.element_size() // wire.element_size()
-        c_send, c_recv = [c * k for c in carry.send_counts], [c * k for c in carry.recv_counts]
-        extra = carry.data.contiguous().view(wire.dtype)
-        wire = torch.cat(_interleave(wire.split(send_counts), extra.split(c_send)))
-        sends = [a + b for a, b in zip(send_counts, c_send)]
-        recvs = [a + b for a, b in zip(recv_counts, c_recv)]
-    out = torch.empty(sum(recvs), dtype=wire.dtype, device=flat.device)
-    work = dist.all_to_all_single(out, wire, recvs, sends, group=group, async_op=True)
+    sends, recvs, send = send_counts, recv_counts, wire
+    if carry is not None:  # both as bytes: each destination's block, then its carried part
+        es, ce = wire.element_size(), carry.data.element_size()
+        base_recv, c_recv = [c * es for c in recv_counts], [c * ce for c in carry.recv_counts]
+        send = torch.cat(
+            _interleave(
+                wire.view(torch.uint8).split([c * es for c in send_counts]),
+                carry.data.contiguous().view(torch.uint8).split([c * ce for c in carry.send_counts]),
+            )
+        )
+        sends = [a * es + b * ce for a, b in zip(send_counts, carry.send_counts)]
+        recvs = [a + b for a, b in zip(base_recv, c_recv)]
+    out = torch.empty(sum(recvs), dtype=send.dtype, device=flat.device)
+    work = dist.all_to_all_single(out, send, recvs, sends, group=group, async_op=True)
     separate = out.dtype != flat.dtype or carry is not None
     result = torch.empty(sum(recv_counts), dtype=flat.dtype, device=flat.device) if separate else out
     if stats is not None:
@@ -121,17 +125,17 @@ def _launch(
         if carry is not None:
             stats.add(carry.kind, (sum(carry.send_counts) - carry.send_counts[me]) * carry.data.element_size())
 
-    def wait(keep=wire) -> None:  # `keep`: the send buffer lives until the collective is done
+    def wait(keep=send) -> None:  # `keep`: the send buffer lives until the collective is done
         t0 = time.perf_counter()
         with record_function(f"all_to_all wait ({kind})"):  # waits show in profiles as all-to-all
             work.wait()
         if carry is not None:
-            parts = out.split(_interleave(recv_counts, c_recv))
+            parts = out.split(_interleave(base_recv, c_recv))
             carry.received = torch.cat(parts[1::2]).view(carry.data.dtype)
-            if result.dtype == out.dtype:
-                torch.cat(parts[0::2], out=result)
+            if result.dtype == wire.dtype:
+                torch.cat(parts[0::2], out=result.view(torch.uint8))
             else:
-                result.copy_(torch.cat(parts[0::2]))
+                result.copy_(torch.cat(parts[0::2]).view(wire.dtype))
         elif result is not out:
             result.copy_(out)
         if stats is not None:
@@ -184,7 +188,9 @@ class AllToAll(torch.autograd.Function):
             started = all_to_all_started(grad, ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd")
         if started is not None:
             back, wait = started
-            if ctx.async_backward:
+            if wait is None:  # rides in the dense gradients' exchange, which fills `back` (Riders)
+                pass
+            elif ctx.async_backward:
                 torch.autograd.Variable._execution_engine.queue_callback(wait)
             else:
                 wait()
@@ -213,9 +219,16 @@ class LaunchBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        ctx.early["started"] = all_to_all_started(
-            grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd"
-        )
+        riders = ctx.early.get("riders")
+        if riders is not None:  # no collective of its own: rides in the dense gradients' exchange
+            carried = Carried(grad.contiguous(), ctx.recv_counts, ctx.send_counts, "pooled_bwd")
+            back = torch.empty(sum(ctx.send_counts), dtype=grad.dtype, device=grad.device)
+            riders.append((carried, back))
+            ctx.early["started"] = (back, None)
+        else:
+            ctx.early["started"] = all_to_all_started(
+                grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.dtype, ctx.stats, "pooled_bwd"
+            )
         return grad, None, None, None, None, None
 
 
@@ -270,30 +283,39 @@ def pairwise(group=None) -> bool:
 
 
 def sum_started(
-    flat: torch.Tensor, dtype: torch.dtype | None = None, stats: CommStats | None = None, group=None
+    flat: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    stats: CommStats | None = None,
+    group=None,
+    carry: Carried | None = None,
 ) -> Callable[[], None]:
     """Launches the sum of 1-D `flat` over the ranks of `group`, in place; returns the wait, after
     which `flat` holds the sum. `dtype`: the wire format. Two gloo ranks send each other their
     whole buffer in one all-to-all and add: gloo's all-reduce is a ring of two rounds cut in
     segments, 1.5-2.8 ms for 4 KiB to 2 MiB against 0.5-1.2 ms for this exchange of the same
     bytes (ranks bound to a core each, docs/BENCHMARKS.md), and a + b == b + a bitwise, so both
-    ranks hold the same sum. Otherwise (NCCL, more ranks) torch's all-reduce."""
+    ranks hold the same sum; `carry` may ride in that exchange. Otherwise (NCCL, more ranks)
+    torch's all-reduce, and no `carry`."""
     wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
     if stats is not None:
         stats.add("allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size(group)))
     if pairwise(group):
-        peer = torch.empty_like(wire)
         splits = [0, wire.numel()] if dist.get_rank(group) == 0 else [wire.numel(), 0]
-        work = dist.all_to_all_single(peer, wire, splits, splits, group=group, async_op=True)
+        peer, work = _launch(wire, splits, splits, None, None, "allreduce", group, carry)
+        if stats is not None and carry is not None:
+            me = dist.get_rank(group)
+            stats.add(carry.kind, (sum(carry.send_counts) - carry.send_counts[me]) * carry.data.element_size())
 
         def wait_pair() -> None:
-            work.wait()
+            work()
             if wire is flat:
                 flat.add_(peer)
             else:  # summed in flat's dtype: both ranks add the same two rounded values
                 torch.add(wire.to(flat.dtype), peer.to(flat.dtype), out=flat)
 
         return wait_pair
+    if carry is not None:
+        raise ValueError("only a pairwise exchange carries other data")
     work = dist.all_reduce(wire, group=group, async_op=True)
 
     def wait() -> None:

@@ -52,6 +52,9 @@ class GradBuckets:
         self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
         self.ready = [0] * len(self.buckets)
         self.works: list = []
+        # (comm.Carried, buffer it fills): the pooled gradients' all-to-all, riding in the last
+        # bucket's exchange (comm.LaunchBackward appends it; HybridParallel decides when it may)
+        self.riders: list[tuple] = []
         self.enabled = True
         for p in params:
             p.register_post_accumulate_grad_hook(self._hook)
@@ -64,14 +67,14 @@ class GradBuckets:
         if self.ready[b] == len(self.buckets[b]) and b != len(self.buckets) - 1:
             self._launch(b)
 
-    def _launch(self, b: int, extras: list[torch.Tensor] = ()) -> None:
+    def _launch(self, b: int, extras: list[torch.Tensor] = (), carry: comm.Carried | None = None) -> None:
         ps = self.buckets[b]
         flat = torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
             + [t.reshape(-1) for t in extras]
         )
         self.ready[b] = -1  # launched
-        self.works.append((b, flat, list(extras), comm.sum_started(flat, self.dtype, self.stats)))
+        self.works.append((b, flat, list(extras), comm.sum_started(flat, self.dtype, self.stats, carry=carry)))
 
     def launch_pending(self, extras: list[torch.Tensor] = ()) -> list[torch.Tensor]:
         """Launches the buckets not launched yet (no wait); `extras` go with the last bucket
@@ -85,7 +88,7 @@ class GradBuckets:
             return list(extras)
         grad_dtype = self.buckets[last][0].dtype if self.buckets[last] else torch.float32
         fused = [t for t in extras if t.dtype == grad_dtype and self.dtype is None]
-        self._launch(last, fused)
+        self._launch(last, fused, self.riders[0][0] if self.riders else None)
         return [t for t in extras if not any(t is f for f in fused)]
 
     def finish(self) -> None:
@@ -102,5 +105,7 @@ class GradBuckets:
             for t in extras:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
+        for carried, back in self.riders:
+            back.copy_(carried.received)
         self.stats.add("allreduce", 0, time.perf_counter() - t0)  # exposed (not overlapped) time
-        self.works, self.ready = [], [0] * len(self.buckets)
+        self.works, self.ready, self.riders[:] = [], [0] * len(self.buckets), []

@@ -128,6 +128,10 @@ class HybridParallel:
         if self.buckets is not None:
             self.buckets.enabled = on
         self.sharded.overlap = on
+        # two gloo ranks: backward's pooled all-to-all rides in the dense gradients' exchange (one
+        # collective fewer; what it could overlap shares the rank's core anyway)
+        rides = on and self.buckets is not None and comm.pairwise() and self.pcfg.comm_dtype is None
+        self.sharded.riders = self.buckets.riders if rides else None
 
     def to_device(self, batch):
         """`batch` with dense features and labels on this rank's device (ids stay for the exchange)."""
@@ -196,6 +200,7 @@ class HybridParallel:
         self.stats.add("backward", 0, time.perf_counter() - t0)
         reps, rep_grads = self.replicated_grads()
         rep_rest = None
+        riding = overlapped and bool(self.buckets.riders)  # tables' gradients arrive with the dense ones
         if overlapped:
             rest = self.buckets.launch_pending([total] + rep_grads)
             if any(t is total for t in rest):  # a wire dtype would round the loss: its own collective
@@ -208,13 +213,13 @@ class HybridParallel:
             if self.overlapping and not any(id(p) in reduced for g in o.param_groups for p in g["params"])
         ]
         gated = gate_early and loss_ok is not None
-        finished = overlapped and gated and work is None
+        finished = overlapped and ((gated and work is None) or riding)
         if finished:
-            self.buckets.finish()  # the loss decides before any update
+            self.buckets.finish()  # the loss decides before any update; riding, the tables need it
         if work is not None:
             with record_function("allreduce wait (loss)"):
                 work.wait()
-        known = work is not None or (overlapped and gated) or self.ctx.world_size == 1
+        known = work is not None or finished or self.ctx.world_size == 1
         go = loss_ok is None or not known or loss_ok(total[0] / global_batch)
         t0 = time.perf_counter()
         for opt in early if go and (known or bool(torch.isfinite(loss_sum))) else []:
