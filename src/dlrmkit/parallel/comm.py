@@ -199,6 +199,12 @@ class AllToAll(torch.autograd.Function):
         return back.view(ctx.shape), None, None, None, None, None, None, None, None
 
 
+# backward's pooled gradients ride in the dense gradients' exchange up to this size: a collective
+# fewer pays at small batches (criteo-kaggle, batch 128: 106 KiB); larger ones travel alone, during
+# the bottom MLP's backward (`small` at batch 2048: 13 MiB)
+RIDE_MAX_BYTES = 1 << 20
+
+
 class LaunchBackward(torch.autograd.Function):
     """Identity whose backward starts AllToAll's backward exchange of the gradient (into the
     `early` dict the AllToAll node reads). Applied to AllToAll's output where it is consumed,
@@ -220,7 +226,8 @@ class LaunchBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         riders = ctx.early.get("riders")
-        if riders is not None:  # no collective of its own: rides in the dense gradients' exchange
+        if riders is not None and grad.numel() * grad.element_size() <= RIDE_MAX_BYTES:
+            # no collective of its own: rides in the dense gradients' exchange
             carried = Carried(grad.contiguous(), ctx.recv_counts, ctx.send_counts, "pooled_bwd")
             back = torch.empty(sum(ctx.send_counts), dtype=grad.dtype, device=grad.device)
             riders.append((carried, back))
