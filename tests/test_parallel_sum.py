@@ -34,6 +34,21 @@ def test_sum_over_ranks_is_the_same_on_every_rank(world, tmp_path):
         torch.testing.assert_close(got[r]["buckets"][1], b, rtol=1e-6, atol=1e-6)
         # bytes counted as a ring all-reduce's: 2 (N-1)/N of the 4,000-byte buffer
         assert got[r]["fp32_bytes"] == 2 * (world - 1) * 4000 // world
+        if world == 2:  # the tail: not summed, handed to the peer
+            routed, received = got[r]["routed"]
+            torch.testing.assert_close(routed[:50], sum(buffers(50, 50, world)), rtol=1e-6, atol=1e-6)
+            assert torch.equal(received, torch.arange(5.0 - 2 * r) + 200 - 100 * r)
+            for name in ("rides", "alone"):  # the riders' exchange: rank r gets [0..1] or [2..4] of each
+                grad, back, calls = got[r][name]
+                torch.testing.assert_close(grad, sum(buffers(4, 60, world)), rtol=1e-6, atol=1e-6)
+                want = torch.cat(
+                    [
+                        (torch.arange(5.0) + 10 * src)[:2] if r == 0 else (torch.arange(5.0) + 10 * src)[2:]
+                        for src in range(2)
+                    ]
+                )
+                assert torch.equal(back.float(), want), (name, back)
+                assert calls == ["all_to_all_single"] * (1 if name == "rides" else 2), calls
     # two gloo ranks: one all-to-all per sum and no all-reduce; three: all-reduces only
     expected = {2: {"all_to_all_single"}, 3: {"all_reduce"}}[world]
-    assert set(got[0]["calls"]) == expected and len(got[0]["calls"]) == 4, got[0]["calls"]
+    assert set(got[0]["calls"]) == expected and len(got[0]["calls"]) == 4 + 4 * (world == 2), got[0]["calls"]

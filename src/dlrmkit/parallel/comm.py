@@ -75,8 +75,9 @@ class Carried:
     """Data that rides in another all-to-all instead of a collective of its own (the next
     batch's ids in the pooled one: on 2 bound CPU ranks each collective costs about 0.5 ms of
     wake-ups and syscalls). `data`: 1-D, `send_counts` of it to each rank, `recv_counts` from
-    each, any dtype (the collective moves bytes). `received`: what arrived, rank by rank, once
-    the carrying all-to-all was waited for (None until then)."""
+    each; its element size a multiple of the wire's, whose elements its bytes travel as.
+    `received`: what arrived, rank by rank, once the carrying all-to-all was waited for (None
+    until then)."""
 
     data: torch.Tensor
     send_counts: list[int]
@@ -104,17 +105,12 @@ def _launch(
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
     sends, recvs, send = send_counts, recv_counts, wire
-    if carry is not None:  # both as bytes: each destination's block, then its carried part
-        es, ce = wire.element_size(), carry.data.element_size()
-        base_recv, c_recv = [c * es for c in recv_counts], [c * ce for c in carry.recv_counts]
-        send = torch.cat(
-            _interleave(
-                wire.view(torch.uint8).split([c * es for c in send_counts]),
-                carry.data.contiguous().view(torch.uint8).split([c * ce for c in carry.send_counts]),
-            )
-        )
-        sends = [a * es + b * ce for a, b in zip(send_counts, carry.send_counts)]
-        recvs = [a + b for a, b in zip(base_recv, c_recv)]
+    if carry is not None:  # each destination's block, then its carried part (as the wire dtype's elements)
+        k = carry.data.element_size() // wire.element_size()
+        c_send, c_recv = [c * k for c in carry.send_counts], [c * k for c in carry.recv_counts]
+        send = torch.cat(_interleave(wire.split(send_counts), carry.data.contiguous().view(wire.dtype).split(c_send)))
+        sends = [a + b for a, b in zip(send_counts, c_send)]
+        recvs = [a + b for a, b in zip(recv_counts, c_recv)]
     out = torch.empty(sum(recvs), dtype=send.dtype, device=flat.device)
     work = dist.all_to_all_single(out, send, recvs, sends, group=group, async_op=True)
     separate = out.dtype != flat.dtype or carry is not None
@@ -130,12 +126,12 @@ def _launch(
         with record_function(f"all_to_all wait ({kind})"):  # waits show in profiles as all-to-all
             work.wait()
         if carry is not None:
-            parts = out.split(_interleave(base_recv, c_recv))
+            parts = out.split(_interleave(recv_counts, c_recv))
             carry.received = torch.cat(parts[1::2]).view(carry.data.dtype)
-            if result.dtype == wire.dtype:
-                torch.cat(parts[0::2], out=result.view(torch.uint8))
+            if result.dtype == out.dtype:
+                torch.cat(parts[0::2], out=result)
             else:
-                result.copy_(torch.cat(parts[0::2]).view(wire.dtype))
+                result.copy_(torch.cat(parts[0::2]))
         elif result is not out:
             result.copy_(out)
         if stats is not None:
@@ -227,10 +223,10 @@ class LaunchBackward(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         riders = ctx.early.get("riders")
         if riders is not None and grad.numel() * grad.element_size() <= RIDE_MAX_BYTES:
-            # no collective of its own: rides in the dense gradients' exchange
+            # no collective of its own: rides in the dense gradients' exchange (GradBuckets.riders)
             carried = Carried(grad.contiguous(), ctx.recv_counts, ctx.send_counts, "pooled_bwd")
             back = torch.empty(sum(ctx.send_counts), dtype=grad.dtype, device=grad.device)
-            riders.append((carried, back))
+            riders.append((carried, back, ctx.stats))
             ctx.early["started"] = (back, None)
         else:
             ctx.early["started"] = all_to_all_started(
@@ -294,34 +290,39 @@ def sum_started(
     dtype: torch.dtype | None = None,
     stats: CommStats | None = None,
     group=None,
-    carry: Carried | None = None,
-) -> Callable[[], None]:
+    tail: tuple[int, int] = (0, 0),
+) -> Callable[[], torch.Tensor | None]:
     """Launches the sum of 1-D `flat` over the ranks of `group`, in place; returns the wait, after
     which `flat` holds the sum. `dtype`: the wire format. Two gloo ranks send each other their
     whole buffer in one all-to-all and add: gloo's all-reduce is a ring of two rounds cut in
     segments, 1.5-2.8 ms for 4 KiB to 2 MiB against 0.5-1.2 ms for this exchange of the same
     bytes (ranks bound to a core each, docs/BENCHMARKS.md), and a + b == b + a bitwise, so both
-    ranks hold the same sum; `carry` may ride in that exchange. Otherwise (NCCL, more ranks)
-    torch's all-reduce, and no `carry`."""
+    ranks hold the same sum. Otherwise (NCCL, more ranks) torch's all-reduce. `tail`: (last
+    elements of `flat` sent to the peer, not summed; elements the peer sends so): data riding in
+    a pairwise exchange, which the wait returns (None without a tail)."""
     wire = flat if dtype is None or dtype == flat.dtype else flat.to(dtype)
+    n = flat.numel() - tail[0]
     if stats is not None:
-        stats.add("allreduce", ring_bytes(wire.numel() * wire.element_size(), dist.get_world_size(group)))
+        stats.add("allreduce", ring_bytes(n * wire.element_size(), dist.get_world_size(group)))
     if pairwise(group):
-        splits = [0, wire.numel()] if dist.get_rank(group) == 0 else [wire.numel(), 0]
-        peer, work = _launch(wire, splits, splits, None, None, "allreduce", group, carry)
-        if stats is not None and carry is not None:
-            me = dist.get_rank(group)
-            stats.add(carry.kind, (sum(carry.send_counts) - carry.send_counts[me]) * carry.data.element_size())
+        peer = torch.empty(n + tail[1], dtype=wire.dtype, device=wire.device)
+        first = dist.get_rank(group) == 0
+        sends, recvs = (
+            [0, wire.numel()] if first else [wire.numel(), 0],
+            [0, peer.numel()] if first else [peer.numel(), 0],
+        )
+        work = dist.all_to_all_single(peer, wire, recvs, sends, group=group, async_op=True)
 
-        def wait_pair() -> None:
-            work()
+        def wait_pair() -> torch.Tensor | None:
+            work.wait()
             if wire is flat:
-                flat.add_(peer)
+                flat[:n].add_(peer[:n])
             else:  # summed in flat's dtype: both ranks add the same two rounded values
-                torch.add(wire.to(flat.dtype), peer.to(flat.dtype), out=flat)
+                torch.add(wire[:n].to(flat.dtype), peer[:n].to(flat.dtype), out=flat[:n])
+            return peer[n:] if tail != (0, 0) else None
 
         return wait_pair
-    if carry is not None:
+    if tail != (0, 0):
         raise ValueError("only a pairwise exchange carries other data")
     work = dist.all_reduce(wire, group=group, async_op=True)
 

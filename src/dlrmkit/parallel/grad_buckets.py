@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.distributed as dist
 from torch.profiler import record_function
 
 from dlrmkit.parallel import comm
@@ -54,7 +55,8 @@ class GradBuckets:
         self.works: list = []
         # (comm.Carried, buffer it fills): the pooled gradients' all-to-all, riding in the last
         # bucket's exchange (comm.LaunchBackward appends it; HybridParallel decides when it may)
-        self.riders: list[tuple] = []
+        self.riders: list[tuple] = []  # (comm.Carried, buffer it fills, stats)
+        self.alone: list[tuple] = []  # riders that could not ride: (result, wait, buffer)
         self.enabled = True
         for p in params:
             p.register_post_accumulate_grad_hook(self._hook)
@@ -67,19 +69,28 @@ class GradBuckets:
         if self.ready[b] == len(self.buckets[b]) and b != len(self.buckets) - 1:
             self._launch(b)
 
-    def _launch(self, b: int, extras: list[torch.Tensor] = (), carry: comm.Carried | None = None) -> None:
+    def _launch(self, b: int, extras: list[torch.Tensor] = (), rider: tuple | None = None) -> None:
+        """Flattens bucket `b` (and `extras`) and launches its sum; a `rider` (the pooled
+        gradients' exchange, two ranks) goes after them to the peer, unsummed."""
         ps = self.buckets[b]
-        flat = torch.cat(
-            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
-            + [t.reshape(-1) for t in extras]
-        )
+        pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
+        pieces += [t.reshape(-1) for t in extras]
+        tail = (0, 0)
+        if rider is not None:
+            carried, _, stats = rider
+            peer = 1 - dist.get_rank()
+            pieces.append(carried.data.split(carried.send_counts)[peer])
+            tail = (carried.send_counts[peer], carried.recv_counts[peer])
+            if stats is not None:
+                stats.add(carried.kind, tail[0] * carried.data.element_size())
+        flat = torch.cat(pieces)
         self.ready[b] = -1  # launched
-        self.works.append((b, flat, list(extras), comm.sum_started(flat, self.dtype, self.stats, carry=carry)))
+        self.works.append((b, flat, list(extras), comm.sum_started(flat, self.dtype, self.stats, tail=tail), rider))
 
     def launch_pending(self, extras: list[torch.Tensor] = ()) -> list[torch.Tensor]:
         """Launches the buckets not launched yet (no wait); `extras` go with the last bucket
-        when their dtype is its gradients' and no wire dtype rounds them. Returns the extras
-        left for the caller to reduce."""
+        when their dtype is its gradients' and no wire dtype rounds them, and so does a rider
+        (else it takes an all-to-all of its own). Returns the extras left for the caller."""
         last = len(self.buckets) - 1
         for b in range(last):
             if self.ready[b] != -1:
@@ -88,15 +99,24 @@ class GradBuckets:
             return list(extras)
         grad_dtype = self.buckets[last][0].dtype if self.buckets[last] else torch.float32
         fused = [t for t in extras if t.dtype == grad_dtype and self.dtype is None]
-        self._launch(last, fused, self.riders[0][0] if self.riders else None)
+        rider = None
+        for carried, back, stats in self.riders:
+            if carried.data.dtype == grad_dtype and self.dtype is None and rider is None:
+                rider = (carried, back, stats)
+            else:  # cannot ride: its own all-to-all, waited for in finish()
+                out, wait = comm.all_to_all_started(
+                    carried.data, carried.send_counts, carried.recv_counts, None, stats, carried.kind
+                )
+                self.alone.append((out, wait, back))
+        self._launch(last, fused, rider)
         return [t for t in extras if not any(t is f for f in fused)]
 
     def finish(self) -> None:
         self.launch_pending()
         t0 = time.perf_counter()
-        for b, flat, extras, wait in self.works:
+        for b, flat, extras, wait, rider in self.works:
             with record_function("allreduce wait (gradient bucket)"):  # shows in profiles as all-reduce
-                wait()
+                received = wait()
             offset = 0
             for p in self.buckets[b]:
                 n = p.numel()
@@ -105,7 +125,14 @@ class GradBuckets:
             for t in extras:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
-        for carried, back in self.riders:
-            back.copy_(carried.received)
+            if rider is not None:  # the pooled gradients, rank by rank: ours kept, the peer's received
+                carried, back, _ = rider
+                me = dist.get_rank()
+                blocks = list(back.split(carried.recv_counts))
+                blocks[me].copy_(carried.data.split(carried.send_counts)[me])
+                blocks[1 - me].copy_(received)
+        for out, wait, back in self.alone:
+            wait()
+            back.copy_(out)
         self.stats.add("allreduce", 0, time.perf_counter() - t0)  # exposed (not overlapped) time
-        self.works, self.ready, self.riders[:] = [], [0] * len(self.buckets), []
+        self.works, self.ready, self.riders[:], self.alone = [], [0] * len(self.buckets), [], []
