@@ -206,12 +206,7 @@ class HybridParallel:
             if any(t is total for t in rest):  # a wire dtype would round the loss: its own collective
                 work = dist.all_reduce(total, async_op=True)
             rep_rest = [t for t in rest if t is not total]
-        reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
-        early = [
-            o
-            for o in optimizers
-            if self.overlapping and not any(id(p) in reduced for g in o.param_groups for p in g["params"])
-        ]
+        early = self.early_optimizers(optimizers, reps) if self.overlapping else []
         gated = gate_early and loss_ok is not None
         finished = overlapped and ((gated and work is None) or riding)
         if finished:
@@ -235,6 +230,17 @@ class HybridParallel:
                 opt.step()
         self.stats.add("optimizer", 0, time.perf_counter() - t0)
         return loss
+
+    def early_optimizers(self, optimizers: list, reps: list) -> list:
+        """The optimizers whose parameters take no sum over ranks (the model-parallel tables'):
+        they may step before the dense gradients' sum lands. Kept per optimizer list, not found
+        by walking every module's parameters each step (small steps feel Python's overhead)."""
+        key = (tuple(map(id, optimizers)), tuple(map(id, reps)))
+        if getattr(self, "_early", (None,))[0] != key:
+            reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
+            early = [o for o in optimizers if not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
+            self._early = (key, early)
+        return self._early[1]
 
     def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
         """The replicated tables and their gradients as dense tensors (summed over ranks in place)."""
