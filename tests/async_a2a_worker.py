@@ -59,11 +59,14 @@ for name in ("async", "blocking"):
         "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
         "dense": [p.detach().clone() for p in model.dense_parameters()],
     }
-# one-hot ids: the next batch's ride in the pooled all-to-all ("carried") or go alone ("own")
-for name in ("carried", "own"):
+# one-hot ids: the next batch's ride in the pooled all-to-all ("carried") or go alone ("own");
+# "no_buckets": overlapped, but the dense gradients summed after backward, as a caller that turns
+# the buckets off (an A/B against DDP) does: backward's exchange must then not ride in them
+for name in ("carried", "own", "no_buckets"):
     model = DLRM(cfg)
     model.reset_parameters(0)
     par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "carried")
+    par.buckets.enabled = name != "no_buckets"
     opts = build_optimizers(model, "sgd", 0.5)
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1, one_hot=True):

@@ -130,8 +130,8 @@ class HybridParallel:
         self.sharded.overlap = on
         # two gloo ranks: backward's pooled all-to-all rides in the dense gradients' exchange (one
         # collective fewer; what it could overlap shares the rank's core anyway)
-        rides = on and self.buckets is not None and comm.pairwise() and self.pcfg.comm_dtype is None
-        self.sharded.riders = self.buckets.riders if rides else None
+        rides = self.buckets is not None and comm.pairwise() and self.pcfg.comm_dtype is None
+        self.sharded.rider_sink = self.buckets if rides else None
 
     def to_device(self, batch):
         """`batch` with dense features and labels on this rank's device (ids stay for the exchange)."""

@@ -137,7 +137,7 @@ class ShardedEmbedding(nn.Module):
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
         self.carrying: tuple | None = None  # (ids, comm.Carried): rides in start(ids) (IdsAhead.carry)
-        self.riders: list | None = None  # where backward's exchange goes to ride (GradBuckets.riders)
+        self.rider_sink = None  # a GradBuckets whose exchange backward's may ride in (HybridParallel)
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
         self.cpu_group = None  # process group of the id collectives (CPU tensors); None: the default
 
@@ -399,7 +399,8 @@ class ShardedEmbedding(nn.Module):
         # the tables' backward (views only), so it may still be in flight there
         late = self.overlap and len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
         waits: list | None = [] if self.overlap else None
-        early: dict = {} if not late or self.riders is None else {"riders": self.riders}
+        sink = self.rider_sink  # only while it sums the dense gradients (a disabled one never would)
+        early: dict = {"riders": sink.riders} if late and sink is not None and sink.enabled else {}
         flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early, carry)
         if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.LaunchBackward)
             return local, l, flat, waits, (early, send, recv)
