@@ -1,6 +1,7 @@
 """Dense gradients summed over ranks while backward runs: parameters in buckets, each bucket's
-async all-reduce launched as soon as its gradients are complete (the last one with the loss sum
-and the replicated tables' gradients), and the summed replicated gradients made sparse again."""
+async sum (comm.sum_started) launched as soon as its gradients are complete (the last one with
+the loss sum, the replicated tables' gradients and, on two ranks, the pooled gradients riding
+along), and the summed replicated gradients made sparse again."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ class GradBuckets:
     bucket (the first layers, whose gradients come last) waits for `launch_pending(extras)` at
     the end of backward, which launches it with `extras` (the loss sum, replicated tables'
     gradients) in the same collective: one all-reduce fewer per extra, and on a busy CPU each
-    collective costs a round of wake-ups on both ranks. `finish` waits for all of them and
-    writes the summed extras back in place."""
+    collective costs a round of wake-ups on both ranks. `riders` (two ranks) are pooled
+    gradients sent to the peer unsummed in that exchange. `finish` waits for all of them, writes
+    the summed extras back in place and fills the riders' buffers."""
 
     def __init__(
         self,
