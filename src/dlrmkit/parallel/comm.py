@@ -54,22 +54,6 @@ def all_to_all(
     return out
 
 
-def all_to_all_started(
-    x: torch.Tensor,
-    send_counts: list[int],
-    recv_counts: list[int],
-    dtype: torch.dtype | None,
-    stats: CommStats | None,
-    kind: str,
-    group=None,
-    carry: "Carried | None" = None,
-):
-    """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
-    received elements only after wait() returns; wait() also records the exposed seconds.
-    `carry`: other data riding in the same collective (Carried)."""
-    return _launch(x, send_counts, recv_counts, dtype, stats, kind, group, carry)
-
-
 @dataclass
 class Carried:
     """Data that rides in another all-to-all instead of a collective of its own (the next
@@ -90,7 +74,7 @@ def _interleave(a, b) -> list:
     return [t for pair in zip(a, b) for t in pair]
 
 
-def _launch(
+def all_to_all_started(
     x: torch.Tensor,
     send_counts: list[int],
     recv_counts: list[int],
@@ -100,8 +84,9 @@ def _launch(
     group=None,
     carry: Carried | None = None,
 ):
-    """The one all-to-all launch behind `all_to_all` (waited at once) and `all_to_all_started`.
-    A carried payload goes after each destination's block."""
+    """`all_to_all` launched asynchronously: (result buffer, wait). The buffer holds the
+    received elements only after wait() returns; wait() also records the exposed seconds.
+    `carry`: other data riding in the same collective (Carried), after each destination's block."""
     flat = x.reshape(-1)
     wire = (flat if dtype is None or dtype == flat.dtype else flat.to(dtype)).contiguous()
     sends, recvs, send = send_counts, recv_counts, wire
@@ -138,6 +123,9 @@ def _launch(
             stats.add(kind, 0, time.perf_counter() - t0)
 
     return result, wait
+
+
+_launch = all_to_all_started  # all_to_all's own launch (instrumenting the public name sees only async ones)
 
 
 class AllToAll(torch.autograd.Function):

@@ -97,6 +97,7 @@ class HybridParallel:
         self.buckets = None
         self.ahead = None
         self.steps_taken = 0  # steps this process took (not those before a resume)
+        self._early: tuple = (None, [])  # (optimizer and replica ids, the optimizers that step early)
         # False: the loss check can only raise, not skip a step, so tables step before it is known
         self.gate_early = True
         if self.pcfg.ids_ahead:
@@ -236,7 +237,7 @@ class HybridParallel:
         they may step before the dense gradients' sum lands. Kept per optimizer list, not found
         by walking every module's parameters each step (small steps feel Python's overhead)."""
         key = (tuple(map(id, optimizers)), tuple(map(id, reps)))
-        if getattr(self, "_early", (None,))[0] != key:
+        if self._early[0] != key:
             reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
             early = [o for o in optimizers if not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
             self._early = (key, early)
