@@ -8,14 +8,18 @@ a second apart; the median over pairs is the figure.
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 benchmarks/parallel_pingpong.py --pairs 30
 
 Rank 1's CPU time while it waits is printed: a spinning wait would slow the single-process
-windows and flatter the ratio (gloo's barrier blocks in a socket read; the figure shows it).
+windows and flatter the ratio (gloo's barrier blocks in a socket read; the figure shows it). So
+is each rank's CPU per 2-rank step, split into its main thread and gloo's threads (Linux /proc):
+what a rank's one core spends on compute and Python against communication.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
+import threading
 import time
 
 import torch
@@ -49,6 +53,24 @@ def set_affinity(cores: set[int]) -> None:
             os.sched_setaffinity(int(tid), cores)
         except OSError:  # a thread that just ended
             pass
+
+
+def thread_cpu() -> collections.Counter:
+    """CPU seconds so far of this process's threads by kind: "main" (the caller's thread), "gloo"
+    (gloo's transport and work threads), "other"; empty where /proc has no per-thread stat."""
+    out: collections.Counter = collections.Counter()
+    tick, main = os.sysconf("SC_CLK_TCK"), threading.get_native_id()
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the name: state, ppid, ...
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read()
+        except OSError:  # a thread that just ended
+            continue
+        kind = "main" if int(tid) == main else "gloo" if "gloo" in name else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return out
 
 
 def window(step, batches, steps: int, start: int) -> float:
@@ -187,12 +209,15 @@ def main() -> None:
     window(par_step, par_batches, a.warmup, 0)
 
     ratios, singles, pairs_rates, idle_cpu = [], [], [], []
+    par_cpu, par_wall = collections.Counter(), 0.0  # this rank's CPU by thread kind in 2-rank windows
     for i in range(a.pairs):
         dist.barrier()
         if rank == 0:
             torch.set_num_threads(a.single_threads)
             one = a.batch_size * a.steps / window(single_step, single_batches, a.steps, i * a.steps)
             torch.set_num_threads(1)
+            # OpenMP's idle worker spins a while before it sleeps: not on rank 0's core in the 2-rank window
+            time.sleep(0.02)
             dist.barrier()
         else:
             c0, w0 = time.process_time(), time.perf_counter()
@@ -202,7 +227,11 @@ def main() -> None:
         cores = os.sched_getaffinity(0)
         if a.pin:
             set_affinity({sorted(cores)[rank % len(cores)]})
-        two = a.batch_size * a.steps / window(par_step, par_batches, a.steps, i * a.steps)
+        cpu0 = thread_cpu()
+        seconds = window(par_step, par_batches, a.steps, i * a.steps)
+        par_cpu.update(thread_cpu() - cpu0)
+        par_wall += seconds
+        two = a.batch_size * a.steps / seconds
         if a.pin:
             set_affinity(cores)
         dist.barrier()
@@ -221,6 +250,8 @@ def main() -> None:
         )
     cpu = torch.tensor([statistics.median(idle_cpu) if idle_cpu else 0.0])
     dist.all_reduce(cpu)
+    per_rank = [None] * 2
+    dist.all_gather_object(per_rank, (dict(par_cpu), par_wall))
     if rank == 0:
         print(
             f"{a.model} batch {a.batch_size}, {a.pairs} pairs of {a.steps}-step windows: median single "
@@ -230,6 +261,13 @@ def main() -> None:
             f"{' '.join(f'{q:.3f}' for q in statistics.quantiles(ratios, n=4)) if len(ratios) > 1 else '-'}); rank 1 used "
             f"{100 * float(cpu):.1f}% of a core while waiting"
         )
+        steps = a.pairs * a.steps
+        for r, (kinds, wall) in enumerate(per_rank):
+            if kinds:
+                print(
+                    f"rank {r}, ms per 2-rank step: wall {1e3 * wall / steps:.2f}, CPU "
+                    + ", ".join(f"{k} {1e3 * kinds.get(k, 0.0) / steps:.2f}" for k in ("main", "gloo", "other"))
+                )
     par.close()
     dist.destroy_process_group()
 
