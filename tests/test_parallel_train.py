@@ -63,6 +63,8 @@ def test_train_under_torchrun_matches_single(world, sharding, loader, tiny_data,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("test AUC") == 1, "only rank 0 prints"
+    # 250 samples over 2 or 3 CPU ranks: rank 0 says that one process would be faster
+    assert proc.stderr.count(f"note: {250 // world} samples per rank: on CPU") == 1, proc.stderr[-3000:]
     check_same(json.loads(out.read_text()), single, world)
 
 

@@ -65,3 +65,14 @@ def test_first_bucket_closes_early_and_the_rest_fill_up():
     assert sizes == [[100, 100], [300, 300], [300]]  # first closes at >= 700 B, the next at >= 2000 B
     one = GradBuckets(params, bucket_bytes=1 << 20, dtype=None, stats=CommStats())
     assert [[p.numel() for p in b] for b in one.buckets] == [[100, 100, 300, 300, 300]]
+
+
+def test_small_batch_note_names_samples_per_rank_on_cpu_only():
+    from dlrmkit.parallel.dist import MIN_SAMPLES_PER_RANK_CPU, small_batch_note
+
+    note = small_batch_note(128, 2, "cpu")
+    assert note is not None and "64 samples per rank" in note and "--batch-size" in note
+    assert small_batch_note(1001, 3, "cpu") is not None  # 333 per rank
+    assert small_batch_note(2 * MIN_SAMPLES_PER_RANK_CPU, 2, "cpu") is None  # enough per rank
+    assert small_batch_note(128, 2, "cuda") is None  # GPUs: not what the CPU figure says
+    assert small_batch_note(128, 1, "cpu") is None  # one process: nothing split

@@ -136,3 +136,22 @@ def batch_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int
     sizes = batch_split(global_batch, world_size)
     start = sum(sizes[:rank])
     return start, start + sizes[rank]
+
+
+# below about this many samples per rank, a CPU rank's fixed cost per step (its gloo exchanges and
+# the sharded step's bookkeeping) outweighs what splitting the batch saves: 2 ranks x 1 thread ran
+# at 0.49-0.73x of one process x 2 threads at 64 per rank, 0.77x at 256, 0.92-1.0x at 1,024
+# (docs/BENCHMARKS.md, benchmarks/parallel_pingpong.py)
+MIN_SAMPLES_PER_RANK_CPU = 1000
+
+
+def small_batch_note(global_batch: int, world_size: int, device_type: str) -> str | None:
+    """What train says when a CPU job splits too small a batch over its ranks (None: nothing)."""
+    per_rank = global_batch // max(world_size, 1)
+    if world_size < 2 or device_type != "cpu" or per_rank >= MIN_SAMPLES_PER_RANK_CPU:
+        return None
+    return (
+        f"note: {per_rank:,} samples per rank: on CPU, below about {MIN_SAMPLES_PER_RANK_CPU:,} samples per "
+        "rank model parallelism is slower than one process with threads on the same cores "
+        "(docs/BENCHMARKS.md); use fewer ranks or a larger --batch-size unless the tables need the memory"
+    )

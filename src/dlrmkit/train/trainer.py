@@ -52,7 +52,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
-        from dlrmkit.parallel.dist import launched_by_torchrun
+        from dlrmkit.parallel.dist import launched_by_torchrun, small_batch_note
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
 
         # under torchrun the tables are never built whole: setup_parallel swaps in shards and
@@ -119,6 +119,9 @@ class Trainer:
             self.log({"event": "device", **where})
             if self.dist.rank == 0:
                 print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
+        note = small_batch_note(cfg.batch_size, self.dist.world_size, self.device.type) if self.par else None
+        if note and self.dist.rank == 0:
+            print(note, file=sys.stderr)
         if cfg.resume:
             if not cfg.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir")
