@@ -1,5 +1,6 @@
-"""Each rank on its own cores (parallel.dist.bind_cores) and the dense gradient buckets' layout
-(a small first bucket, so its all-reduce starts while backward goes on)."""
+"""Each rank on its own cores (parallel.dist.bind_cores), the dense gradient buckets' layout
+(a small first bucket, so its all-reduce starts while backward goes on), and the note train
+prints when a CPU job has too few samples per rank for model parallelism to pay."""
 
 from __future__ import annotations
 
