@@ -23,6 +23,7 @@ import yaml
 
 from dlrmkit.atomic_io import check_output_dir, make_dirs, os_error_text
 from dlrmkit.data.feature_spec import SPEC_FILE
+from dlrmkit.data.yaml_limits import load_yaml
 from dlrmkit.errors import DatasetError, DlrmkitError
 
 MARKER = ".dlrmkit-partial"  # inside a temporary folder this code created
@@ -39,7 +40,7 @@ def dataset_entries(path: str) -> set[str] | None:
     spec_path = os.path.join(path, SPEC_FILE)
     try:
         with open(spec_path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = load_yaml(f.read(), spec_path)
         names = set(EXTRA_ENTRIES)
         for chunks in (doc.get("source_spec") or {}).values():
             for chunk in chunks or []:
@@ -48,29 +49,39 @@ def dataset_entries(path: str) -> set[str] | None:
                     if name not in ("", ".", "..") and not os.path.isabs(str(file)):
                         names.add(name)
         return names
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, DlrmkitError, AttributeError, TypeError):
         return None
 
 
+def check_not_empty(out: str) -> None:
+    """An empty --out is no folder at all, yet its absolute path is the current folder: it must
+    never reach the writer, which would swap the current folder for the dataset."""
+    if not str(out).strip():
+        raise DlrmkitError(f"--out {out!r}: an empty path; give the folder to write the dataset to")
+
+
 def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None:
-    """Raise unless `out` is new, an empty folder, or (with force) a dlrmkit dataset."""
-    if not os.path.lexists(out):
-        check_output_dir(out, "--out")
+    """Raise unless `out` is new, an empty folder, or (with force) a dlrmkit dataset. The checks
+    look at the absolute path the writer will use; messages show `out` as the user gave it."""
+    check_not_empty(out)
+    path = os.path.abspath(out)
+    if not os.path.lexists(path):
+        check_output_dir(path, "--out")
         return
-    if os.path.islink(out):
+    if os.path.islink(path):
         raise DlrmkitError(f"--out {out}: is a symbolic link; give the folder it points to, or a new folder")
-    if not os.path.isdir(out):
+    if not os.path.isdir(path):
         raise DlrmkitError(f"--out {out}: is a file, not a dataset folder; choose another --out")
     cwd = os.getcwd()
-    if _inside(cwd, out):
+    if _inside(cwd, path):
         raise DlrmkitError(f"--out {out}: is the current folder or holds it; choose a new folder")
-    entries = os.listdir(out)
+    entries = os.listdir(path)
     if not entries:
-        check_output_dir(out, "--out")
+        check_output_dir(path, "--out")
         return
     if not force:
         raise DatasetError(f"{out}: output folder already exists (pass --force to replace it)")
-    allowed = dataset_entries(out)
+    allowed = dataset_entries(path)
     if allowed is None:
         raise DlrmkitError(
             f"--out {out}: not a dlrmkit dataset (no readable {SPEC_FILE}); "
@@ -83,10 +94,10 @@ def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None
             "--force replaces only a dataset or an empty folder"
         )
     for p in inputs:
-        if _inside(p, out):
+        if _inside(p, path):
             raise DlrmkitError(f"--out {out}: holds the input {p}; choose another --out")
-    check_output_dir(out, "--out")
-    check_output_dir(os.path.dirname(os.path.abspath(out)), "--out")
+    check_output_dir(path, "--out")
+    check_output_dir(os.path.dirname(path), "--out")
 
 
 def fresh_temp_dir(path: str) -> None:
@@ -145,6 +156,7 @@ def publish(tmp: str, out: str) -> None:
 @contextlib.contextmanager
 def output_lock(out: str) -> Iterator[None]:
     """Hold `<out>.lock` for the whole write; a second writer of the same folder stops at once."""
+    check_not_empty(out)
     absolute = os.path.abspath(out)
     if not os.path.basename(absolute):
         raise DlrmkitError(f"--out {out}: the root folder cannot be an output; choose a new folder")
