@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from dlrmkit.data.yaml_limits import load_yaml
 from dlrmkit.errors import DatasetError
 
 SPEC_FILE = "feature_spec.yaml"
@@ -22,7 +23,7 @@ CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
 TRAIN, TEST = "train", "test"
 VAL = "val"  # optional validation mapping (model selection reads it; NVIDIA's readers ignore it)
 SPLIT_BINARY = "split_binary"
-MAX_SPEC_BYTES = 64 << 20
+MAX_SPEC_BYTES = 8 << 20  # a Criteo spec is ~10 KB; each byte is parsed in Python
 # dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
 # the machine's byte order. Anything else (object, strings, structured, big-endian) is refused:
 # memory-mapped as `object`, file bytes would be read as Python pointers.
@@ -103,9 +104,11 @@ class FeatureSpec:
             if os.path.getsize(path) > MAX_SPEC_BYTES:
                 raise DatasetError(f"{path}: {os.path.getsize(path):,} bytes is too large for a FeatureSpec")
             with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
+                doc = load_yaml(f.read(), path)
         except yaml.YAMLError as exc:
-            raise DatasetError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+            mark = getattr(exc, "problem_mark", None)
+            line = f" line {mark.line + 1}:" if mark is not None else ""
+            raise DatasetError(f"{path}:{line} not valid YAML ({str(exc).splitlines()[0]})") from None
         except UnicodeDecodeError:
             raise DatasetError(f"{path}: not UTF-8 text") from None
         except OSError as exc:
@@ -154,12 +157,17 @@ class FeatureSpec:
 
     def check_paths(self, where: str) -> None:
         """Every file named by source_spec stays inside the dataset folder: relative, no `..`
-        that leaves it, no symbolic link that points outside it."""
+        that leaves it, no symbolic link that points outside it. A file holds the rows of one
+        feature of one mapping: named twice (one feature read twice, two features sharing a
+        file, the test rows being training rows) it is refused, as silent duplicates would be."""
         base = os.path.realpath(self.base_directory)
+        owner: dict[str, str] = {}  # real path -> "mapping feature" that names it
         for mapping, chunks in self.source_spec.items():
             for i, chunk in enumerate(chunks):
                 for name in chunk["files"]:
-                    at = f"{where}: source_spec.{mapping}[{i}].files: '{name}'"
+                    at = f"{where}: source_spec.{mapping}[{i}].files: {name!r}"
+                    if not name.isprintable():
+                        raise DatasetError(f"{at} holds a control character (NUL, newline, ...)")
                     if os.path.isabs(name) or name.startswith("~"):
                         raise DatasetError(f"{at} is an absolute path; files must be inside the dataset folder")
                     real = os.path.realpath(os.path.join(base, name))
@@ -167,6 +175,12 @@ class FeatureSpec:
                         raise DatasetError(f"{at} points outside the dataset folder")
                     if os.path.exists(real) and not os.path.isfile(real):
                         raise DatasetError(f"{at} is not a regular file")
+                    user = f"mapping '{mapping}' feature '{chunk['features'][0]}'"
+                    if real in owner:
+                        raise DatasetError(
+                            f"{at} is also the file of {owner[real]}; each file holds one feature of one mapping"
+                        )
+                    owner[real] = user
 
     @property
     def cardinalities(self) -> list[int]:
@@ -227,6 +241,8 @@ class FeatureSpec:
         channel_features = self.categorical_names + self.numerical_names + [self.label_name]
         if len(set(channel_features)) != len(channel_features):
             fail("channel_spec names a feature more than once")
+        if not self.categorical_names and not self.numerical_names:
+            fail("channel_spec has no categorical and no numerical feature: a model needs at least one")
         for name in channel_features:
             if name not in self.feature_spec:
                 fail(f"feature '{name}' is in channel_spec but not in feature_spec")
@@ -292,3 +308,16 @@ class FeatureSpec:
             if absent:
                 fail(f"mapping '{mapping}' has no file for feature(s) {', '.join(absent)}")
         self.check_paths(where)
+        self.check_metadata(fail)
+
+    def check_metadata(self, fail) -> None:
+        """The metadata fields dlrmkit reads (others are free-form, as in NVIDIA's specs)."""
+        auc = self.metadata.get("optimal_auc")
+        if auc is not None and (not isinstance(auc, (int, float)) or isinstance(auc, bool) or not 0 <= auc <= 1):
+            fail(f"metadata.optimal_auc must be a number in [0, 1], got {auc!r}")
+        rows = self.metadata.get("rows")
+        if rows is not None and (
+            not isinstance(rows, dict)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in rows.values())
+        ):
+            fail(f"metadata.rows must map each mapping to its row count, got {rows!r}")
