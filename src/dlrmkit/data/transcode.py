@@ -6,7 +6,6 @@ vocabulary."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -84,7 +83,7 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
         missing = [c for c in needed if c not in pf.schema_arrow.names]
         if missing:
-            raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {', '.join(pf.schema_arrow.names)})")
+            raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(pf.schema_arrow.names)})")
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
@@ -97,9 +96,15 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
     yield from _text_batches(opts, path, needed, report)
 
 
+def _listing(names: list[str], most: int = 20) -> str:
+    """Column names for a one-line message: a header that is really a whole file stays short."""
+    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names[:most]]
+    return ", ".join(shown) + (f", ... ({len(names):,} in all)" if len(names) > most else "")
+
+
 def _header(path: str, first: bytes, delim: bytes) -> list[str]:
     try:
-        text = first.rstrip(b"\r\n").decode("utf-8")
+        text = first.rstrip(b"\r\n").decode("utf-8").removeprefix("\ufeff")  # a byte order mark is not a name
     except UnicodeDecodeError:
         raise DlrmkitError(f"{path}:1: the header line is not UTF-8 text") from None
     return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
@@ -132,7 +137,7 @@ def _text_batches(
         if not data_row and names is not None:
             missing = [c for c in needed if c not in names]
             if missing:
-                raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {', '.join(names)})")
+                raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(names)})")
         if not block:
             continue
         b = np.frombuffer(block, dtype=np.uint8)
@@ -276,6 +281,9 @@ def iter_clean(
 
 
 def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
+    from dlrmkit.data.criteo_tsv import check_distinct
+
+    check_distinct([("--input", p) for p in opts.inputs])
     for p in opts.inputs:
         if not os.path.isfile(p):
             raise DlrmkitError(f"{p}: no such input file")
@@ -356,45 +364,3 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     except BaseException:
         writer.abort()
         raise
-
-
-def _names(s: str | None) -> list[str]:
-    return [c for c in (s or "").split(",") if c]
-
-
-def transcode_from_args(args: argparse.Namespace) -> int:
-    if not args.header and not args.columns:
-        raise DlrmkitError("--no-header needs --columns a,b,c")
-    opts = TranscodeOptions(
-        inputs=args.input,
-        out=args.out,
-        label=args.label,
-        numerical=_names(args.numerical),
-        categorical=_names(args.categorical),
-        delimiter=args.delimiter,
-        header=args.header,
-        columns=_names(args.columns) or None,
-        test_rows=args.test_rows,
-        test_fraction=args.test_fraction,
-        val_rows=args.val_rows,
-        val_fraction=args.val_fraction,
-        frequency_threshold=args.frequency_threshold,
-        max_table_size=args.max_table_size,
-        log=args.log_transform,
-        force=args.force,
-    )
-    spec, report = transcode(opts)
-    n_skipped = sum(report.skipped.values())
-    print(
-        f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
-        f"  skipped {n_skipped:,}"
-        + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else "")
-    )
-    for pos in report.first:
-        print(f"  bad row: {pos}")
-    rows = spec.metadata["rows"]
-    val = f" + {rows['val']:,} val" if "val" in rows else ""
-    print(
-        f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}"
-    )
-    return 0

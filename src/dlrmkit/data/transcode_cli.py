@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dlrmkit import cli_types as ct
+from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +48,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
 
 
-def run(args: argparse.Namespace) -> int:
-    from dlrmkit.data.transcode import transcode_from_args
+def _names(s: str | None) -> list[str]:
+    return [c for c in (s or "").split(",") if c]
 
-    return transcode_from_args(args)
+
+def run(args: argparse.Namespace) -> int:
+    from dlrmkit.data.transcode import TranscodeOptions, transcode
+
+    if not args.header and not args.columns:
+        raise DlrmkitError("--no-header needs --columns a,b,c")
+    if args.header and args.columns:
+        raise DlrmkitError("--columns names the columns of files without a header: give it with --no-header")
+    opts = TranscodeOptions(
+        inputs=args.input,
+        out=args.out,
+        label=args.label,
+        numerical=_names(args.numerical),
+        categorical=_names(args.categorical),
+        delimiter=args.delimiter,
+        header=args.header,
+        columns=_names(args.columns) or None,
+        test_rows=args.test_rows,
+        test_fraction=args.test_fraction,
+        val_rows=args.val_rows,
+        val_fraction=args.val_fraction,
+        frequency_threshold=args.frequency_threshold,
+        max_table_size=args.max_table_size,
+        log=args.log_transform,
+        force=args.force,
+    )
+    spec, report = transcode(opts)
+    n_skipped = sum(report.skipped.values())
+    print(
+        f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
+        f"  skipped {n_skipped:,}"
+        + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else "")
+    )
+    for pos in report.first:
+        print(f"  bad row: {pos}")
+    rows = spec.metadata["rows"]
+    val = f" + {rows['val']:,} val" if "val" in rows else ""
+    print(
+        f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}"
+    )
+    return 0
