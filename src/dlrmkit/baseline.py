@@ -22,6 +22,7 @@ from dlrmkit.atomic_io import check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
 
 RESULT_FILE = "baseline.json"
+LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size each)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,6 +120,10 @@ def fit(
     spec, train, test = open_dataset(data)
     if len(train) == 0:
         raise DlrmkitError(f"{data}: the train mapping has no rows")
+    from dlrmkit.resources import check_memory
+
+    ids = sum(spec.cardinalities)  # one float64 weight each, plus L-BFGS's gradient and history
+    check_memory(ids * 8 * (2 * LBFGS_HISTORY + 6), f"{data}: {ids:,} ids in the tables")
     train, val, val_source = validation_split(spec, train, val_fraction)
     signed = numerical_scale(train) > RAW_NUMERICAL
 
@@ -134,7 +139,7 @@ def fit(
             model.parameters(),
             lr=1.0,
             max_iter=max_iter,
-            history_size=20,
+            history_size=LBFGS_HISTORY,
             tolerance_grad=1e-7,
             tolerance_change=1e-10,
             line_search_fn="strong_wolfe",

@@ -174,6 +174,23 @@ def open_val(spec: FeatureSpec) -> SplitBinaryDataset | None:
     return SplitBinaryDataset(spec, VAL) if spec.has_val else None
 
 
+def allow_open_files(need: int, what: str) -> None:
+    """The writer keeps one file open per feature and mapping: raise the soft limit on open files
+    as far as the hard one allows, or stop before writing anything (not at the 1,025th table)."""
+    import resource
+
+    need += 64  # the interpreter's own files, libraries, pipes
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard == resource.RLIM_INFINITY or hard >= need:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        else:
+            raise DatasetError(
+                f"{what}: writing the dataset needs {need:,} open files at once, the limit is {hard:,} "
+                "(ulimit -n); use fewer tables or raise the limit"
+            )
+
+
 class SplitBinaryWriter:
     """Appends rows to a new dataset. Files go to `<out>.tmp`; `finish()` writes the spec and
     renames the folder, so an interrupted write never leaves a dataset that looks complete."""
@@ -185,6 +202,7 @@ class SplitBinaryWriter:
 
         self.out_dir = os.path.abspath(out_dir)
         check_replaceable(out_dir, overwrite)  # only a dataset or an empty folder is ever replaced
+        allow_open_files((len(cardinalities) + 2) * (3 if val else 2), f"{len(cardinalities):,} tables")
         self.tmp_dir = self.out_dir + ".tmp"
         fresh_temp_dir(self.tmp_dir)
         self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir, val=val)

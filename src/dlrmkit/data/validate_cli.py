@@ -8,7 +8,7 @@ import argparse
 
 import numpy as np
 
-from dlrmkit.data.feature_spec import TEST, TRAIN, VAL
+from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, VAL
 from dlrmkit.data.split_binary import open_dataset, open_val
 from dlrmkit.errors import DatasetError
 
@@ -19,14 +19,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
 
 
+class IdCounts:
+    """Lookups per id of one table: a dense histogram when the cardinality is at most the rows
+    read (no more ids can occur), else counts of the ids seen, so memory follows the data and
+    never a FeatureSpec's claimed cardinality (2**40 would ask for 8 TiB)."""
+
+    def __init__(self, cardinality: int, rows: int):
+        self.dense = np.zeros(cardinality, dtype=np.int64) if cardinality <= max(rows, 1 << 16) else None
+        self.ids, self.counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def add(self, ids: np.ndarray) -> None:
+        ids = ids.astype(np.int64)
+        if self.dense is not None:
+            self.dense += np.bincount(ids, minlength=len(self.dense))
+            return
+        new, n = np.unique(ids, return_counts=True)
+        merged, inv = np.unique(np.concatenate([self.ids, new]), return_inverse=True)
+        self.counts = np.bincount(inv, weights=np.concatenate([self.counts, n]), minlength=len(merged)).astype(np.int64)
+        self.ids = merged
+
+    def sorted_counts(self) -> np.ndarray:
+        return np.sort(self.dense if self.dense is not None else self.counts)[::-1]
+
+
+def check_rows(spec, datasets: dict) -> None:
+    """The train mapping has rows, and metadata.rows (when the spec has it) tells the truth."""
+    if not len(datasets[TRAIN]):
+        raise DatasetError(f"{spec.base_directory}: the train mapping has no rows (train and baseline need some)")
+    claimed = spec.metadata.get("rows") or {}
+    for name, ds in datasets.items():
+        if name in claimed and claimed[name] != len(ds):
+            raise DatasetError(
+                f"{spec.base_directory}/{SPEC_FILE}: metadata.rows.{name} is {claimed[name]:,}, "
+                f"but the {name} files hold {len(ds):,} rows"
+            )
+
+
 def validate(path: str) -> dict:
     """Read every row once (chunked, memory-mapped); raise DatasetError at the first bad value."""
     spec, train, test = open_dataset(path)
     cards = spec.cardinalities
     summary: dict = {"mappings": {}, "tables": []}
-    hist = [np.zeros(c, dtype=np.int64) for c in cards]
     val = open_val(spec)
-    for name, ds in ((TRAIN, train), *(((VAL, val),) if val is not None else ()), (TEST, test)):
+    datasets = {TRAIN: train, **({VAL: val} if val is not None else {}), TEST: test}
+    check_rows(spec, datasets)
+    hist = [IdCounts(c, sum(len(d) for d in datasets.values())) for c in cards]
+    for name, ds in datasets.items():
         clicks = 0
         raw_label = ds.label
         for start in range(0, ds.rows, CHUNK):
@@ -42,10 +80,10 @@ def validate(path: str) -> dict:
                 row = int(np.flatnonzero(~np.isfinite(batch.dense.astype(np.float32)).all(axis=1))[0])
                 raise DatasetError(f"{name}: numerical row {start + row} holds NaN or infinity")
             for t in range(len(cards)):
-                hist[t] += np.bincount(batch.ids[:, t].astype(np.int64), minlength=cards[t])
+                hist[t].add(batch.ids[:, t])
         summary["mappings"][name] = {"rows": ds.rows, "click_rate": clicks / ds.rows if ds.rows else None}
     for t, (name, c) in enumerate(zip(spec.categorical_names, cards)):
-        counts = np.sort(hist[t])[::-1]
+        counts = hist[t].sorted_counts()
         k = max(1, int(np.ceil(0.01 * c)))
         total = counts.sum()
         summary["tables"].append(
