@@ -76,6 +76,30 @@ def empty_mapping(mapping: str) -> Callable[[Path], None]:
     return setup
 
 
+def empty_val(root: Path) -> None:
+    """A val mapping whose files hold no rows."""
+    (root / "data" / "val").mkdir()
+    for f in (root / "data" / "train").iterdir():
+        (root / "data" / "val" / f.name).write_bytes(b"")
+
+    def add(doc: dict) -> None:
+        doc["source_spec"]["val"] = [
+            {**c, "files": [f.replace("train/", "val/") for f in c["files"]]} for c in doc["source_spec"]["train"]
+        ]
+
+    edit_spec(add)(root)
+
+
+def parquet_rows(root: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels = pa.array([True, False, None, True, False])
+    numbers = [1.5, None, 2.0, float("inf"), 3.0]
+    table = pa.table({"y": labels, "a": numbers, "b": numbers, "c": ["x", None, "z", "w", "x"]})
+    pq.write_table(table, root / "rows.parquet")
+
+
 def long_line(rel: str, prefix: bytes) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         with open(root / rel, "ab") as f:
@@ -146,6 +170,8 @@ PROBES = [
         setup=edit_spec(lambda d: d["metadata"].update(rows={"train": 5, "test": 1000})),
     ),
     Probe("validate-empty-train", V, "the train mapping has no rows", setup=empty_mapping("train")),
+    Probe("train-empty-val-mapping", T, "the val mapping has no rows", setup=empty_val),
+    Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
     # ---- memory follows the data, never a claimed size
     Probe("baseline-huge-cardinality", B, "of memory", setup=wide_ids("cat_4.bin", 2**40)),
     # ---- the declared output: an empty --out is the current folder
@@ -174,6 +200,19 @@ PROBES = [
         (*PP[:4], "{ws}/link.tsv", *PP[4:], "--out", "{ws}/o"),
         "the same file as",
         setup=lambda root: os.symlink(root / "rows.tsv", root / "link.tsv"),
+    ),
+    # ---- every row bad: the error says why
+    Probe(
+        "transcode-every-row-bad",
+        (*TR, "--out", "{ws}/o"),
+        "3 bad rows: wrong_field_count 1, bad_label 2; first: ",
+        setup=write_bytes("rows.csv", b"y,a,b,c\n7,1,2,x\n1,2\n-1,1,1,y\n"),
+    ),
+    Probe(
+        "preprocess-every-row-bad",
+        (*PP, "--out", "{ws}/o"),
+        "rows.tsv:1: wrong_field_count (2 fields, expected 40)",
+        setup=write_bytes("rows.tsv", b"1\tx\n" * 5),
     ),
     # ---- options that would be silently ignored
     Probe("transcode-columns-with-header", (*TR, "--out", "{ws}/o", "--columns", "q,w,e,r"), "--no-header"),
@@ -237,6 +276,12 @@ ACCEPTED = [
         setup=lambda root: (root / "rows.csv").write_bytes(
             b"\xef\xbb\xbf" + (root / "rows.csv").read_bytes().replace(b"\n", b"\r\n")
         ),
+    ),
+    Accepted(  # Parquet booleans are 0/1 labels; a null label and an infinite number are counted bad rows
+        "transcode-parquet-bool-label",
+        ("transcode", "--input", "{ws}/rows.parquet", *TR[3:], "--out", "{ws}/o"),
+        summarized("rows read 5  written 3  skipped 2 (bad_label 1, bad_number 1)"),
+        setup=parquet_rows,
     ),
     # 2**40 ids claimed, 5,000 rows: the summary counts the ids seen, never 8 TiB of zeros
     Accepted("validate-huge-cardinality", V, summarized("1,099,511,627,776"), setup=wide_ids("cat_4.bin", 2**40)),

@@ -114,6 +114,18 @@ def split_plan(
     return split_at, boundary, train_total - boundary + test_total
 
 
+def no_valid_rows(inputs: list[str], skipped: dict[str, int], first: list[str]) -> DlrmkitError:
+    """The error when every row was bad, with why: the counts by reason and the first bad row."""
+    reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items() if v)
+    why = f" ({sum(skipped.values()):,} bad rows: {reasons}; first: {first[0]})" if first else " (no rows at all)"
+    return DlrmkitError(f"{', '.join(inputs)}: no valid rows in the input{why}")
+
+
+def pass1_failure(tasks: list[Task], results: list[TaskResult], inputs: list[str]) -> DlrmkitError:
+    report = Pass1(tasks, results, [], [], 0, 0).report()
+    return no_valid_rows(inputs, report["rows_skipped"], report["first_bad_rows"])
+
+
 def first_bad_message(task: Task, res: TaskResult, line_base: int) -> str:
     line, reason, detail = res.bad.first[0]
     return f"{task.path}:{line_base + line}: bad row ({reason}: {detail}); stopped because of --strict"
@@ -150,7 +162,7 @@ def run_pass1(
             acc.add(r0.counts)
     total_valid = sum(r.rows for r in results)
     if total_valid == 0:
-        raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
+        raise pass1_failure(tasks, results, opts.inputs)
     split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
     if boundary <= 0:
         raise DlrmkitError(

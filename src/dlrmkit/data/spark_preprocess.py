@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from dlrmkit.data.criteo import CriteoOptions, check_output, fingerprint, validate_options
-from dlrmkit.data.criteo_count import Pass1, count_task, first_bad_message, split_plan
+from dlrmkit.data.criteo_count import Pass1, count_task, first_bad_message, pass1_failure, split_plan
 from dlrmkit.data.criteo_encode import encode_task, finish_dataset
 from dlrmkit.data.criteo_tsv import CAT_COLS, INT_COLS, plan_tasks
 from dlrmkit.data.encoder import Vocabulary, merge_counts
@@ -79,7 +79,7 @@ def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -
                 raise DlrmkitError(first_bad_message(task, res, base))
             line_base[task.path] = base + res.lines
         if sum(r.rows for r in results) == 0:
-            raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
+            raise pass1_failure(tasks, results, opts.inputs)
         test_rows, n_val = held_back(opts, lambda: sum(r.lines for t, r in zip(tasks, results) if not t.test))
         split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
         if boundary <= 0:

@@ -170,8 +170,17 @@ def open_dataset(path: str) -> tuple[FeatureSpec, SplitBinaryDataset, SplitBinar
 
 
 def open_val(spec: FeatureSpec) -> SplitBinaryDataset | None:
-    """The validation mapping, or None when the dataset has none (NVIDIA's datasets)."""
-    return SplitBinaryDataset(spec, VAL) if spec.has_val else None
+    """The validation mapping, or None when the dataset has none (NVIDIA's datasets). An empty
+    one is an error: model selection would score nothing, and `train` would not say so."""
+    if not spec.has_val:
+        return None
+    val = SplitBinaryDataset(spec, VAL)
+    if not len(val):
+        raise DatasetError(
+            f"{spec.base_directory}: the val mapping has no rows, so model selection would see none; "
+            "remove 'val' from source_spec (train then holds out training rows) or fill it"
+        )
+    return val
 
 
 def allow_open_files(need: int, what: str) -> None:

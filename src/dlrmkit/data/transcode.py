@@ -87,13 +87,18 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
-                t = pa.table({c: pc.cast(b.column(c), pa.string()) for c in needed})
+                t = pa.table({c: pc.cast(_plain(b.column(c)), pa.string()) for c in needed})
                 yield t, np.arange(row0 + 1, row0 + t.num_rows + 1)
                 row0 += t.num_rows
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
             raise DlrmkitError(f"{path}: cannot read Parquet data ({str(exc).splitlines()[0]})") from None
         return
     yield from _text_batches(opts, path, needed, report)
+
+
+def _plain(col: pa.Array) -> pa.Array:
+    """A Parquet column as text reads it: booleans as 0/1 (a natural label column), not true/false."""
+    return pc.cast(col, pa.int8()) if pa.types.is_boolean(col.type) else col
 
 
 def _listing(names: list[str], most: int = 20) -> str:
@@ -304,7 +309,9 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     report = Report()
     total = sum(len(lab) for lab, _, _ in iter_clean(opts, report))
     if total == 0:
-        raise DlrmkitError(f"{', '.join(opts.inputs)}: no valid rows in the input")
+        from dlrmkit.data.criteo_count import no_valid_rows
+
+        raise no_valid_rows(opts.inputs, report.skipped, report.first)
     n_test = opts.test_rows or (int(round(opts.test_fraction * total)) if opts.test_fraction else 0)
     n_val = val_rows(opts.val_rows, opts.val_fraction, total - n_test)
     boundary = total - n_test - n_val  # train rows [0, boundary), val up to the test rows
