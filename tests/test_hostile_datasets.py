@@ -120,6 +120,18 @@ PROBES = [
     Probe("spec-alias-bomb-train", T, "aliases", setup=spec_text(alias_bomb)),
     Probe("spec-self-alias", V, "self-referencing", setup=spec_text(lambda t: t + "loop: &l [*l]\n")),
     Probe("spec-deep-nesting", V, "nested more than", setup=write_bytes("data/" + SPEC, b"a: " + b"[" * 5000)),
+    Probe(
+        "spec-duplicate-key",
+        V,
+        "key 'cardinality' appears twice",
+        setup=spec_text(lambda t: t.replace("cardinality: 3\n", "cardinality: 3\n    cardinality: 2\n", 1)),
+    ),
+    Probe(
+        "spec-integer-of-5000-digits",
+        V,
+        "a value YAML cannot convert",
+        setup=spec_text(lambda t: t.replace("cardinality: 3\n", "cardinality: " + "9" * 5000 + "\n", 1)),
+    ),
     Probe("spec-syntax-error-line", V, "line 3:", setup=write_bytes("data/" + SPEC, b"a: 1\nb: 2\nc: d: e\n")),
     # ---- file names that are not paths, files named twice
     Probe("spec-nul-in-file-name", V, "control character", setup=edit_spec(set_file("train", "label", ["tr\0in"]))),
