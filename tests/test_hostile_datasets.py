@@ -356,3 +356,45 @@ def test_many_tables_stop_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
     with pytest.raises(DatasetError, match="needs 2,116 open files at once, the limit is 1,024"):
         allow_open_files(2 * 1026, "1,024 tables")
+
+
+@pytest.mark.parametrize(
+    "edit, phrase",
+    [
+        (lambda t: t.replace("files:", "filez:"), "files must name one file of this folder"),
+        (lambda t: t.replace("- cat_0.arrow", "- ../../rows.csv"), "files must name one file of this folder"),
+        (lambda t: t.replace("frequency_threshold: 1", "frequency_threshold: x"), "frequency_threshold must be"),
+        (lambda t: t.replace("columns:", "columns: 5"), "not valid YAML"),
+        (lambda t: "- a list\n", "expected a mapping"),
+        (None, "not a vocabulary table"),
+    ],
+    ids=["no-files", "file-outside", "threshold-text", "not-yaml", "a-list", "table-garbage"],
+)
+def test_vocabulary_of_a_dataset_is_checked(tmp_path, edit, phrase):
+    """`predict --data D` reads D's vocabulary: a broken one is one DatasetError naming the file."""
+    from dlrmkit.data.encoder import VOCAB_DIR, VOCAB_FILE, Vocabulary
+    from dlrmkit.errors import DatasetError
+
+    (tmp_path / "rows.csv").write_text("y,a,c\n" + "".join(f"{i % 2},{i},k{i % 3}\n" for i in range(20)))
+    r = run_cli(
+        "transcode",
+        "--input",
+        tmp_path / "rows.csv",
+        "--label",
+        "y",
+        "--numerical",
+        "a",
+        "--categorical",
+        "c",
+        "--out",
+        tmp_path / "d",
+    )
+    assert r.code == 0, r.err
+    assert Vocabulary.load(str(tmp_path / "d")).cardinalities == [4]
+    doc = tmp_path / "d" / VOCAB_DIR / VOCAB_FILE
+    if edit is None:
+        (tmp_path / "d" / VOCAB_DIR / "cat_0.arrow").write_bytes(b"garbage")
+    else:
+        doc.write_text(edit(doc.read_text()))
+    with pytest.raises(DatasetError, match=phrase):
+        Vocabulary.load(str(tmp_path / "d"))

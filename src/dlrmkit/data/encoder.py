@@ -183,6 +183,39 @@ class CountAccumulator:
         return [merge_counts(p) for p in self.parts]
 
 
+def read_vocabulary_doc(path: str) -> dict[str, Any]:
+    """vocabulary.yaml, read with bounds and checked field by field (it comes with a dataset)."""
+    from dlrmkit.data.yaml_limits import load_yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = load_yaml(f.read(), path)
+    except yaml.YAMLError as exc:
+        raise DatasetError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text") from None
+
+    def bad(what: str) -> DatasetError:
+        return DatasetError(f"{path}: {what}")
+
+    if not isinstance(doc, dict):
+        raise bad("expected a mapping with columns, files, frequency_threshold")
+    columns, files = doc.get("columns"), doc.get("files")
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise bad(f"columns must be a list of column names, got {columns!r:.80}")
+    if (
+        not isinstance(files, list)
+        or len(files) != len(columns)
+        or not all(isinstance(f, str) and f not in ("", ".", "..") and os.path.basename(f) == f for f in files)
+    ):
+        raise bad(f"files must name one file of this folder per column, got {files!r:.80}")
+    for key, lo, optional in (("frequency_threshold", 1, False), ("max_table_size", 2, True)):
+        v = doc.get(key)
+        if not (optional and v is None) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
+            raise bad(f"{key} must be an integer >= {lo}, got {v!r:.80}")
+    return doc
+
+
 @dataclass
 class Vocabulary:
     """Per-column ordered values: `values[t][k]` has id ``fold(k + 1)`` (see module doc)."""
@@ -304,13 +337,19 @@ class Vocabulary:
             raise DatasetError(
                 f"{dataset_dir}: no vocabulary ({VOCAB_DIR}/{VOCAB_FILE}); was it made by preprocess/transcode?"
             )
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+        doc = read_vocabulary_doc(path)
         values, counts = [], []
         for name in doc["files"]:
-            t = feather.read_table(os.path.join(d, name))
-            values.append(t["value"].combine_chunks().cast(pa.string()))
-            counts.append(t["count"].to_numpy())
+            table_path = os.path.join(d, name)
+            try:
+                t = feather.read_table(table_path)
+                values.append(t["value"].combine_chunks().cast(pa.string()))
+                counts.append(np.asarray(t["count"].to_numpy(), dtype=np.int64))
+            except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:
+                raise DatasetError(
+                    f"{table_path}: not a vocabulary table (an Arrow file with 'value' and 'count' columns): "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                ) from None
         known = {"encoder", "columns", "files", "frequency_threshold", "max_table_size", "cardinalities", "id_rule"}
         return cls(
             list(doc["columns"]),
