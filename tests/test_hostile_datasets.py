@@ -226,6 +226,20 @@ PROBES = [
         "rows.tsv:1: wrong_field_count (2 fields, expected 40)",
         setup=write_bytes("rows.tsv", b"1\tx\n" * 5),
     ),
+    # ---- a progress bar is for a terminal: captured stderr holds the error line alone
+    Probe(
+        "preprocess-progress-bar-captured",
+        (*PP[:4], "--workers", "1", "--out", "{ws}/o"),
+        "no valid rows",
+        setup=write_bytes("rows.tsv", b"1\tx\n" * 5),
+    ),
+    # ---- inputs that are not files
+    Probe(
+        "transcode-input-is-folder",
+        ("transcode", "--input", "{ws}/notes", *TR[3:], "--out", "{ws}/o"),
+        "not a regular file",
+    ),
+    Probe("preprocess-input-is-device", (*PP[:3], "/dev/null", *PP[4:], "--out", "{ws}/o"), "not a regular file"),
     # ---- options that would be silently ignored
     Probe("transcode-columns-with-header", (*TR, "--out", "{ws}/o", "--columns", "q,w,e,r"), "--no-header"),
     # ---- lines longer than any row: one line naming the byte, memory bounded

@@ -67,9 +67,11 @@ def ordered_map(fn: Callable, items: Iterable, workers: int, init_args: tuple) -
 
 
 def progress_bar(total: int, desc: str, enabled: bool):
+    """A progress bar on a terminal only (disable=None): piped or captured, stderr holds nothing
+    but the error line, if any (carriage-return frames split into lines there)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, leave=False)
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=None if enabled else True, leave=False)
 
 
 def fingerprint(opts: CriteoOptions) -> dict[str, Any]:

@@ -73,17 +73,26 @@ def check_distinct(named: list[tuple[str, str]]) -> None:
         seen[key] = f"{option} {path}"
 
 
+def check_input_file(path: str) -> int:
+    """The size of an input file, or one line saying why it cannot be one (missing, a folder or
+    a device, empty)."""
+    if not os.path.isfile(path):
+        raise DlrmkitError(
+            f"{path}: {'not a regular file (a folder or a device)' if os.path.exists(path) else 'no such input file'}"
+        )
+    size = os.path.getsize(path)
+    if size == 0:
+        raise DlrmkitError(f"{path}: empty input file")
+    return size
+
+
 def plan_tasks(inputs: list[str], test_files: list[str], task_bytes: int) -> list[Task]:
     """Byte-range tasks that start and end on line boundaries (a .gz file is one task)."""
     check_distinct([("--input", p) for p in inputs] + [("--test-files", p) for p in test_files])
     tasks: list[Task] = []
     for paths, is_test in ((inputs, False), (test_files, True)):
         for path in paths:
-            if not os.path.isfile(path):
-                raise DlrmkitError(f"{path}: no such input file")
-            size = os.path.getsize(path)
-            if size == 0:
-                raise DlrmkitError(f"{path}: empty input file")
+            size = check_input_file(path)
             if path.endswith(".gz"):
                 tasks.append(Task(len(tasks), path, 0, None, is_test))
                 continue

@@ -286,14 +286,11 @@ def iter_clean(
 
 
 def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
-    from dlrmkit.data.criteo_tsv import check_distinct
+    from dlrmkit.data.criteo_tsv import check_distinct, check_input_file
 
     check_distinct([("--input", p) for p in opts.inputs])
     for p in opts.inputs:
-        if not os.path.isfile(p):
-            raise DlrmkitError(f"{p}: no such input file")
-        if os.path.getsize(p) == 0:
-            raise DlrmkitError(f"{p}: empty input file")
+        check_input_file(p)
     if not opts.categorical and not opts.numerical:
         raise DlrmkitError("name at least one --numerical or --categorical column")
     named = [opts.label, *opts.numerical, *opts.categorical]
