@@ -186,6 +186,7 @@ PROBES = [
     Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
     # ---- memory follows the data, never a claimed size
     Probe("baseline-huge-cardinality", B, "of memory", setup=wide_ids("cat_4.bin", 2**40)),
+    Probe("synth-cardinalities-empty-entry", ("synth", "--out", "{ws}/o", "--cardinalities", "5,,6"), "empty entry"),
     # ---- the declared output: an empty --out is the current folder
     Probe("synth-out-empty", ("synth", "--out", "", "--rows", "10", "--test-rows", "10"), "an empty path"),
     Probe("synth-out-blank-force", ("synth", "--out", " ", "--force", "--rows", "10"), "an empty path"),
@@ -311,6 +312,12 @@ ACCEPTED = [
     ),
     # 2**40 ids claimed, 5,000 rows: the summary counts the ids seen, never 8 TiB of zeros
     Accepted("validate-huge-cardinality", V, summarized("1,099,511,627,776"), setup=wide_ids("cat_4.bin", 2**40)),
+    Accepted(  # synth writes NaN when the test mapping has one class: undefined, not invalid
+        "validate-undefined-optimal-auc",
+        V,
+        summarized(": OK"),
+        setup=edit_spec(lambda d: d["metadata"].update(optimal_auc=float("nan"))),
+    ),
     Accepted(
         "validate-empty-test",
         V,

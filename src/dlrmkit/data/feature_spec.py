@@ -313,7 +313,9 @@ class FeatureSpec:
     def check_metadata(self, fail) -> None:
         """The metadata fields dlrmkit reads (others are free-form, as in NVIDIA's specs)."""
         auc = self.metadata.get("optimal_auc")
-        if auc is not None and (not isinstance(auc, (int, float)) or isinstance(auc, bool) or not 0 <= auc <= 1):
+        if auc is not None and (
+            not isinstance(auc, (int, float)) or isinstance(auc, bool) or not (0 <= auc <= 1 or auc != auc)
+        ):  # NaN: undefined (a one-class test mapping)
             fail(f"metadata.optimal_auc must be a number in [0, 1], got {auc!r}")
         rows = self.metadata.get("rows")
         if rows is not None and (
