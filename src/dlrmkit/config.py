@@ -51,6 +51,13 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+# an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer
+# (Adagrad at tiny's SGD 1.0 stayed at AUC 0.50 on `synth --preset small`; at 0.05, the small-data
+# recipe's, 0.726 after one epoch). LAMB's own LR: 0.005 (docs/PRECISION.md; 0.002 and 0.01 within
+# 0.003 AUC there at batch 256, 0.05 stuck at 0.50, and --lr 1.0 as LAMB's gave a NaN loss)
+OPTIMIZER_LR = {"adagrad": 0.05}
+LAMB_LR = 0.005
+
 AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
 # the sharding strategies `--sharding` offers (dlrmkit.parallel.sharding, which imports torch)
 SHARDINGS = ("auto", "table_wise", "column_wise", "row_wise", "data_parallel")
@@ -108,7 +115,11 @@ class TrainConfig:
         None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int, group="length"
     )
     max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
-    lr: float | None = option(None, "learning rate (default: the preset's)", parse=ct.learning_rate)
+    lr: float | None = option(
+        None,
+        "learning rate (default: the preset's; 0.05 with --optimizer adagrad on another optimizer's preset)",
+        parse=ct.learning_rate,
+    )
     optimizer: str | None = option(
         None,
         "dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 (default: the preset's)",
@@ -120,7 +131,9 @@ class TrainConfig:
         choices=EMBEDDING_OPTIMIZERS,
     )
     lamb_lr: float | None = option(
-        None, "LAMB's peak LR (default --lr); the LR schedule scales both", parse=ct.learning_rate
+        None,
+        f"LAMB's peak LR (default {LAMB_LR}); --lr stays the tables'; the LR schedule scales both",
+        parse=ct.learning_rate,
     )
     precision: str = option(
         "fp32",
@@ -259,9 +272,13 @@ class TrainConfig:
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
         out = TrainConfig(**asdict(self))
+        if out.lr is None and out.optimizer in OPTIMIZER_LR and out.optimizer != p.optimizer:
+            out.lr = OPTIMIZER_LR[out.optimizer]
         for name in RECIPE_FIELDS:
             if getattr(out, name) is None:
                 setattr(out, name, getattr(p, name))
+        if out.optimizer == "lamb" and out.lamb_lr is None:
+            out.lamb_lr = LAMB_LR
         if out.batch_size is not None and out.batch_size <= 0:
             raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
         from dlrmkit.optim.build import check_choice

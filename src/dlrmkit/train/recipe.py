@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dlrmkit.config import OPTIMIZER_LR
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset
 
@@ -126,6 +127,11 @@ def apply(args: Any, recipe: Recipe) -> list[str]:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
             filled.append(key)
+    chosen = getattr(args, "optimizer", None)
+    if own_optimizer and getattr(args, "lr", None) is None and chosen in OPTIMIZER_LR:
+        args.lr = recipe.values["lr"] = OPTIMIZER_LR[chosen]  # shown with the recipe's choices
+        filled.append("lr")
+        recipe.reasons.append(f"--optimizer {chosen} without --lr: lr {args.lr}, {chosen}'s own")
     dim, bottom = getattr(args, "embedding_dim", None), getattr(args, "bottom_mlp", None)
     if "bottom_mlp" in filled and bottom and dim and bottom[-1] != dim:  # --embedding-dim given alone
         args.bottom_mlp = [*bottom[:-1], dim]
