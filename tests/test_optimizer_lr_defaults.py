@@ -8,22 +8,28 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlrmkit.config import LAMB_LR, OPTIMIZER_LR, TrainConfig
+from dlrmkit.config import ADAGRAD_LR, LAMB_LR, TrainConfig
 from dlrmkit.train import recipe
 
 
 @pytest.mark.parametrize(
-    "preset, optimizer, lr, want",
+    "preset, optimizer, embedding_optimizer, lr, want",
     [
-        ("tiny", "adagrad", None, OPTIMIZER_LR["adagrad"]),  # tiny is SGD 1.0
-        ("tiny", "adagrad", 0.3, 0.3),  # a given LR always wins
-        ("small", "adagrad", None, 0.1),  # small is Adagrad: its own LR
-        ("tiny", "sgd", None, 1.0),
-        ("criteo-kaggle", None, None, 0.1),
+        ("tiny", "adagrad", None, None, ADAGRAD_LR),  # tiny is SGD 1.0
+        ("tiny", "adagrad", None, 0.3, 0.3),  # a given LR always wins
+        ("tiny", None, "rowwise-adagrad", None, ADAGRAD_LR),  # Adagrad tables under SGD MLPs
+        ("tiny", "lamb", "adagrad", None, ADAGRAD_LR),
+        ("small", "adagrad", None, None, 0.1),  # small is Adagrad: its own LR
+        ("small", None, "rowwise-adagrad", None, 0.1),
+        ("tiny", "sgd", None, None, 1.0),
+        ("tiny", "lamb", None, None, 1.0),  # LAMB's tables are SGD; its own rate is --lamb-lr
+        ("criteo-kaggle", None, None, None, 0.1),
     ],
 )
-def test_lr_belongs_to_the_optimizer(preset, optimizer, lr, want):
-    cfg = TrainConfig(data="d", preset=preset, optimizer=optimizer, lr=lr).resolved()
+def test_lr_belongs_to_the_optimizer(preset, optimizer, embedding_optimizer, lr, want):
+    cfg = TrainConfig(
+        data="d", preset=preset, optimizer=optimizer, embedding_optimizer=embedding_optimizer, lr=lr
+    ).resolved()
     assert cfg.lr == want
 
 
@@ -37,9 +43,9 @@ def test_recipe_shows_the_lr_it_fills_for_a_chosen_optimizer():
     chosen = recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0, "batch_size": 256})
     args = SimpleNamespace(optimizer="adagrad", embedding_optimizer=None, lr=None, batch_size=None)
     filled = recipe.apply(args, chosen)
-    assert args.lr == OPTIMIZER_LR["adagrad"] and "lr" in filled
+    assert args.lr == ADAGRAD_LR and "lr" in filled
     text = recipe.describe(chosen, filled)
-    assert f"lr {OPTIMIZER_LR['adagrad']}" in text and "adagrad's own" in text
+    assert f"lr {ADAGRAD_LR}" in text and "--optimizer adagrad without --lr" in text
     # the recipe's own optimizer: its LR, as before
     args = SimpleNamespace(optimizer=None, embedding_optimizer=None, lr=None, batch_size=None)
     recipe.apply(args, recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0}))
