@@ -160,6 +160,15 @@ PROBES = [
         "also the file of",
         setup=edit_spec(set_file("test", "cat_2.bin", ["train/../train/cat_2.bin"])),
     ),
+    Probe(
+        "spec-test-file-hard-link",
+        V,
+        "also the file of mapping 'train' feature 'label'",
+        setup=lambda root: (
+            (root / "data/test/label.bin").unlink(),
+            os.link(root / "data/train/label.bin", root / "data/test/label.bin"),
+        ),
+    ),
     # ---- channels and metadata the commands read
     Probe("spec-no-features", T, "at least one", setup=edit_spec(no_features)),
     Probe(

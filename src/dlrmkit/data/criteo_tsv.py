@@ -64,10 +64,12 @@ class Bad:
 # ---- reading ------------------------------------------------------------------------------
 def check_distinct(named: list[tuple[str, str]]) -> None:
     """Each input file once: (option, path) pairs naming one file twice (also through another
-    spelling or a link) would count its rows twice, or make training rows test rows."""
-    seen: dict[str, str] = {}
+    spelling, a symbolic or a hard link) would count its rows twice, or make training rows test rows."""
+    from dlrmkit.data.feature_spec import file_key
+
+    seen: dict[tuple[int, int] | str, str] = {}
     for option, path in named:
-        key = os.path.realpath(path)
+        key = file_key(path)
         if key in seen:
             raise DlrmkitError(f"{option} {path}: the same file as {seen[key]}; name each input file once")
         seen[key] = f"{option} {path}"

@@ -34,6 +34,16 @@ ALLOWED_DTYPES = {
 }
 
 
+def file_key(path: str) -> tuple[int, int] | str:
+    """What makes two names one file: its device and inode (so a symbolic or hard link, or
+    another spelling, is the same file), or the real path of a file that does not exist."""
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        return os.path.realpath(path)
+
+
 def categorical_dtype(cardinality: int) -> np.dtype:
     """Smallest signed integer type that holds ids 0..cardinality-1 (NVIDIA's rule: size < max)."""
     for dtype in (np.int8, np.int16, np.int32):
@@ -161,7 +171,7 @@ class FeatureSpec:
         feature of one mapping: named twice (one feature read twice, two features sharing a
         file, the test rows being training rows) it is refused, as silent duplicates would be."""
         base = os.path.realpath(self.base_directory)
-        owner: dict[str, str] = {}  # real path -> "mapping feature" that names it
+        owner: dict[tuple[int, int] | str, str] = {}  # file -> "mapping feature" that names it
         for mapping, chunks in self.source_spec.items():
             for i, chunk in enumerate(chunks):
                 for name in chunk["files"]:
@@ -175,12 +185,12 @@ class FeatureSpec:
                         raise DatasetError(f"{at} points outside the dataset folder")
                     if os.path.exists(real) and not os.path.isfile(real):
                         raise DatasetError(f"{at} is not a regular file")
-                    user = f"mapping '{mapping}' feature '{chunk['features'][0]}'"
-                    if real in owner:
+                    key = file_key(real)
+                    if key in owner:
                         raise DatasetError(
-                            f"{at} is also the file of {owner[real]}; each file holds one feature of one mapping"
+                            f"{at} is also the file of {owner[key]}; each file holds one feature of one mapping"
                         )
-                    owner[real] = user
+                    owner[key] = f"mapping '{mapping}' feature '{chunk['features'][0]}'"
 
     @property
     def cardinalities(self) -> list[int]:

@@ -27,18 +27,27 @@ class IdCounts:
     def __init__(self, cardinality: int, rows: int):
         self.dense = np.zeros(cardinality, dtype=np.int64) if cardinality <= max(rows, 1 << 16) else None
         self.ids, self.counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # merged when as long as the counts so far
 
     def add(self, ids: np.ndarray) -> None:
         ids = ids.astype(np.int64)
         if self.dense is not None:
             self.dense += np.bincount(ids, minlength=len(self.dense))
             return
-        new, n = np.unique(ids, return_counts=True)
-        merged, inv = np.unique(np.concatenate([self.ids, new]), return_inverse=True)
-        self.counts = np.bincount(inv, weights=np.concatenate([self.counts, n]), minlength=len(merged)).astype(np.int64)
-        self.ids = merged
+        self.pending.append(np.unique(ids, return_counts=True))
+        if sum(len(u) for u, _ in self.pending) >= max(len(self.ids), 1 << 20):
+            self._merge()
+
+    def _merge(self) -> None:
+        ids = np.concatenate([self.ids, *(u for u, _ in self.pending)])
+        counts = np.concatenate([self.counts, *(c for _, c in self.pending)])
+        self.ids, inv = np.unique(ids, return_inverse=True)
+        self.counts = np.bincount(inv, weights=counts, minlength=len(self.ids)).astype(np.int64)
+        self.pending = []
 
     def sorted_counts(self) -> np.ndarray:
+        if self.dense is None:
+            self._merge()
         return np.sort(self.dense if self.dense is not None else self.counts)[::-1]
 
 
