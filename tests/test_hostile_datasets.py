@@ -428,3 +428,22 @@ def test_vocabulary_of_a_dataset_is_checked(tmp_path, edit, phrase):
         doc.write_text(edit(doc.read_text()))
     with pytest.raises(DatasetError, match=phrase):
         Vocabulary.load(str(tmp_path / "d"))
+
+
+def test_own_features_loader_checks_every_row_of_its_tables(dataset_copy):
+    """Under --loader own-features a rank reads its tables' ids for the whole batch, beyond its
+    own slice: an id out of range there is the same one line on that rank, not an index error."""
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.errors import DatasetError
+    from dlrmkit.parallel.loader import DistBatchLoader
+
+    ids = np.fromfile(dataset_copy / "train" / "cat_4.bin", np.int8)
+    ids[200] = 125  # cardinality 120; row 200 is in rank 1's half of the first batch of 250
+    ids.tofile(dataset_copy / "train" / "cat_4.bin")
+    _, train, _ = open_dataset(str(dataset_copy))
+    loader = DistBatchLoader(train, 250, rank=0, world_size=2, id_tables=[4], strategy="own-features")
+    with pytest.raises(
+        DatasetError, match=r"train/cat_4.bin: feature 'cat_4.bin' row 200 has id 125, outside \[0, 120\)"
+    ):
+        loader.read_global(0, 250)
+    loader.read_global(250, 500)  # a batch without the bad id reads as before

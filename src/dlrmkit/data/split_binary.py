@@ -150,16 +150,19 @@ class SplitBinaryDataset:
                     f"{float(dense[row, col])} (numerical features must be finite)"
                 )
 
-    def check_ids(self, ids: np.ndarray, start: int) -> None:
-        bad = (ids.max(axis=0) >= self.cardinalities) | (ids.min(axis=0) < 0)
+    def check_ids(self, ids: np.ndarray, start: int, tables: list[int] | None = None) -> None:
+        """Ids of rows start.. (columns: every table, or `tables`) lie in [0, cardinality)."""
+        tables = list(range(ids.shape[1])) if tables is None else list(tables)
+        cards = self.cardinalities[tables]
+        bad = (ids.max(axis=0) >= cards) | (ids.min(axis=0) < 0)
         if bad.any():
-            t = int(np.flatnonzero(bad)[0])
-            col = ids[:, t]
-            row = int(np.flatnonzero((col < 0) | (col >= self.cardinalities[t]))[0])
+            k = int(np.flatnonzero(bad)[0])
+            t, col = tables[k], ids[:, k]
+            row = int(np.flatnonzero((col < 0) | (col >= cards[k]))[0])
             name = self.spec.categorical_names[t]
             raise DatasetError(
                 f"{_rel(self.categorical[t].file_of_row(start + row), self.spec.base_directory)}: feature '{name}' row {start + row} "
-                f"has id {int(col[row])}, outside [0, {int(self.cardinalities[t])}) (its cardinality in the FeatureSpec)"
+                f"has id {int(col[row])}, outside [0, {int(cards[k])}) (its cardinality in the FeatureSpec)"
             )
 
 

@@ -78,11 +78,11 @@ class DistBatchLoader(BatchLoader):
         if self.strategy == "own-features":
             cols = [self.dataset.categorical[t].read(lo, hi)[:, 0] for t in self.id_tables]
             self.bytes_read += sum((hi - lo) * self.id_bytes[t] for t in self.id_tables)
-            global_ids = (
-                torch.from_numpy(np.stack(cols, axis=1).astype(np.int64))
-                if cols
-                else torch.zeros(hi - lo, 0, dtype=torch.int64)
-            )
+            global_ids = torch.zeros(hi - lo, 0, dtype=torch.int64)
+            if cols:  # every row of the batch, not only this rank's slice: checked here too
+                stacked = np.stack(cols, axis=1)
+                self.dataset.check_ids(stacked, lo, self.id_tables)
+                global_ids = torch.from_numpy(stacked.astype(np.int64))
         return Batch(batch.dense, DistIds(batch.ids, sizes, global_ids), batch.labels)
 
     def _broadcast(self, lo: int, hi: int, a: int, b: int, sizes: list[int]) -> Batch:
