@@ -319,6 +319,12 @@ ACCEPTED = [
         summarized("rows read 5  written 3  skipped 2 (bad_label 1, bad_number 1)"),
         setup=parquet_rows,
     ),
+    Accepted(  # a file's type from its suffix in any case
+        "transcode-upper-case-suffix",
+        ("transcode", "--input", "{ws}/ROWS.TSV", *TR[3:], "--out", "{ws}/o"),
+        transcoded(40),
+        setup=lambda root: (root / "ROWS.TSV").write_text((root / "rows.csv").read_text().replace(",", "\t")),
+    ),
     # 2**40 ids claimed, 5,000 rows: the summary counts the ids seen, never 8 TiB of zeros
     Accepted("validate-huge-cardinality", V, summarized("1,099,511,627,776"), setup=wide_ids("cat_4.bin", 2**40)),
     Accepted(  # synth writes NaN when the test mapping has one class: undefined, not invalid

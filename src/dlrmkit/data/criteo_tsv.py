@@ -95,7 +95,7 @@ def plan_tasks(inputs: list[str], test_files: list[str], task_bytes: int) -> lis
     for paths, is_test in ((inputs, False), (test_files, True)):
         for path in paths:
             size = check_input_file(path)
-            if path.endswith(".gz"):
+            if path.lower().endswith(".gz"):
                 tasks.append(Task(len(tasks), path, 0, None, is_test))
                 continue
             bounds = [0]

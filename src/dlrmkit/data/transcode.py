@@ -68,7 +68,7 @@ class Report:
 
 
 def _is_parquet(path: str) -> bool:
-    return path.endswith((".parquet", ".pq"))
+    return path.lower().endswith((".parquet", ".pq"))
 
 
 def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> Iterator[tuple[pa.Table, np.ndarray]]:
@@ -123,8 +123,8 @@ def _text_batches(
     lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
     from dlrmkit.data.criteo_tsv import Task, iter_blocks
 
-    delim = (opts.delimiter or ("\t" if path.endswith((".tsv", ".tsv.gz")) else ",")).encode()
-    task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
+    delim = (opts.delimiter or ("\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ",")).encode()
+    task = Task(0, path, 0, None if path.lower().endswith(".gz") else os.path.getsize(path), False)
     names = list(opts.columns) if not opts.header else None
     if names is not None and len(set(names)) != len(names):
         raise DlrmkitError(f"--columns: '{next(c for c in names if names.count(c) > 1)}' appears twice")
