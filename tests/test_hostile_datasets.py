@@ -392,6 +392,10 @@ def test_many_tables_stop_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
     with pytest.raises(DatasetError, match="needs 2,116 open files at once, the limit is 1,024"):
         allow_open_files(2 * 1026, "1,024 tables")
+    many = ",".join(["5"] * 600)  # 1,204 files + 64: refused before the teacher model is built
+    r = run_cli("synth", "--out", tmp_path / "o", "--cardinalities", many, "--rows", 10, "--test-rows", 10)
+    assert r.code == 2 and "600 tables: writing the dataset needs 1,268 open files" in r.err, r.err
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize(

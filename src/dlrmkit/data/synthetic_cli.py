@@ -7,6 +7,7 @@ import argparse
 
 from dlrmkit import cli_types
 from dlrmkit.data.feature_spec import categorical_dtype
+from dlrmkit.data.split_binary import allow_open_files
 from dlrmkit.data.synthetic import SYNTH_PRESETS, generate
 from dlrmkit.data.synthetic_shapes import resolve_config
 from dlrmkit.resources import check_disk, check_memory
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     row_bytes = 1 + 2 * cfg.num_numerical + sum(categorical_dtype(c).itemsize for c in cfg.table_sizes)
     check_disk(args.out, (cfg.rows + cfg.test_rows) * row_bytes, "--rows/--test-rows")
     check_memory(cfg.test_rows * 24, "--test-rows")  # test probabilities and labels, for the optimal AUC
+    allow_open_files(2 * (len(cfg.table_sizes) + 2), f"{len(cfg.table_sizes):,} tables")  # before the teacher
     spec = generate(
         args.out, cfg, seed=args.seed, preset=name, overwrite=args.force, progress=False if args.no_progress else None
     )

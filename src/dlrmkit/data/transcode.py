@@ -17,7 +17,7 @@ import pyarrow.csv as pacsv
 
 from dlrmkit.data.encoder import CountAccumulator, Vocabulary, to_string_array, value_counts
 from dlrmkit.data.output_dir import check_replaceable, output_lock
-from dlrmkit.data.split_binary import SplitBinaryWriter
+from dlrmkit.data.split_binary import SplitBinaryWriter, allow_open_files
 from dlrmkit.data.val_split import val_rows
 from dlrmkit.errors import DlrmkitError
 
@@ -297,6 +297,8 @@ def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     twice = sorted({c for c in named if named.count(c) > 1})
     if twice:
         raise DlrmkitError(f"column '{twice[0]}' is named more than once in --label/--numerical/--categorical")
+    mappings = 3 if opts.val_rows or opts.val_fraction else 2
+    allow_open_files(mappings * (len(opts.categorical) + 2), f"{len(opts.categorical):,} --categorical columns")
     with output_lock(opts.out):  # one writer per --out
         check_replaceable(opts.out, opts.force, opts.inputs)
         return _transcode(opts)
