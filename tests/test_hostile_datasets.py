@@ -190,6 +190,15 @@ PROBES = [
         "metadata.rows.train is 5",
         setup=edit_spec(lambda d: d["metadata"].update(rows={"train": 5, "test": 1000})),
     ),
+    Probe(
+        "validate-label-int8-negative",
+        V,
+        "test/label.bin: row 17 has label -1, not 0 or 1",
+        setup=both(
+            edit_spec(set_feature("label", dtype="int8")),
+            write_bytes("data/test/label.bin", b"\0" * 17 + b"\xff" + b"\1" * 982),
+        ),
+    ),
     Probe("validate-empty-train", V, "the train mapping has no rows", setup=empty_mapping("train")),
     Probe("train-empty-val-mapping", T, "the val mapping has no rows", setup=empty_val),
     Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
