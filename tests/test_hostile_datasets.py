@@ -466,3 +466,20 @@ def test_own_features_loader_checks_every_row_of_its_tables(dataset_copy):
     ):
         loader.read_global(0, 250)
     loader.read_global(250, 500)  # a batch without the bad id reads as before
+
+
+@pytest.mark.parametrize("command", ["validate", "synth-force"])
+def test_a_fifo_named_like_a_spec_is_never_read(dataset_copy, tmp_path, command):
+    """A FIFO blocks its reader until someone writes: refused as not a regular file, without
+    opening it (a subprocess with a timeout, so a regression fails instead of hanging)."""
+    from conftest import run_cli_subprocess
+
+    (dataset_copy / SPEC).unlink()
+    os.mkfifo(dataset_copy / SPEC)
+    if command == "validate":
+        r = run_cli_subprocess("validate", "--data", dataset_copy, timeout=60)
+        assert r.code == 2 and "feature_spec.yaml: not a regular file" in r.err, r.err
+    else:
+        r = run_cli_subprocess("synth", "--out", dataset_copy, "--force", "--rows", 10, "--test-rows", 10, timeout=60)
+        assert r.code == 2 and "not a dlrmkit dataset" in r.err, r.err
+    assert sorted(os.listdir(dataset_copy)) == [SPEC, "test", "train"]

@@ -187,6 +187,8 @@ def read_vocabulary_doc(path: str) -> dict[str, Any]:
     """vocabulary.yaml, read with bounds and checked field by field (it comes with a dataset)."""
     from dlrmkit.data.yaml_limits import load_yaml
 
+    if not os.path.isfile(path):  # a FIFO would block the read forever
+        raise DatasetError(f"{path}: not a regular file")
     try:
         with open(path, encoding="utf-8") as f:
             doc = load_yaml(f.read(), path)
@@ -341,6 +343,8 @@ class Vocabulary:
         values, counts = [], []
         for name in doc["files"]:
             table_path = os.path.join(d, name)
+            if not os.path.isfile(table_path):
+                raise DatasetError(f"{table_path}: not a regular file (a vocabulary table is named in {path})")
             try:
                 t = feather.read_table(table_path)
                 values.append(t["value"].combine_chunks().cast(pa.string()))

@@ -110,6 +110,8 @@ class FeatureSpec:
             path = os.path.join(path, SPEC_FILE)
         if not os.path.exists(path):
             raise DatasetError(f"{path}: no such FeatureSpec file")
+        if not os.path.isfile(path):  # a FIFO would block the read forever
+            raise DatasetError(f"{path}: not a regular file")
         try:
             if os.path.getsize(path) > MAX_SPEC_BYTES:
                 raise DatasetError(f"{path}: {os.path.getsize(path):,} bytes is too large for a FeatureSpec")

@@ -38,6 +38,8 @@ def _inside(path: str, folder: str) -> bool:
 def dataset_entries(path: str) -> set[str] | None:
     """Top-level names a dataset folder may hold (from its spec), or None if it has no readable spec."""
     spec_path = os.path.join(path, SPEC_FILE)
+    if not os.path.isfile(spec_path):  # missing, or a FIFO whose read would block forever
+        return None
     try:
         with open(spec_path, encoding="utf-8") as f:
             doc = load_yaml(f.read(), spec_path)
