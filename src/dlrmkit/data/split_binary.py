@@ -39,7 +39,10 @@ class Column:
             if rows == 0:
                 self.parts.append(np.empty((0, width), dtype=self.dtype))
             else:
-                self.parts.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rows, width)))
+                try:
+                    self.parts.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rows, width)))
+                except OSError as exc:  # unreadable, or the process's limit of mappings reached
+                    raise DatasetError(f"{_rel(path, base)}: cannot read ({exc.strerror or exc})") from None
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.rows = int(self.starts[-1])
         self.offset = 0  # first row of a window (see `window`)
