@@ -200,6 +200,12 @@ PROBES = [
         ),
     ),
     Probe("validate-empty-train", V, "the train mapping has no rows", setup=empty_mapping("train")),
+    Probe(
+        "evaluate-empty-test-mapping",
+        ("evaluate", "--data", "{ws}/data", "--checkpoint", "{ws}/run/checkpoints"),
+        "the test mapping has no rows; nothing to evaluate",
+        setup=empty_mapping("test"),
+    ),
     Probe("train-empty-val-mapping", T, "the val mapping has no rows", setup=empty_val),
     Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
     # ---- memory follows the data, never a claimed size

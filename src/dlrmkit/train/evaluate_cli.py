@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)
     dataset = SplitBinaryDataset(spec, args.mapping)
+    if not len(dataset):
+        raise DlrmkitError(f"{args.data}: the {args.mapping} mapping has no rows; nothing to evaluate")
 
     def check(cfg) -> None:  # before the model is built: a wrong pairing costs nothing
         if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
