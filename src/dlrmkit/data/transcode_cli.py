@@ -77,15 +77,10 @@ def run(args: argparse.Namespace) -> int:
         log=args.log_transform,
         force=args.force,
     )
-    spec, report = transcode(opts)
-    n_skipped = sum(report.skipped.values())
-    print(
-        f"rows read {report.read:,}  written {sum(spec.metadata['rows'].values()):,}"
-        f"  skipped {n_skipped:,}"
-        + (" (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else "")
-    )
-    for pos in report.first:
-        print(f"  bad row: {pos}")
+    from dlrmkit.data.preprocess_cli import print_report
+
+    spec, _ = transcode(opts)
+    print_report(args.out, spec.metadata["preprocess"]["report"], up_to_date=False)
     rows = spec.metadata["rows"]
     val = f" + {rows['val']:,} val" if "val" in rows else ""
     print(
