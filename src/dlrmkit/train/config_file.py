@@ -13,19 +13,14 @@ import yaml
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import from_mapping, given, to_mapping
+from dlrmkit.untrusted import MiB, load_yaml
+
+MAX_CONFIG = MiB  # a config file of every option is a few KiB
 
 
 def load_config(path: str) -> dict[str, Any]:
     """The YAML file as {TrainConfig field: checked value}."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise DlrmkitError(f"{path}: cannot read config ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DlrmkitError(f"{path}: not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise DlrmkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(path, "config file", MAX_CONFIG)  # bounded: size, nesting, alias expansion
     if data is None:
         return {}
     if not isinstance(data, dict):

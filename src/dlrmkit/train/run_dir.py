@@ -54,6 +54,20 @@ def new_run_path(root: str = "runs") -> str:
     raise DlrmkitError(f"cannot create a fresh run folder under {root}")
 
 
+def check_run_dir(path: str | None) -> None:
+    """An existing --run-dir is an empty folder or a run folder (it holds run.json): a run writes
+    config.yaml, run.json, log.jsonl, plan.json and metrics.json there, and must not replace a
+    file of that name that belongs to something else. Rank 0 checks (it alone writes them)."""
+    if not path or not os.path.isdir(path) or not is_rank_zero():
+        return
+    names = sorted(os.listdir(path))
+    if names and "run.json" not in names:
+        raise DlrmkitError(
+            f"--run-dir {path}: holds '{names[0][:60]}' and is not a run folder (no run.json); a run writes "
+            f"config.yaml, run.json, log.jsonl, plan.json and metrics.json there: give a new or empty folder"
+        )
+
+
 def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
