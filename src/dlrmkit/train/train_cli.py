@@ -53,7 +53,7 @@ def check_plan_file(path: str | None) -> None:
     not used) and on every rank before the process group forms (where it is)."""
     if not path:
         return
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise DlrmkitError(f"--plan {path}: no such file")
     from dlrmkit.parallel.plan import ShardingPlan
 
