@@ -413,6 +413,12 @@ PROBES = [
     ),
     # ---- outputs: a folder holding someone else's files
     Probe(
+        "tune-out-user-folder",
+        (*TU[:-1], "{ws}/notes"),
+        "is not a tune folder",
+        setup=write_bytes("s.yaml", b"lr: 0.1\n"),
+    ),
+    Probe(
         "run-dir-user-folder",
         (*T[:-1], "{ws}/notes"),
         "is not a run folder",
@@ -468,3 +474,16 @@ def test_a_save_removes_only_its_own_temporary_folders(mws):
     assert after[".tmp-step_x/mine.txt"] == before[".tmp-step_x/mine.txt"]
     assert after["./keep.txt"] == before["./keep.txt"]
     assert not (mws / "notes" / ".tmp-step_7").exists() and (mws / "notes" / "latest").exists()
+
+
+def test_an_output_that_is_a_link_replaces_the_link_not_its_target(mws):
+    """export --out and predict --output naming a symbolic link to the user's file: the link is
+    replaced by the new file (written beside it and renamed), the file it pointed to is unchanged."""
+    keep = mws / "notes" / "keep.txt"
+    before = keep.read_bytes()
+    for name, argv in (("m.pt", EX), ("p.csv", PR)):
+        os.symlink(keep, mws / name)
+        r = run_cli(*[a.replace("{ws}", str(mws)) for a in argv])
+        assert r.code == 0, r.err
+        assert not (mws / name).is_symlink() and (mws / name).stat().st_size > 0
+    assert keep.read_bytes() == before

@@ -56,6 +56,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prune", action="store_true", help="never prune a trial")
 
 
+TUNE_FILES = ("study.db", "best.yaml", "history.png", "importances.png")
+
+
+def check_tune_dir(out: str) -> None:
+    """An existing --out is empty or a tune folder (a search continues there): it receives
+    best.yaml, the plots and trial_N run folders, and must not replace someone else's files."""
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    if names and not any(n in TUNE_FILES or (n.startswith("trial_") and n[6:].isdigit()) for n in names):
+        raise DlrmkitError(
+            f"--out {out}: holds '{names[0][:60]}' and is not a tune folder (no study.db, best.yaml or "
+            f"trial_N); give a new or empty folder"
+        )
+
+
 def load_space(path: str | None) -> dict[str, Any]:
     if path is None:
         path = str(resources.files("dlrmkit").joinpath("tune_space.yaml"))
@@ -257,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
     out = args.out or f"tune-{args.study}"
     check_output_dir(out, "--out")
+    check_tune_dir(out)
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     space = load_space(args.space)
