@@ -296,6 +296,20 @@ PROBES = [
         setup=metadata(lambda m: m["tensors"]["table.0.weight"].update(size=[10**20, 9])),
     ),
     Probe(
+        "metadata-chunk-missing",
+        EV,
+        "its chunks hold 0 values",
+        setup=metadata(lambda m: m["tensors"]["table.0.weight"].update(chunks=[])),
+    ),
+    Probe(
+        "metadata-chunk-repeated",
+        EV,
+        "its chunks hold 108 values",
+        setup=metadata(
+            lambda m: m["tensors"]["table.0.weight"]["chunks"].extend(m["tensors"]["table.0.weight"]["chunks"])
+        ),
+    ),
+    Probe(
         "first-format-metadata-claims-1tb",
         EV,
         "refused checkpoint metadata",

@@ -257,6 +257,9 @@ def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict,
                 raise DlrmkitError(f"{where}: chunk length {length} does not match its shape {sizes}")
             chunks.append(ChunkStorageMetadata(torch.Size(offs), torch.Size(sizes)))
             storage[MetadataIndex(fqn, offs)] = ({"file": name, "offset": start, "length": length}, sizes, dtype)
+        stored = sum(math.prod(c.sizes) for c in chunks)
+        if stored != math.prod(size):  # a chunk missing (the tensor would keep what it held) or repeated
+            raise DlrmkitError(f"{where}: its chunks hold {stored} values, the tensor {size} has {math.prod(size)}")
         sd_md[fqn] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), chunks)
     meta = Metadata(
         state_dict_metadata=sd_md,
