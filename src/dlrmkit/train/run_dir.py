@@ -54,17 +54,22 @@ def new_run_path(root: str = "runs") -> str:
     raise DlrmkitError(f"cannot create a fresh run folder under {root}")
 
 
+RUN_FILES = ("config.yaml", "run.json", "log.jsonl", "plan.json", "metrics.json")
+
+
 def check_run_dir(path: str | None) -> None:
-    """An existing --run-dir is an empty folder or a run folder (it holds run.json): a run writes
-    config.yaml, run.json, log.jsonl, plan.json and metrics.json there, and must not replace a
-    file of that name that belongs to something else. Rank 0 checks (it alone writes them)."""
+    """An existing --run-dir that is not a run folder (no run.json) must not hold a file a run
+    writes there (config.yaml, log.jsonl, plan.json, metrics.json): it would replace someone
+    else's file. Other entries stay as they are. Rank 0 checks: it alone writes those files (other
+    ranks may already have made `checkpoints/` in it)."""
     if not path or not os.path.isdir(path) or not is_rank_zero():
         return
-    names = sorted(os.listdir(path))
-    if names and "run.json" not in names:
+    names = set(os.listdir(path))
+    taken = sorted(names & set(RUN_FILES))
+    if taken and "run.json" not in names:
         raise DlrmkitError(
-            f"--run-dir {path}: holds '{names[0][:60]}' and is not a run folder (no run.json); a run writes "
-            f"config.yaml, run.json, log.jsonl, plan.json and metrics.json there: give a new or empty folder"
+            f"--run-dir {path}: holds '{taken[0]}' and is not a run folder (no run.json); a run would replace "
+            f"it: give a new or empty folder, or move the file"
         )
 
 
