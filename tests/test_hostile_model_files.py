@@ -344,6 +344,14 @@ PROBES = [
         setup=write_bytes("c.yaml", b"batch-size: 100\nbatch_size: 7\n"),
     ),
     Probe("config-private-key", TC, "unknown option '_argv'", setup=write_bytes("c.yaml", b"_argv: [x]\n")),
+    # where a run writes comes from the command line only: a config file cannot aim a write at a user's file
+    Probe(
+        "config-sets-metrics-json",
+        TC,
+        "'metrics-json' says where the run writes",
+        setup=write_bytes("c.yaml", b"metrics-json: victim.json\n"),
+    ),
+    Probe("config-sets-run-dir", TC, "'run-dir' says where", setup=write_bytes("c.yaml", b"run_dir: elsewhere\n")),
     Probe(
         "config-python-tag",
         TC,

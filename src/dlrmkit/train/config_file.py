@@ -16,6 +16,9 @@ from dlrmkit.options import from_mapping, given, to_mapping
 from dlrmkit.untrusted import MiB, load_yaml
 
 MAX_CONFIG = MiB  # a config file of every option is a few KiB
+# where a run writes comes from the command line only: a config file from elsewhere never chooses
+# which files are written or replaced (a run's own config.yaml leaves these out, dlrmkit.train.run_dir)
+OUTPUT_OPTIONS = ("run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "tensorboard")
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -25,7 +28,15 @@ def load_config(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise DlrmkitError(f"{path}: a config file must be a mapping of option: value")
-    return from_mapping(path, TrainConfig, data, "train")
+    values = from_mapping(path, TrainConfig, data, "train")
+    for name in OUTPUT_OPTIONS:
+        if name in values:
+            flag = name.replace("_", "-")
+            raise DlrmkitError(
+                f"{path}: '{flag}' says where the run writes; give --{flag} on the command line "
+                "(a config file never chooses which files are written)"
+            )
+    return values
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

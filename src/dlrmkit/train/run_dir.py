@@ -14,11 +14,11 @@ from typing import Any
 from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.config_file import dump_config
+from dlrmkit.train.config_file import OUTPUT_OPTIONS, dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
-WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume", "tensorboard"}
+WHERE_OPTIONS = {*OUTPUT_OPTIONS, "resume"}
 
 
 @dataclass
