@@ -36,11 +36,13 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.train.checkpoint import load_single_process_model
     from dlrmkit.train.evaluation import evaluate_model
+    from dlrmkit.train.train_cli import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
 
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
+    check_plan_file(args.plan)
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)

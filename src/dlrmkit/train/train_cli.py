@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_outputs(cfg: TrainConfig) -> None:
     """Every path this run will write: creatable and writable, a file or a folder as needed."""
     from dlrmkit.atomic_io import check_not_inside, check_output_dir, check_output_file
+    from dlrmkit.train.run_dir import check_run_dir
 
     data = {"--data": cfg.data}
     for option, path in (
@@ -38,14 +39,25 @@ def check_outputs(cfg: TrainConfig) -> None:
     check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
     check_output_dir(cfg.run_dir, "--run-dir")
+    check_run_dir(cfg.run_dir)
     check_output_dir(cfg.tensorboard, "--tensorboard")
     if not cfg.run_dir:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
-    for option, path in (("--plan", cfg.plan),):
-        if path and not os.path.isfile(path):
-            raise DlrmkitError(f"{option} {path}: no such file")
+    check_plan_file(cfg.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
+
+
+def check_plan_file(path: str | None) -> None:
+    """A --plan file parses and is a valid plan before any work, in one process too (where it is
+    not used) and on every rank before the process group forms (where it is)."""
+    if not path:
+        return
+    if not os.path.exists(path):
+        raise DlrmkitError(f"--plan {path}: no such file")
+    from dlrmkit.parallel.plan import ShardingPlan
+
+    ShardingPlan.load(path)
 
 
 def check_tables_fit(cfg: TrainConfig) -> None:
