@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import yaml
 
-from dlrmkit.errors import DatasetError
+from dlrmkit.errors import DatasetError, DlrmkitError
 
 VOCAB_DIR = "vocabulary"
 VOCAB_FILE = "vocabulary.yaml"
@@ -185,17 +185,12 @@ class CountAccumulator:
 
 def read_vocabulary_doc(path: str) -> dict[str, Any]:
     """vocabulary.yaml, read with bounds and checked field by field (it comes with a dataset)."""
-    from dlrmkit.data.yaml_limits import load_yaml
+    from dlrmkit.untrusted import load_yaml
 
-    if not os.path.isfile(path):  # a FIFO would block the read forever
-        raise DatasetError(f"{path}: not a regular file")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = load_yaml(f.read(), path)
-    except yaml.YAMLError as exc:
-        raise DatasetError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text") from None
+        doc = load_yaml(path, "vocabulary file", 1 << 20)  # bounded; a FIFO or a device is refused
+    except DlrmkitError as exc:
+        raise DatasetError(str(exc)) from None
 
     def bad(what: str) -> DatasetError:
         return DatasetError(f"{path}: {what}")

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from dlrmkit.data.yaml_limits import load_yaml
-from dlrmkit.errors import DatasetError
+from dlrmkit.errors import DatasetError, DlrmkitError
+from dlrmkit.untrusted import load_yaml
 
 SPEC_FILE = "feature_spec.yaml"
 CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
@@ -110,21 +110,11 @@ class FeatureSpec:
             path = os.path.join(path, SPEC_FILE)
         if not os.path.exists(path):
             raise DatasetError(f"{path}: no such FeatureSpec file")
-        if not os.path.isfile(path):  # a FIFO would block the read forever
-            raise DatasetError(f"{path}: not a regular file")
+        # bounded (size, alias expansion, nesting), regular files only (a FIFO would block), no key twice
         try:
-            if os.path.getsize(path) > MAX_SPEC_BYTES:
-                raise DatasetError(f"{path}: {os.path.getsize(path):,} bytes is too large for a FeatureSpec")
-            with open(path, encoding="utf-8") as f:
-                doc = load_yaml(f.read(), path)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f" line {mark.line + 1}:" if mark is not None else ""
-            raise DatasetError(f"{path}:{line} not valid YAML ({str(exc).splitlines()[0]})") from None
-        except UnicodeDecodeError:
-            raise DatasetError(f"{path}: not UTF-8 text") from None
-        except OSError as exc:
-            raise DatasetError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            doc = load_yaml(path, "FeatureSpec", MAX_SPEC_BYTES)
+        except DlrmkitError as exc:
+            raise DatasetError(str(exc)) from None  # a dataset's fault, as every other spec error
         if not isinstance(doc, dict):
             raise DatasetError(f"{path}: expected a mapping with feature_spec, source_spec, channel_spec")
         missing = [k for k in ("feature_spec", "source_spec", "channel_spec") if k not in doc]

@@ -19,12 +19,11 @@ import os
 import shutil
 from typing import Iterable, Iterator
 
-import yaml
 
 from dlrmkit.atomic_io import check_output_dir, make_dirs, os_error_text
-from dlrmkit.data.feature_spec import SPEC_FILE
-from dlrmkit.data.yaml_limits import load_yaml
+from dlrmkit.data.feature_spec import MAX_SPEC_BYTES, SPEC_FILE
 from dlrmkit.errors import DatasetError, DlrmkitError
+from dlrmkit.untrusted import load_yaml
 
 MARKER = ".dlrmkit-partial"  # inside a temporary folder this code created
 EXTRA_ENTRIES = {SPEC_FILE, "vocabulary", "baseline.json"}  # baseline.json: `dlrmkit baseline`
@@ -41,8 +40,7 @@ def dataset_entries(path: str) -> set[str] | None:
     if not os.path.isfile(spec_path):  # missing, or a FIFO whose read would block forever
         return None
     try:
-        with open(spec_path, encoding="utf-8") as f:
-            doc = load_yaml(f.read(), spec_path)
+        doc = load_yaml(spec_path, "FeatureSpec", MAX_SPEC_BYTES)
         names = set(EXTRA_ENTRIES)
         for chunks in (doc.get("source_spec") or {}).values():
             for chunk in chunks or []:
@@ -51,7 +49,7 @@ def dataset_entries(path: str) -> set[str] | None:
                     if name not in ("", ".", "..") and not os.path.isabs(str(file)):
                         names.add(name)
         return names
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, DlrmkitError, AttributeError, TypeError):
+    except (DlrmkitError, AttributeError, TypeError):
         return None
 
 
