@@ -25,7 +25,7 @@ RESULT_FILE = "baseline.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
     p.add_argument(
         "--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)"
     )
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
     )
     p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
-    p.add_argument("--out", help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
+    p.add_argument("--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
 
 
 class LogisticRegression:

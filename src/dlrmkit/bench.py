@@ -135,7 +135,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "seed": {"help": "seed of the random data and weights (default 0)"},
         },
     )
-    p.add_argument("--json", help="write the figures as one JSON object to this file")
+    p.add_argument("--json", type=ct.path, help="write the figures as one JSON object to this file")
     add_options(
         p,
         TrainConfig,

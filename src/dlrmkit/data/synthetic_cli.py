@@ -13,7 +13,7 @@ from dlrmkit.resources import check_disk, check_memory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output dataset folder")
+    p.add_argument("--out", required=True, type=cli_types.path, help="output dataset folder")
     p.add_argument(
         "--preset",
         help=f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
@@ -22,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cardinalities",
         metavar="N1,N2,...",
+        type=cli_types.cardinalities,
         help="table sizes of any shape (13 numerical features), instead of --preset",
     )
     p.add_argument(

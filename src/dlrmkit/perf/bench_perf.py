@@ -28,8 +28,8 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="profile a few steps with torch.profiler and print each phase's share of a step",
     )
     p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
-    p.add_argument("--trace", help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
-    p.add_argument("--plot", help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
+    p.add_argument("--trace", type=ct.path, help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
+    p.add_argument("--plot", type=ct.path, help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
     p.add_argument(
         "--embedding-backend",
         default="native",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from dlrmkit.cli_types import small_file
 from dlrmkit.errors import DlrmkitError
 
 
@@ -18,6 +19,7 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hardware",
         default="a100-80gb",
+        type=small_file,
         help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
     )
     p.add_argument("--precision", default="fp32", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP")

@@ -8,6 +8,7 @@ import argparse
 import math
 import os
 
+from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options
@@ -18,22 +19,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     so `--config` can fill them and flags given win (config_file.config_from_args)."""
     add_options(p, TrainConfig, unset_absent=True)
     p.add_argument(
-        "--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win"
+        "--config",
+        type=ct.small_file,
+        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win"
     )
 
 
-def check_outputs(cfg: TrainConfig) -> None:
-    """Every path this run will write: creatable and writable, a file or a folder as needed."""
-    from dlrmkit.atomic_io import check_not_inside, check_output_dir, check_output_file
+def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
+    """Every path this run will write: creatable and writable, a file or a folder as needed,
+    none inside an input (--data, --config, --plan), no two the same file, and no folder
+    holding another run's checkpoints: all before the run folder is written."""
+    from dlrmkit.atomic_io import check_distinct, check_not_inside, check_output_dir, check_output_file
+    from dlrmkit.train.ckpt_dirs import check_fresh_directory
 
-    data = {"--data": cfg.data}
+    inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
     for option, path in (
         ("--metrics-json", cfg.metrics_json),
         ("--log-jsonl", cfg.log_jsonl),
         ("--checkpoint-dir", cfg.checkpoint_dir),
         ("--run-dir", cfg.run_dir),
+        ("--tensorboard", cfg.tensorboard),
     ):
-        check_not_inside(path, option, data)
+        check_not_inside(path, option, inputs)
     check_output_file(cfg.metrics_json, "--metrics-json")
     check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
@@ -41,6 +48,18 @@ def check_outputs(cfg: TrainConfig) -> None:
     check_output_dir(cfg.tensorboard, "--tensorboard")
     if not cfg.run_dir:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
+    checkpoints = cfg.checkpoint_dir or (os.path.join(cfg.run_dir, "checkpoints") if cfg.run_dir else None)
+    log = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir or cfg.run_dir, "log.jsonl") if checkpoints else None)
+    run_files = {f"--run-dir's {name}": os.path.join(cfg.run_dir, name) for name in ("config.yaml", "run.json", "plan.json")}
+    check_distinct(
+        {
+            **(run_files if cfg.run_dir else {}),
+            ("--log-jsonl" if cfg.log_jsonl else "the log (log.jsonl)"): log,
+            "--metrics-json": cfg.metrics_json,
+        }
+    )
+    if checkpoints and not cfg.resume:
+        check_fresh_directory(checkpoints)
     for option, path in (("--plan", cfg.plan),):
         if path and not os.path.isfile(path):
             raise DlrmkitError(f"{option} {path}: no such file")
@@ -84,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.config_file import config_from_args
 
     cfg = config_from_args(args)
+    check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     recipe_text = choose_recipe(cfg)
-    check_outputs(cfg)  # before any expensive work: a bad path is found now, not after training
     check_tables_fit(cfg)
     if cfg.tensorboard:
         from dlrmkit.report import summary_writer_class
