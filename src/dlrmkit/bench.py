@@ -204,6 +204,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_output_file
+    from dlrmkit.parallel.options import torchrun_env
+
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
 
     for option, path in (
         ("--json", args.json),

@@ -67,7 +67,9 @@ def default_threads(requested: int) -> int:
     if requested:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    from dlrmkit.parallel.options import torchrun_env
+
+    local = torchrun_env().local_world_size
     return max(1, cores // max(local, 1))
 
 

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.evaluation import evaluate_model
 
     from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.parallel.options import torchrun_env
 
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
     if not os.path.isdir(args.data):

@@ -75,7 +75,9 @@ def check_tables_fit(cfg: TrainConfig) -> None:
     res = cfg.resolved()
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
     state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
-    world = max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    from dlrmkit.parallel.options import torchrun_env
+
+    world = torchrun_env().world_size
     dim = int(res.embedding_dim)
     check_memory(rows * dim * 4 * state // world, f"{cfg.data}: {rows:,} table rows x --embedding-dim {dim}")
     bottom, top = list(res.bottom_mlp or []), list(res.top_mlp or [])
@@ -102,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import config_from_args
 
+    from dlrmkit.parallel.options import torchrun_env
+
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
     cfg = config_from_args(args)
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     recipe_text = choose_recipe(cfg)

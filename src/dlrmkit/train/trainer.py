@@ -61,7 +61,9 @@ class Trainer:
         if not launched_by_torchrun():
             self.model.reset_parameters(cfg.seed)
 
-        world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; checked before any collective
+        from dlrmkit.parallel.options import torchrun_env
+
+        world = torchrun_env().world_size  # torchrun's; checked before any collective
         if cfg.batch_size < world:
             raise DlrmkitError(
                 f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
