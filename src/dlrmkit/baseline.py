@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlrmkit import cli_types as ct
-from dlrmkit.atomic_io import check_output_file, write_json
+from dlrmkit.atomic_io import check_not_inside, check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
 
 RESULT_FILE = "baseline.json"
@@ -242,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     out = args.out or os.path.join(args.data, RESULT_FILE)
+    if out != "none" and os.path.realpath(out) != os.path.realpath(os.path.join(args.data, RESULT_FILE)):
+        check_not_inside(out, "--out", {"--data": args.data})  # <data>/baseline.json is the one file allowed
     if out != "none":
         check_output_file(out, "--out")  # before the fit: a bad path is found now
     result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size)

@@ -11,6 +11,7 @@ import time
 import torch
 
 from dlrmkit import cli_types as ct
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.precision import compute_dtype
 from dlrmkit.optim.build import build_optimizers
@@ -203,10 +204,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.atomic_io import check_output_file
+    from dlrmkit.atomic_io import check_distinct, check_output_file
     from dlrmkit.parallel.options import torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
+    if getattr(args, "trace", None) and not args.profile:
+        raise DlrmkitError("--trace writes the trace of --profile: add --profile")
+    check_distinct({"--json": args.json, "--trace": getattr(args, "trace", None), "--plot": getattr(args, "plot", None)})
 
     for option, path in (
         ("--json", args.json),

@@ -153,7 +153,10 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.optim.build import resolve_embedding_optimizer
     from dlrmkit.parallel.plan import make_plan
 
-    check_not_inside(args.json, "--json", {"--data": args.data})
+    from dlrmkit.perf.simulate_cli import check_simulate_options
+
+    check_simulate_options(args)
+    check_not_inside(args.json, "--json", {"--data": args.data, "--hardware": args.hardware})
     check_output_file(args.json, "--json")
     check_legacy(args)
     if args.data:

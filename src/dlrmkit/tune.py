@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from dlrmkit import cli_types as ct
-from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs
+from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_dir, make_dirs
 from dlrmkit.errors import DlrmkitError
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -245,6 +245,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
     out = args.out or f"tune-{args.study}"
+    check_not_inside(out, "--out", {"--data": args.data})
+    if args.storage and args.storage.startswith("sqlite:///"):  # a file: never inside the dataset
+        check_not_inside(args.storage[len("sqlite:///") :], "--storage", {"--data": args.data})
     check_output_dir(out, "--out")
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")

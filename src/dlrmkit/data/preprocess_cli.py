@@ -75,11 +75,25 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         print(f"  bad row: {pos}")
 
 
+def check_inputs_once(lists: dict[str, list[str]]) -> None:
+    """No input file named twice (its rows would count twice) or both as train and test rows."""
+    seen: dict[str, str] = {}
+    for option, paths in lists.items():
+        for path in paths or []:
+            real = os.path.realpath(path)
+            if real in seen:
+                raise DlrmkitError(f"{option} {path}: already given as {seen[real]}; name each input file once")
+            seen[real] = option
+
+
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.criteo import CriteoOptions, preprocess
 
     if args.workers < 1:
         raise DlrmkitError(f"--workers must be >= 1, got {args.workers}")
+    if args.engine != "spark" and args.spark_master != "local[*]":
+        raise DlrmkitError("--spark-master applies with --engine spark")
+    check_inputs_once({"--input": args.input, "--test-files": args.test_files})
     opts = CriteoOptions(
         inputs=args.input,
         out=args.out,

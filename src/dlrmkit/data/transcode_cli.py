@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.data.preprocess_cli import check_inputs_once
     from dlrmkit.data.transcode import transcode_from_args
+    from dlrmkit.errors import DlrmkitError
+
+    if args.header and args.columns:
+        raise DlrmkitError("--columns names the columns of files without a header row: add --no-header")
+    check_inputs_once({"--input": args.input})
 
     return transcode_from_args(args)

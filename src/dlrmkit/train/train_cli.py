@@ -73,6 +73,8 @@ def check_tables_fit(cfg: TrainConfig) -> None:
     from dlrmkit.resources import check_memory
 
     res = cfg.resolved()
+    if cfg.lamb_lr is not None and res.optimizer != "lamb":  # it would be ignored
+        raise DlrmkitError(f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer})")
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
     state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
     from dlrmkit.parallel.options import torchrun_env

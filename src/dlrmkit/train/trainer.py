@@ -280,9 +280,12 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if self.log_path and self.dist.rank == 0:
             record = {**record, "time": time.time(), "samples_seen": self.step * self.cfg.batch_size}
-            os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
+                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+                with open(self.log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
     def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
