@@ -50,10 +50,10 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
     checkpoints = cfg.checkpoint_dir or (os.path.join(cfg.run_dir, "checkpoints") if cfg.run_dir else None)
     log = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir or cfg.run_dir, "log.jsonl") if checkpoints else None)
-    run_files = {f"--run-dir's {name}": os.path.join(cfg.run_dir, name) for name in ("config.yaml", "run.json", "plan.json")}
+    run_files = ("config.yaml", "run.json", "plan.json") if cfg.run_dir else ()
     check_distinct(
         {
-            **(run_files if cfg.run_dir else {}),
+            **{f"--run-dir's {name}": os.path.join(cfg.run_dir or "", name) for name in run_files},
             ("--log-jsonl" if cfg.log_jsonl else "the log (log.jsonl)"): log,
             "--metrics-json": cfg.metrics_json,
         }
