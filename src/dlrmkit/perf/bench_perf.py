@@ -67,9 +67,9 @@ def default_threads(requested: int) -> int:
     if requested:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    from dlrmkit.parallel.options import torchrun_env
+    from dlrmkit.parallel.options import MAX_WORLD_SIZE, env_int
 
-    local = torchrun_env().local_world_size
+    local = env_int("LOCAL_WORLD_SIZE", 1, MAX_WORLD_SIZE, default=1)  # checked: garbage is one line
     return max(1, cores // max(local, 1))
 
 
