@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family
 from dlrmkit.options import option
 
 
@@ -49,6 +49,22 @@ PRESETS: dict[str, Preset] = {
         decay_steps=27772,
     ),
 }
+
+
+# an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer.
+# On `synth --preset small`, one epoch: Adagrad (MLPs and tables) at tiny's SGD 1.0 stayed at AUC
+# 0.50, at 0.05 (the small-data recipe's) 0.726; SGD MLPs with Adagrad or row-wise Adagrad tables at
+# 1.0: 0.504 / 0.509, at 0.05: 0.718 / 0.719. LAMB's own peak LR: 0.005 (docs/PRECISION.md; at batch
+# 256 there 0.002 and 0.01 came within 0.003 AUC, 0.05 stuck at 0.50, and tiny's 1.0 gave a NaN loss)
+ADAGRAD_LR = 0.05
+LAMB_LR = 0.005
+
+
+def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Preset") -> float | None:
+    """The LR for optimizers chosen without --lr whose kind of LR (optim.names.lr_family) is not the
+    preset's; None where the preset's LR fits."""
+    chosen = lr_family(optimizer or preset.optimizer, embedding_optimizer)
+    return ADAGRAD_LR if chosen == "adagrad" and lr_family(preset.optimizer) != "adagrad" else None
 
 
 AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
@@ -110,7 +126,11 @@ class TrainConfig:
         None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int, group="length"
     )
     max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
-    lr: float | None = option(None, "learning rate (default: the preset's)", parse=ct.learning_rate)
+    lr: float | None = option(
+        None,
+        f"learning rate (default: the preset's, or {ADAGRAD_LR} for Adagrad MLPs or tables on an SGD preset)",
+        parse=ct.learning_rate,
+    )
     optimizer: str | None = option(
         None,
         "dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 (default: the preset's)",
@@ -122,7 +142,9 @@ class TrainConfig:
         choices=EMBEDDING_OPTIMIZERS,
     )
     lamb_lr: float | None = option(
-        None, "LAMB's peak LR (default --lr); the LR schedule scales both", parse=ct.learning_rate
+        None,
+        f"LAMB's peak LR (default {LAMB_LR}); --lr stays the tables'; the LR schedule scales both",
+        parse=ct.learning_rate,
     )
     precision: str = option(
         "fp32",
@@ -268,9 +290,13 @@ class TrainConfig:
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
         out = TrainConfig(**asdict(self))
+        if out.lr is None:
+            out.lr = own_lr(out.optimizer, out.embedding_optimizer, p)
         for name in RECIPE_FIELDS:
             if getattr(out, name) is None:
                 setattr(out, name, getattr(p, name))
+        if out.optimizer == "lamb" and out.lamb_lr is None:
+            out.lamb_lr = LAMB_LR
         if out.batch_size is not None and out.batch_size <= 0:
             raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
         from dlrmkit.optim.build import check_choice

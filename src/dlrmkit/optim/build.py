@@ -8,17 +8,10 @@ from torch.optim import Optimizer
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.optim.lamb import Lamb
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, resolve_embedding_optimizer
 from dlrmkit.optim.rowwise_adagrad import RowWiseAdagrad
 from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
 from dlrmkit.optim.split_sgd import SplitSGD
-
-
-def resolve_embedding_optimizer(optimizer: str, embedding_optimizer: str | None) -> str:
-    """The embedding optimizer a run uses: the dense one's sparse twin unless given (LAMB: sgd)."""
-    if embedding_optimizer is not None:
-        return embedding_optimizer
-    return {"adagrad": "adagrad"}.get(optimizer, "sgd")
 
 
 def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str = "fp32") -> None:

@@ -1,5 +1,19 @@
-"""Optimizer names, without torch: the `--optimizer` options (dlrmkit.config) take their choices
+"""Optimizer names and choices, without torch: the `--optimizer` options (dlrmkit.config) take their choices
 from here while the parser is built, before torch is imported."""
 
 OPTIMIZERS = ("sgd", "adagrad", "split-sgd", "lamb")  # the dense (MLP) optimizer
 EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")  # the tables' sparse optimizer
+
+
+def resolve_embedding_optimizer(optimizer: str, embedding_optimizer: str | None) -> str:
+    """The embedding optimizer a run uses: the dense one's sparse twin unless given (LAMB: sgd)."""
+    if embedding_optimizer is not None:
+        return embedding_optimizer
+    return {"adagrad": "adagrad"}.get(optimizer, "sgd")
+
+
+def lr_family(optimizer: str, embedding_optimizer: str | None = None) -> str:
+    """Which kind of learning rate `--lr` is for this choice: "adagrad" when the tables (or the
+    MLPs) train with Adagrad, whose steps are normalized, else "sgd" (LAMB's own rate is --lamb-lr)."""
+    tables = resolve_embedding_optimizer(optimizer, embedding_optimizer)
+    return "adagrad" if optimizer == "adagrad" or tables in ("adagrad", "rowwise-adagrad") else "sgd"

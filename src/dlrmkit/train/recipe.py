@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dlrmkit.config import AUTO, get_preset, own_lr
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset
 
@@ -126,6 +127,15 @@ def apply(args: Any, recipe: Recipe) -> list[str]:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
             filled.append(key)
+    opt, emb = getattr(args, "optimizer", None), getattr(args, "embedding_optimizer", None)
+    lr = own_lr(opt, emb, get_preset(AUTO)) if own_optimizer and getattr(args, "lr", None) is None else None
+    if lr is not None:  # what TrainConfig.resolved would fill, shown with the recipe's choices
+        args.lr = recipe.values["lr"] = lr
+        filled.append("lr")
+        chosen = " ".join(f"--{k} {v}" for k, v in (("optimizer", opt), ("embedding-optimizer", emb)) if v)
+        recipe.reasons.append(
+            f"{chosen} without --lr: lr {lr}, an Adagrad rate (the recipe's is for its own optimizer)"
+        )
     dim, bottom = getattr(args, "embedding_dim", None), getattr(args, "bottom_mlp", None)
     if "bottom_mlp" in filled and bottom and dim and bottom[-1] != dim:  # --embedding-dim given alone
         args.bottom_mlp = [*bottom[:-1], dim]

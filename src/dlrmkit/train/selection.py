@@ -11,6 +11,7 @@ import torch
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_val
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.snapshot import WeightSnapshot
 
 DEFAULT_VAL_FRACTION = 0.1  # held out when a dataset has no val mapping
 MAX_HELD_OUT = 1_000_000  # ... at most this many rows: enough for AUC to +-0.001, cheap to evaluate
@@ -43,12 +44,18 @@ def validation_split(
 
 class BestWeights:
     """A copy of the weights (and nothing else) at the best validation AUC so far; `restore`
-    puts them back. Under torchrun each rank keeps its own shards and replicas."""
+    puts them back. Under torchrun each rank keeps its own shards and replicas. Large weights are
+    kept in an unlinked file in `folder` (the run's output folder), not in memory (WeightSnapshot)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str | None = None, show: bool = False) -> None:
         self.auc, self.step, self.metrics = float("nan"), -1, None
-        self.state: dict[str, torch.Tensor] | None = None
+        self.snapshot = WeightSnapshot(folder, show)
         self.since = 0  # evaluations without improvement
+
+    @property
+    def kept(self) -> bool:
+        """Whether weights were kept (update with keep=True at an improvement)."""
+        return self.snapshot.taken
 
     def update(self, model: torch.nn.Module, step: int, metrics: dict[str, float], keep: bool) -> bool:
         auc = metrics["auc"]
@@ -57,11 +64,12 @@ class BestWeights:
             return False
         self.auc, self.step, self.metrics, self.since = auc, step, dict(metrics), 0
         if keep:
-            self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            self.snapshot.take(model)
         return True
 
-    @torch.no_grad()
     def restore(self, model: torch.nn.Module) -> None:
-        if self.state is not None:
-            for k, v in model.state_dict().items():
-                v.copy_(self.state[k])
+        self.snapshot.restore(model)
+
+    def close(self) -> None:
+        """Drops the kept copy (its temporary file, if on disk)."""
+        self.snapshot.close()

@@ -45,7 +45,6 @@ class Trainer:
         self.train_set, self.val_set, self.val_source = validation_split(self.spec, self.train_set, cfg.val_fraction)
         if self.val_set is None and cfg.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
-        self.best = BestWeights()
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
         self.cfg, self.model_cfg = resolve_run(cfg, self.spec.cardinalities, self.train_set.num_numerical)
         cfg = self.cfg
@@ -70,6 +69,8 @@ class Trainer:
                 f"needs at least one sample per step; use --batch-size {world} or more"
             )
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg, table_state_per_weight(cfg))
+        # large best weights wait in an unlinked file in the run's own output folder, not in memory
+        self.best = BestWeights(cfg.checkpoint_dir or cfg.run_dir, show=cfg.progress and self.dist.rank == 0)
         self.device, self.placement, self.move = self.place(cfg)
         self.optimizers = build_optimizers(
             self.model,
@@ -321,7 +322,7 @@ class Trainer:
         if self.val_set is not None and not (self.last_eval and self.last_eval[0] == self.step):
             self.evaluate()
         val = self.last_eval[1] if self.last_eval else {"auc": float("nan"), "logloss": float("nan")}
-        if self.cfg.restore_best and self.best.state is not None and self.best.step != self.step:
+        if self.cfg.restore_best and self.best.kept and self.best.step != self.step:
             self.best.restore(self.model)
             val = self.best.metrics
             self.log({"event": "restore_best", "step": self.best.step, **val})
@@ -406,13 +407,14 @@ class Trainer:
         self.check_loss()
         self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
         val, test = self.finish()
+        self.best.close()
         self.save_final()
         metrics: dict[str, Any] = {
             "auc": test["auc"],
             "logloss": test["logloss"],
             "val_auc": val["auc"],
             "val_logloss": val["logloss"],
-            "selected_step": self.best.step if cfg.restore_best and self.best.state is not None else self.step,
+            "selected_step": self.best.step if cfg.restore_best and self.best.kept else self.step,
             "steps": self.step,
             "samples": samples,
             "samples_per_s": samples / train_time if train_time > 0 else 0.0,
