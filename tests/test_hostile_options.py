@@ -85,7 +85,12 @@ PROBES = [
     Option("out-name-too-long", ("synth", "--out", "{ws}/" + "x" * 300), "at most 255"),
     Option("data-empty", ("validate", "--data", ""), "--data: a path cannot be empty"),
     # ---- output paths: links, devices, the same file twice, inputs
-    Option("metrics-json-dangling-link", (*T, "--metrics-json", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/none/x")),
+    Option(
+        "metrics-json-dangling-link",
+        (*T, "--metrics-json", "{ws}/ln"),
+        "does not exist",
+        setup=link("ln", "{ws}/none/x"),
+    ),
     Option("plan-json-link-to-file", (*PLAN, "--json", "{ws}/ln"), "symbolic link", setup=link("ln", "{ws}/afile")),
     Option("run-dir-dangling-link", (*T[:6], "--run-dir", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/gone")),
     Option("log-jsonl-dangling-link", (*T, "--log-jsonl", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/x/y")),
@@ -116,10 +121,20 @@ PROBES = [
         "is the input --hardware",
         setup=write_bytes("hw.json", HW),
     ),
-    Option("baseline-out-is-spec", ("baseline", "--data", "{ws}/data", "--out", "{ws}/data/feature_spec.yaml"), "inside --data"),
-    Option("baseline-out-is-labels", ("baseline", "--data", "{ws}/data", "--out", "{ws}/data/train/label.bin"), "inside --data"),
+    Option(
+        "baseline-out-is-spec",
+        ("baseline", "--data", "{ws}/data", "--out", "{ws}/data/feature_spec.yaml"),
+        "inside --data",
+    ),
+    Option(
+        "baseline-out-is-labels",
+        ("baseline", "--data", "{ws}/data", "--out", "{ws}/data/train/label.bin"),
+        "inside --data",
+    ),
     Option("tune-out-inside-data", (*TUNE, "--out", "{ws}/data/t"), "inside --data"),
-    Option("tune-storage-inside-data", (*TUNE, "--out", "{ws}/t", "--storage", "sqlite:///{ws}/data/s.db"), "inside --data"),
+    Option(
+        "tune-storage-inside-data", (*TUNE, "--out", "{ws}/t", "--storage", "sqlite:///{ws}/data/s.db"), "inside --data"
+    ),
     Option("run-dir-of-another-run", (*T[:6], "--run-dir", "{ws}/run"), "already holds checkpoints of another run"),
     # ---- input files that never end or never open
     Option("config-is-a-pipe", (*T, "--config", "{fifo}"), "not a regular file"),
@@ -183,7 +198,10 @@ def test_the_root_folder_is_never_an_output_folder():
     check_output_dir("/", "--out", allow_root=True)  # the parent of an output may be /
 
 
-@pytest.mark.parametrize("text", ["[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory", "CUDA out of memory. Tried"])
+@pytest.mark.parametrize(
+    "text",
+    ["[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory", "CUDA out of memory. Tried"],
+)
 def test_a_failed_allocation_is_out_of_memory_not_a_bug(text):
     message, code = describe_error(RuntimeError(text))
     assert code == 2 and message.startswith("out of memory")

@@ -57,9 +57,7 @@ def _check_link(path: str, what: str, follow: bool) -> None:
     if not os.path.exists(path):
         raise DlrmkitError(f"{what} {path}: is a symbolic link to {target}, which does not exist")
     if not follow:
-        raise DlrmkitError(
-            f"{what} {path}: is a symbolic link (to {target}); give the path of the file itself"
-        )
+        raise DlrmkitError(f"{what} {path}: is a symbolic link (to {target}); give the path of the file itself")
 
 
 def check_output_file(path: str | None, what: str, append: bool = False) -> None:

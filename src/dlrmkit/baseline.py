@@ -38,7 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
     )
     p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
-    p.add_argument("--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
+    p.add_argument(
+        "--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)"
+    )
 
 
 class LogisticRegression:

@@ -210,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     if getattr(args, "trace", None) and not args.profile:
         raise DlrmkitError("--trace writes the trace of --profile: add --profile")
-    check_distinct({"--json": args.json, "--trace": getattr(args, "trace", None), "--plot": getattr(args, "plot", None)})
+    check_distinct(
+        {"--json": args.json, "--trace": getattr(args, "trace", None), "--plot": getattr(args, "plot", None)}
+    )
 
     for option, path in (
         ("--json", args.json),

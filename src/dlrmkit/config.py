@@ -226,9 +226,7 @@ class TrainConfig:
         parse=ct.nonneg_int,
     )
     resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
-    metrics_json: str | None = option(
-        None, "write the final metrics as one JSON object to this file", parse=ct.path
-    )
+    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
     log_jsonl: str | None = option(
         None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)", parse=ct.path
     )

@@ -13,7 +13,9 @@ from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument(
+        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
+    )
     p.add_argument("--out", required=True, type=ct.path, help="file to write")
     p.add_argument("--format", choices=["pt", "torchscript", "onnx"], default="pt", help="file format (default pt)")
 

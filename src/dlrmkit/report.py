@@ -15,9 +15,13 @@ from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", metavar="RUN", type=ct.path, help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)")
+    p.add_argument(
+        "run", metavar="RUN", type=ct.path, help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)"
+    )
     p.add_argument("--out", type=ct.path, help="where to write the plots and report.md (default: RUN)")
-    p.add_argument("--tensorboard", metavar="DIR", type=ct.path, help="also log the scalars as TensorBoard events into DIR")
+    p.add_argument(
+        "--tensorboard", metavar="DIR", type=ct.path, help="also log the scalars as TensorBoard events into DIR"
+    )
 
 
 NUMERIC = (

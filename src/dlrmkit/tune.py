@@ -42,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         TrainConfig,
         {"preset": {"help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}},
     )
-    p.add_argument("--budget", type=ct.float_range(0.0, 1e7, lo_open=True), help="stop starting trials after this many minutes")
+    p.add_argument(
+        "--budget", type=ct.float_range(0.0, 1e7, lo_open=True), help="stop starting trials after this many minutes"
+    )
     add_options(
         p,
         TrainConfig,

@@ -52,7 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)"
     )
-    p.add_argument("--spark-master", default="local[*]", type=ct.text, help="Spark master URL for --engine spark (default local[*])")
+    p.add_argument(
+        "--spark-master",
+        default="local[*]",
+        type=ct.text,
+        help="Spark master URL for --engine spark (default local[*])",
+    )
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
     p.add_argument(
         "--force",

@@ -9,11 +9,17 @@ from dlrmkit import cli_types as ct
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", required=True, type=ct.path, help="input files (.csv, .tsv, .parquet; .gz for text)")
+    p.add_argument(
+        "--input", nargs="+", required=True, type=ct.path, help="input files (.csv, .tsv, .parquet; .gz for text)"
+    )
     p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
-    p.add_argument("--label", required=True, type=ct.text, help="label column (values 0/1; others are counted bad rows)")
+    p.add_argument(
+        "--label", required=True, type=ct.text, help="label column (values 0/1; others are counted bad rows)"
+    )
     p.add_argument("--numerical", default="", type=ct.names, help="comma-separated numerical (float) columns")
-    p.add_argument("--categorical", default="", type=ct.names, help="comma-separated categorical columns (any strings or integers)")
+    p.add_argument(
+        "--categorical", default="", type=ct.names, help="comma-separated categorical columns (any strings or integers)"
+    )
     p.add_argument("--delimiter", type=ct.single_char, help="field delimiter (default: tab for .tsv, else comma)")
     p.add_argument(
         "--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)"

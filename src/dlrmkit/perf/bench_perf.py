@@ -29,7 +29,9 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
     p.add_argument("--trace", type=ct.path, help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
-    p.add_argument("--plot", type=ct.path, help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
+    p.add_argument(
+        "--plot", type=ct.path, help="draw throughput and step-breakdown bars to this PNG (implies --profile)"
+    )
     p.add_argument(
         "--embedding-backend",
         default="native",

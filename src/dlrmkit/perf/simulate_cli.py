@@ -21,9 +21,7 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
         type=small_file,
         help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
     )
-    p.add_argument(
-        "--precision", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP (default fp32)"
-    )
+    p.add_argument("--precision", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP (default fp32)")
     p.add_argument("--weak", action="store_true", help="with --simulate: --batch-size is per rank (weak scaling)")
     p.add_argument(
         "--anchors", action="store_true", help="with --simulate: compare with NVIDIA's published DLRM figures"

@@ -14,7 +14,9 @@ from dlrmkit.options import add_options
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
-    p.add_argument("--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument(
+        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
+    )
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
     p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows} to this file")

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         type=ct.small_file,
-        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win"
+        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
     )
 
 
