@@ -54,6 +54,13 @@ PROBES = [
     Option("backend-unknown", (*T, "--backend", "carrier-pigeon"), "--backend"),
     Option("workers-beyond-cpus", (*PP[:-2], "--out", "{ws}/o", "--workers", str(ct.MAX_WORKERS + 1)), "--workers"),
     Option("threads-beyond-cpus", (*B, "--threads", str(ct.MAX_THREADS + 1)), "--threads"),
+    Option("synth-preset-empty", ("synth", "--out", "{ws}/x", "--preset", ""), "--preset: cannot be empty"),
+    Option("tune-preset-unknown", (*TUNE, "--out", "{ws}/t", "--preset", "enormous"), "unknown preset 'enormous'"),
+    Option(
+        "evaluate-plan-missing",
+        ("evaluate", "--data", "{ws}/data", "--checkpoint", CK, "--plan", "{ws}/p.json"),
+        "no such file",
+    ),
     # ---- comma lists
     Option("cardinalities-empty-item", ("synth", "--out", "{ws}/x", "--cardinalities", "3,,4"), "item 2 is empty"),
     Option("cardinalities-trailing-comma", ("synth", "--out", "{ws}/x", "--cardinalities", "3,4,"), "item 3"),

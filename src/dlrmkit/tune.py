@@ -246,6 +246,9 @@ def run(args: argparse.Namespace) -> int:
         import optuna
     except ImportError:
         raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
+    from dlrmkit.config import get_preset
+
+    get_preset(args.preset)  # an unknown preset is one line now, not a failure in every trial
     out = args.out or f"tune-{args.study}"
     check_not_inside(out, "--out", {"--data": args.data})
     if args.storage and args.storage.startswith("sqlite:///"):  # a file: never inside the dataset

@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
+    if args.plan and not os.path.isfile(args.plan):
+        raise DlrmkitError(f"--plan {args.plan}: no such file")
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)
