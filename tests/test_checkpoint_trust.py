@@ -231,8 +231,14 @@ def test_manifest_describing_a_huge_model_is_one_line(transcoded, tmp_path):
     ds, c0, csv = transcoded
     c = tmp_path / "C"
     shutil.copytree(c0, c)
-    rewrite_manifest(ckpt.latest_checkpoint(str(c)), lambda m: m["model_config"].update(table_sizes=[10**13, 5]))
-    assert_one_line_error(run_cli("export", "--checkpoint", c, "--out", tmp_path / "m.pt"), "cannot allocate")
+    path = ckpt.latest_checkpoint(str(c))
+    rewrite_manifest(path, lambda m: m["model_config"].update(table_sizes=[10**13, 10]))
+    assert_one_line_error(
+        run_cli("export", "--checkpoint", c, "--out", tmp_path / "m.pt"), "table 0 of 10000000000000 rows"
+    )
+    # consistent with its own tensor list, it is refused by the memory it would need, before allocating
+    rewrite_manifest(path, lambda m: m["tensors"]["table.0.weight"].update(shape=[10**13, 9]))
+    assert_one_line_error(run_cli("export", "--checkpoint", c, "--out", tmp_path / "m.pt"), "of memory")
     assert_one_line_error(run_cli(*commands(ds, c, csv, tmp_path)["evaluate"]), "model was trained for")
 
 

@@ -167,6 +167,8 @@ def from_mapping(
         s = by_key.get(str(key).replace("-", "_"))
         if s is None:
             raise DlrmkitError(f"{where}: unknown option '{key}' (see `dlrmkit {command} --help`)")
+        if s.name in out:  # `batch-size` and `batch_size` both: which one wins would be a guess
+            raise DlrmkitError(f"{where}: option '{key}' is given twice")
         out[s.name] = file_value(where, str(key), s, value)
     return out
 

@@ -69,7 +69,7 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
         return data
     from dlrmkit.train.checkpoint import read_manifest, resolve_checkpoint
 
-    recorded = (read_manifest(resolve_checkpoint(checkpoint)).get("train_config") or {}).get("data")
+    recorded = read_manifest(resolve_checkpoint(checkpoint)).get("train_config", {}).get("data")  # text or None
     if not recorded:
         raise DlrmkitError(f"{checkpoint}: the checkpoint records no dataset; pass --data DIR")
     if not os.path.isdir(recorded):

@@ -13,11 +13,11 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-import yaml
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_dir, make_dirs
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.untrusted import MiB, load_yaml
 
 FINISHED = ("COMPLETE", "PRUNED")
 
@@ -58,20 +58,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prune", action="store_true", help="never prune a trial")
 
 
+TUNE_FILES = ("study.db", "best.yaml", "history.png", "importances.png")
+
+
+def check_tune_dir(out: str) -> None:
+    """An existing --out is empty or a tune folder (a search continues there): it receives
+    best.yaml, the plots and trial_N run folders, and must not replace someone else's files."""
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    if names and not any(n in TUNE_FILES or (n.startswith("trial_") and n[6:].isdigit()) for n in names):
+        raise DlrmkitError(
+            f"--out {out}: holds '{names[0][:60]}' and is not a tune folder (no study.db, best.yaml or "
+            f"trial_N); give a new or empty folder"
+        )
+
+
 def load_space(path: str | None) -> dict[str, Any]:
     if path is None:
-        text = resources.files("dlrmkit").joinpath("tune_space.yaml").read_text(encoding="utf-8")
-        path = "tune_space.yaml"
-    else:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise DlrmkitError(f"{path}: cannot read search space ({exc.strerror})") from None
-    try:
-        space = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise DlrmkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        path = str(resources.files("dlrmkit").joinpath("tune_space.yaml"))
+    space = load_yaml(path, "search space", MiB) or {}  # bounded: size, nesting, alias expansion
     if not isinstance(space, dict):
         raise DlrmkitError(f"{path}: a search space is a mapping of option: spec")
     from dlrmkit.config import TrainConfig
@@ -98,10 +102,31 @@ def space_values(path: str, key: Any, spec: Any) -> list[Any]:
     if spec["type"] == "categorical":
         if not isinstance(spec.get("choices"), list) or not spec["choices"]:
             raise DlrmkitError(f"{path}: option '{key}': categorical needs a non-empty list of choices")
+        if not all(c is None or isinstance(c, (str, int, float)) for c in spec["choices"]):
+            raise DlrmkitError(f"{path}: option '{key}': choices must be single values (an MLP as text, e.g. '64,32')")
         return list(spec["choices"])
     if "low" not in spec or "high" not in spec:
         raise DlrmkitError(f"{path}: option '{key}': a {spec['type']} range needs low and high")
+    check_range(path, key, spec)
     return [spec["low"], spec["high"]]
+
+
+def check_range(path: str, key: Any, spec: dict[str, Any]) -> None:
+    """A float or int range Optuna accepts: numbers of its type, low <= high, log a boolean and
+    then low > 0, no other fields (a misspelt one would be ignored)."""
+    where = f"{path}: option '{key}'"
+    extra = set(spec) - {"type", "low", "high", "log"}
+    if extra:
+        raise DlrmkitError(f"{where}: unknown field '{sorted(map(str, extra))[0]}' (a range has type, low, high, log)")
+    kind = int if spec["type"] == "int" else (int, float)
+    low, high, log = spec["low"], spec["high"], spec.get("log", False)
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v):
+            raise DlrmkitError(f"{where}: {name} must be a finite {spec['type']}, got {str(v)[:40]!r}")
+    if low > high:
+        raise DlrmkitError(f"{where}: low {low} is above high {high}")
+    if not isinstance(log, bool) or (log and low <= 0):
+        raise DlrmkitError(f"{where}: log must be true or false, and true only with low > 0")
 
 
 def suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
     if args.storage and args.storage.startswith("sqlite:///"):  # a file: never inside the dataset
         check_not_inside(args.storage[len("sqlite:///") :], "--storage", {"--data": args.data})
     check_output_dir(out, "--out")
+    check_tune_dir(out)
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     space = load_space(args.space)

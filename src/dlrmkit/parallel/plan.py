@@ -10,9 +10,9 @@ data-parallel tables have one full-size shard on every rank (identical replicas)
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 from dlrmkit.errors import DlrmkitError
@@ -38,23 +38,11 @@ class ShardingPlan:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "plan") -> "ShardingPlan":
-        try:
-            tables = [
-                TablePlan(int(t["rows"]), int(t["dim"]), str(t["strategy"]), [Shard(**s) for s in t["shards"]])
-                for t in d["tables"]
-            ]
-            plan = cls(
-                int(d["world_size"]),
-                tables,
-                int(d.get("batch_size", 65536)),
-                d.get("device_memory"),
-                int(d.get("bytes_per_value", 4)),
-                float(d.get("optimizer_state", 0)),
-                list(d.get("notes", [])),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DlrmkitError(f"{source}: not a sharding plan ({type(exc).__name__}: {exc})") from exc
+    def from_dict(cls, d: Any, source: str = "plan") -> "ShardingPlan":
+        """A plan from its JSON form, every field checked (dlrmkit.parallel.plan_file), then validated."""
+        from dlrmkit.parallel.plan_file import plan_from_dict
+
+        plan = plan_from_dict(cls, d, source)
         plan.validate(source)
         return plan
 
@@ -65,14 +53,11 @@ class ShardingPlan:
 
     @classmethod
     def load(cls, path: str) -> "ShardingPlan":
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except OSError as exc:
-            raise DlrmkitError(f"{path}: cannot read plan ({exc.strerror})") from exc
-        except json.JSONDecodeError as exc:
-            raise DlrmkitError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from exc
-        return cls.from_dict(d, path)
+        """A plan file, read as untrusted: a regular file of bounded size, strict JSON."""
+        from dlrmkit.parallel.plan_file import MAX_PLAN_BYTES
+        from dlrmkit.untrusted import load_json
+
+        return cls.from_dict(load_json(path, "sharding plan", MAX_PLAN_BYTES), path)
 
     def validate(self, source: str = "plan") -> None:
         """Every model-parallel table tiled exactly once, every table's shards a layout of its

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
+import stat
 from typing import Any
 
 import torch
@@ -33,7 +35,8 @@ import torch.distributed as dist
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train import ckpt_storage as storage
 from dlrmkit.train import ckpt_legacy, ckpt_state
-from dlrmkit.train.ckpt_dirs import LATEST, MANIFEST, latest_or_none, prune, resolve_checkpoint
+from dlrmkit.train.ckpt_dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint
+from dlrmkit.train.ckpt_manifest import check_model_fits, model_config_of, read_manifest
 
 # re-exported: callers find every checkpoint function here
 from dlrmkit.train.ckpt_dirs import check_fresh_directory as check_fresh_directory
@@ -113,12 +116,27 @@ def _listed_files(path: str, manifest: dict[str, Any]) -> dict[str, dict[str, An
             raise DlrmkitError(
                 f"{fp}: file entry {str(name)[:60]!r} is not a file of a {manifest.get('format')} checkpoint; refused"
             )
+        _regular_file(os.path.join(path, name))
     for name in sorted(set(os.listdir(path)) - set(files) - {MANIFEST}):
         raise DlrmkitError(
             f"{os.path.join(path, name)}: not listed in {MANIFEST}; refused (a checkpoint holds only "
             f"the files its manifest lists); use an older checkpoint (point '{LATEST}' at it)"
         )
     return files
+
+
+def _regular_file(fp: str) -> None:
+    """A listed checkpoint file is a regular file of the folder itself: a symbolic link (which
+    could name a file anywhere, or /dev/zero) or a FIFO is refused before it is opened."""
+    try:
+        st = os.lstat(fp)
+    except FileNotFoundError:
+        return  # reported as missing, in order, by verify_checkpoint
+    except OSError as exc:
+        raise DlrmkitError(f"{fp}: {storage.os_error(exc)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise DlrmkitError(f"{fp}: is {kind}; a checkpoint holds only regular files of its own folder; refused")
 
 
 def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
@@ -155,30 +173,6 @@ def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
     return manifest
 
 
-def read_manifest(path: str) -> dict[str, Any]:
-    fp = os.path.join(path, MANIFEST)
-    manifest = storage.read_json(fp, "checkpoint manifest")
-    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
-        raise DlrmkitError(f"{fp}: not a {FORMAT} manifest")
-    if not isinstance(manifest.get("tensors"), dict) or not isinstance(manifest.get("model_config"), dict):
-        raise DlrmkitError(f"{fp}: manifest without 'tensors' or 'model_config'; refused")
-    return manifest
-
-
-def model_config_of(path: str, manifest: dict[str, Any]):
-    """The ModelConfig a manifest records, or one line when it is not one."""
-    from dlrmkit.model.dlrm import ModelConfig
-
-    try:
-        cfg = ModelConfig(**manifest["model_config"])
-        cfg.check()
-        if not all(isinstance(n, int) and n > 0 for n in cfg.table_sizes):
-            raise ValueError("table sizes must be positive integers")
-    except (TypeError, ValueError, DlrmkitError) as exc:
-        raise DlrmkitError(f"{os.path.join(path, MANIFEST)}: bad model_config ({str(exc)[:120]})") from None
-    return cfg
-
-
 # ---- save -----------------------------------------------------------------------------------------
 def save_checkpoint(
     directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int = 2, show: bool = True
@@ -204,8 +198,8 @@ def save_checkpoint(
     if rank0:
         try:
             os.makedirs(directory, exist_ok=True)
-            for stale in os.listdir(directory):  # left by a process killed mid-save
-                if stale.startswith(".tmp-step_"):
+            for stale in os.listdir(directory):  # left by a process killed mid-save (only our names)
+                if stale.startswith(".tmp-") and is_step_name(stale[5:]):
                     shutil.rmtree(os.path.join(directory, stale), ignore_errors=True)
             os.makedirs(tmp)
         except OSError as exc:
@@ -356,6 +350,7 @@ def load_single_process_model(path: str, check: Any = None):
     cfg = model_config_of(path, manifest)
     if check is not None:
         check(cfg)
+    check_model_fits(path, cfg)
     try:
         model = DLRM(cfg)
     except (RuntimeError, MemoryError) as exc:  # a manifest may describe a model larger than memory
@@ -374,7 +369,11 @@ def load_logical_state(path: str) -> tuple[dict[str, torch.Tensor], dict[str, An
     """Every tensor of a checkpoint as one full tensor (name -> tensor), and its manifest."""
     path = resolve_checkpoint(path)
     manifest = verify_checkpoint(path)
-    tensors = {k: torch.empty(v["shape"], dtype=getattr(torch, v["dtype"])) for k, v in manifest["tensors"].items()}
+    from dlrmkit.resources import check_memory
+
+    sizes = {k: (v["shape"], getattr(torch, v["dtype"])) for k, v in manifest["tensors"].items()}
+    check_memory(sum(math.prod(s) * d.itemsize for s, d in sizes.values()), f"{path}: the tensors its manifest lists")
+    tensors = {k: torch.empty(s, dtype=d) for k, (s, d) in sizes.items()}
     load_into(path, tensors, manifest)
     return tensors, manifest
 
@@ -390,6 +389,7 @@ def load_parallel_model(path: str, options: Any, check: Any = None):
     cfg = model_config_of(path, read_manifest(path))
     if check is not None:
         check(cfg)
+    check_model_fits(path, cfg, tables=False)  # each rank allocates only its shards of the tables
     model = DLRM(cfg, embedding_device="meta")
     _, par, _ = setup_parallel(model, options)
     manifest = verify_checkpoint(path)

@@ -9,19 +9,26 @@ import shutil
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train.ckpt_storage import os_error
+from dlrmkit.untrusted import read_text
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
 
+def _pointer_name(pointer: str) -> str:
+    """What `latest` says, read as untrusted: a regular file of at most 4 KiB, UTF-8 text."""
+    return read_text(pointer, "'latest' pointer", 4096).strip()
+
+
 def latest_checkpoint(directory: str) -> str | None:
-    """Path of the checkpoint `latest` names, or None when there is none yet."""
+    """Path of the checkpoint `latest` names, or None when there is none yet (a `latest` that
+    exists but cannot be read, e.g. a dangling link, is an error, not "none": resuming would
+    otherwise start a fresh run over the old one's checkpoints)."""
     pointer = os.path.join(directory, LATEST)
-    if not os.path.exists(pointer):
+    if not os.path.lexists(pointer):
         return None
-    with open(pointer, encoding="utf-8") as f:
-        name = f.read().strip()
-    if not _is_step_name(name):
+    name = _pointer_name(pointer)
+    if not is_step_name(name):
         raise DlrmkitError(f"{pointer}: names {name[:60]!r}, not a step_N folder; write the name of one into it")
     path = os.path.join(directory, name)
     if not os.path.isdir(path):
@@ -42,15 +49,15 @@ def resolve_checkpoint(path: str) -> str:
     return found
 
 
-def _is_step_name(name: str) -> bool:
-    return name.startswith("step_") and name[5:].isdigit()
+def is_step_name(name: str) -> bool:
+    return name.startswith("step_") and name[5:].isascii() and name[5:].isdigit() and len(name) < 30
 
 
 def existing_checkpoints(directory: str) -> list[str]:
     """step_N folders and the `latest` pointer in `directory` (empty when it does not exist)."""
     if not os.path.isdir(directory):
         return []
-    return sorted(n for n in os.listdir(directory) if n == LATEST or (_is_step_name(n)))
+    return sorted(n for n in os.listdir(directory) if n == LATEST or (is_step_name(n)))
 
 
 def check_writable_directory(directory: str) -> None:
@@ -72,7 +79,10 @@ def check_fresh_directory(directory: str) -> None:
     found = existing_checkpoints(directory)
     if found:
         latest = os.path.join(directory, LATEST)
-        named = open(latest, encoding="utf-8").read().strip()[:40] if os.path.isfile(latest) else found[-1]
+        try:
+            named = _pointer_name(latest)[:40] if os.path.lexists(latest) else found[-1]
+        except DlrmkitError:
+            named = f"an unreadable '{LATEST}'"
         raise DlrmkitError(
             f"--checkpoint-dir {directory} already holds checkpoints of another run (latest: {named}); "
             f"pass --resume to continue it, or give a new or empty --checkpoint-dir"

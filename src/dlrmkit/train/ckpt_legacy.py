@@ -4,6 +4,7 @@ non-tensor entries (which it would torch.load(weights_only=False)) are refused."
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from typing import Any
@@ -17,7 +18,8 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.ckpt_storage import DTYPES
+from dlrmkit.train.ckpt_manifest import DTYPES
+from dlrmkit.untrusted import read_bytes
 
 # ---- the first format: DCP's own files, pickled metadata --------------------------------------------
 _ALLOWED = {
@@ -63,9 +65,9 @@ class LegacyReader(FileSystemReader):
 
     def _read_metadata(self) -> Metadata:
         fp = os.path.join(str(self.path), ".metadata")
+        data = read_bytes(fp, "checkpoint metadata", 256 << 20, follow_links=False)  # bounded, then unpickled
         try:
-            with open(fp, "rb") as f:
-                meta = _MetadataUnpickler(f).load()
+            meta = _MetadataUnpickler(io.BytesIO(data)).load()
         except Exception as exc:  # any unpickling failure, refused global included
             raise DlrmkitError(f"{fp}: refused checkpoint metadata ({type(exc).__name__}: {str(exc)[:120]})") from None
         if (

@@ -176,6 +176,11 @@ def restore_model_state(
             fqn, k = key[len("dense_opt.") :].rsplit(".", 1)
             p = params.get(fqn)
             if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
+                if info["shape"] not in ([], list(p.shape)):  # never allocate a size only the file gives
+                    raise DlrmkitError(
+                        f"{path}: optimizer state '{key}' has shape {info['shape'][:8]}, neither a scalar nor "
+                        f"its parameter's {list(p.shape)}; refused"
+                    )
                 # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
                 # fused or capturable, which keep it on the GPU), anything larger beside the parameter
                 where = "cpu" if not info["shape"] else p.device

@@ -43,11 +43,13 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.ckpt_manifest import DTYPES, MAX_INT, MAX_NDIM
+from dlrmkit.untrusted import load_json
 
 METADATA = "metadata.json"
 STORAGE_FORMAT = "dlrmkit-raw/1"
 BLOCK = 64 << 20  # bytes per write/read block: the most a save or load adds to resident memory
-DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+MAX_METADATA = 256 << 20  # bytes of metadata.json (one chunk entry is about 100 bytes)
 DATA_FILE = re.compile(r"data_[0-9]{1,6}\.bin")
 # the files a checkpoint folder may hold besides its manifest: [this format, the first format]
 FORMAT_FILES = [
@@ -219,26 +221,18 @@ def _ints(value: Any, n: int | None, where: str) -> list[int]:
     if (
         not isinstance(value, list)
         or (n is not None and len(value) != n)
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        or len(value) > MAX_NDIM
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_INT for v in value)
     ):
-        raise DlrmkitError(f"{where}: expected a list of {n if n is not None else ''} non-negative integers")
+        raise DlrmkitError(f"{where}: expected a list of {n if n is not None else ''} integers in [0, 2^62)")
     return value
-
-
-def read_json(fp: str, what: str) -> Any:
-    """A checkpoint's JSON file (manifest or metadata), or one line naming it."""
-    try:
-        with open(fp, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise DlrmkitError(f"{fp}: unreadable {what} ({type(exc).__name__}: {str(exc)[:100]})") from None
 
 
 def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict, list[int], torch.dtype]]]:
     """DCP Metadata from `path`/metadata.json, every field checked (types, dtypes from an
     allow-list, chunks inside their tensor, byte ranges matching the shape, plain file names)."""
     fp = os.path.join(path, METADATA)
-    raw = read_json(fp, "checkpoint metadata")
+    raw = load_json(fp, "checkpoint metadata", MAX_METADATA, follow_links=False)
     if not isinstance(raw, dict) or raw.get("format") != STORAGE_FORMAT or not isinstance(raw.get("tensors"), dict):
         raise DlrmkitError(f"{fp}: not {STORAGE_FORMAT} metadata")
     sd_md, storage = {}, {}
@@ -263,6 +257,9 @@ def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict,
                 raise DlrmkitError(f"{where}: chunk length {length} does not match its shape {sizes}")
             chunks.append(ChunkStorageMetadata(torch.Size(offs), torch.Size(sizes)))
             storage[MetadataIndex(fqn, offs)] = ({"file": name, "offset": start, "length": length}, sizes, dtype)
+        stored = sum(math.prod(c.sizes) for c in chunks)
+        if stored != math.prod(size):  # a chunk missing (the tensor would keep what it held) or repeated
+            raise DlrmkitError(f"{where}: its chunks hold {stored} values, the tensor {size} has {math.prod(size)}")
         sd_md[fqn] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), chunks)
     meta = Metadata(
         state_dict_metadata=sd_md,

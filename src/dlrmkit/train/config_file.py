@@ -13,24 +13,30 @@ import yaml
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import from_mapping, given, to_mapping
+from dlrmkit.untrusted import MiB, load_yaml
+
+MAX_CONFIG = MiB  # a config file of every option is a few KiB
+# where a run writes comes from the command line only: a config file from elsewhere never chooses
+# which files are written or replaced (a run's own config.yaml leaves these out, dlrmkit.train.run_dir)
+OUTPUT_OPTIONS = ("run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "tensorboard")
 
 
 def load_config(path: str) -> dict[str, Any]:
     """The YAML file as {TrainConfig field: checked value}."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise DlrmkitError(f"{path}: cannot read config ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DlrmkitError(f"{path}: not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise DlrmkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(path, "config file", MAX_CONFIG)  # bounded: size, nesting, alias expansion
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise DlrmkitError(f"{path}: a config file must be a mapping of option: value")
-    return from_mapping(path, TrainConfig, data, "train")
+    values = from_mapping(path, TrainConfig, data, "train")
+    for name in OUTPUT_OPTIONS:
+        if name in values:
+            flag = name.replace("_", "-")
+            raise DlrmkitError(
+                f"{path}: '{flag}' says where the run writes; give --{flag} on the command line "
+                "(a config file never chooses which files are written)"
+            )
+    return values
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

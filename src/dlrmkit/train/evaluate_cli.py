@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.train.checkpoint import load_single_process_model
     from dlrmkit.train.evaluation import evaluate_model
+    from dlrmkit.train.train_cli import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.parallel.options import torchrun_env
@@ -45,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
-    if args.plan and not os.path.isfile(args.plan):
-        raise DlrmkitError(f"--plan {args.plan}: no such file")
+    check_plan_file(args.plan)
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)

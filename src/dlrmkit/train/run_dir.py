@@ -15,11 +15,11 @@ from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_js
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import torchrun_env
-from dlrmkit.train.config_file import dump_config
+from dlrmkit.train.config_file import OUTPUT_OPTIONS, dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
 # repeating a run with --config never writes into the old run's folder.
-WHERE_OPTIONS = {"run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "resume", "tensorboard"}
+WHERE_OPTIONS = {*OUTPUT_OPTIONS, "resume"}
 
 
 @dataclass
@@ -53,6 +53,25 @@ def new_run_path(root: str = "runs") -> str:
         except OSError as exc:
             raise DlrmkitError(f"{path}: cannot create the run folder ({os_error_text(exc)}); pass --run-dir") from None
     raise DlrmkitError(f"cannot create a fresh run folder under {root}")
+
+
+RUN_FILES = ("config.yaml", "run.json", "log.jsonl", "plan.json", "metrics.json")
+
+
+def check_run_dir(path: str | None) -> None:
+    """An existing --run-dir that is not a run folder (no run.json) must not hold a file a run
+    writes there (config.yaml, log.jsonl, plan.json, metrics.json): it would replace someone
+    else's file. Other entries stay as they are. Rank 0 checks: it alone writes those files (other
+    ranks may already have made `checkpoints/` in it)."""
+    if not path or not os.path.isdir(path) or not is_rank_zero():
+        return
+    names = set(os.listdir(path))
+    taken = sorted(names & set(RUN_FILES))
+    if taken and "run.json" not in names:
+        raise DlrmkitError(
+            f"--run-dir {path}: holds '{taken[0]}' and is not a run folder (no run.json); a run would replace "
+            f"it: give a new or empty folder, or move the file"
+        )
 
 
 def resolved_options(cfg: TrainConfig) -> dict[str, Any]:

@@ -31,6 +31,7 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     holding another run's checkpoints: all before the run folder is written."""
     from dlrmkit.atomic_io import check_distinct, check_not_inside, check_output_dir, check_output_file
     from dlrmkit.train.ckpt_dirs import check_fresh_directory
+    from dlrmkit.train.run_dir import check_run_dir
 
     inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
     for option, path in (
@@ -45,6 +46,7 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
     check_output_dir(cfg.run_dir, "--run-dir")
+    check_run_dir(cfg.run_dir)
     check_output_dir(cfg.tensorboard, "--tensorboard")
     if not cfg.run_dir:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
@@ -60,11 +62,21 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     )
     if checkpoints and not cfg.resume:
         check_fresh_directory(checkpoints)
-    for option, path in (("--plan", cfg.plan),):
-        if path and not os.path.isfile(path):
-            raise DlrmkitError(f"{option} {path}: no such file")
+    check_plan_file(cfg.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
+
+
+def check_plan_file(path: str | None) -> None:
+    """A --plan file parses and is a valid plan before any work, in one process too (where it is
+    not used) and on every rank before the process group forms (where it is)."""
+    if not path:
+        return
+    if not os.path.exists(path):
+        raise DlrmkitError(f"--plan {path}: no such file")
+    from dlrmkit.parallel.plan import ShardingPlan
+
+    ShardingPlan.load(path)
 
 
 def check_tables_fit(cfg: TrainConfig) -> None:

@@ -272,9 +272,12 @@ class Trainer:
                 f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
                 f"fresh --checkpoint-dir"
             )
+        missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
+        if missing:
+            raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
         ckpt.restore_model_state(path, meta, self.model, self.optimizers, show=self.cfg.progress)
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
-        self.best_auc = meta["best_auc"]
+        self.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
         self.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
 
     # ---- logging ------------------------------------------------------------------------
