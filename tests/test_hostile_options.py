@@ -92,13 +92,7 @@ PROBES = [
     Option("out-name-too-long", ("synth", "--out", "{ws}/" + "x" * 300), "at most 255"),
     Option("data-empty", ("validate", "--data", ""), "--data: a path cannot be empty"),
     # ---- output paths: links, devices, the same file twice, inputs
-    Option(
-        "metrics-json-dangling-link",
-        (*T, "--metrics-json", "{ws}/ln"),
-        "does not exist",
-        setup=link("ln", "{ws}/none/x"),
-    ),
-    Option("plan-json-link-to-file", (*PLAN, "--json", "{ws}/ln"), "symbolic link", setup=link("ln", "{ws}/afile")),
+    Option("tensorboard-dangling-link", (*T, "--tensorboard", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/x")),
     Option("run-dir-dangling-link", (*T[:6], "--run-dir", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/gone")),
     Option("log-jsonl-dangling-link", (*T, "--log-jsonl", "{ws}/ln"), "does not exist", setup=link("ln", "{ws}/x/y")),
     Option(

@@ -48,23 +48,18 @@ def _check_parent(path: str, what: str) -> None:
 
 
 def _check_link(path: str, what: str, follow: bool) -> None:
-    """A symbolic link as an output: a dangling one is refused (what would be written where?);
-    one that is replaced by rename (`follow` False) too, as the rename would replace the link
-    itself, not the file it names."""
-    if not os.path.islink(path):
-        return
-    target = os.readlink(path)
-    if not os.path.exists(path):
-        raise DlrmkitError(f"{what} {path}: is a symbolic link to {target}, which does not exist")
-    if not follow:
-        raise DlrmkitError(f"{what} {path}: is a symbolic link (to {target}); give the path of the file itself")
+    """A symbolic link as an output that is written through (`follow`: a folder, a log appended
+    to) must name something that exists: a dangling one would create its target wherever it
+    points. A file replaced by rename replaces the link itself, never its target."""
+    if follow and os.path.islink(path) and not os.path.exists(path):
+        raise DlrmkitError(f"{what} {path}: is a symbolic link to {os.readlink(path)}, which does not exist")
 
 
 def check_output_file(path: str | None, what: str, append: bool = False) -> None:
     """A file `path` can be (re)placed: not a folder, its folder creatable and writable. A file
     only appended to (`append`, e.g. a log) may also be a device such as /dev/null, or a link
-    to an existing file; one that is replaced by rename may be neither (the rename would
-    replace the device or the link itself)."""
+    to an existing file; one that is replaced by rename may not be a device (the rename would
+    replace the device itself; a link is replaced, never the file it names)."""
     if not path:
         return
     _check_link(path, what, follow=append)
