@@ -19,6 +19,7 @@ from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import batch_to, place_tables, resolve_device
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
@@ -59,8 +60,6 @@ class Trainer:
         self.model = DLRM(self.model_cfg, embedding_device="meta" if launched_by_torchrun() else None)
         if not launched_by_torchrun():
             self.model.reset_parameters(cfg.seed)
-
-        from dlrmkit.parallel.options import torchrun_env
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
         if cfg.batch_size < world:
