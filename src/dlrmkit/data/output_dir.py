@@ -54,6 +54,8 @@ def dataset_entries(path: str) -> set[str] | None:
 
 def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None:
     """Raise unless `out` is new, an empty folder, or (with force) a dlrmkit dataset."""
+    if not str(out).strip():  # '' names the current folder to os.path.abspath, but no folder to lexists
+        raise DlrmkitError("--out: an empty path names no folder; choose a new folder")
     if not os.path.lexists(out):
         check_output_dir(out, "--out")
         return
@@ -86,7 +88,7 @@ def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None
         if _inside(p, out):
             raise DlrmkitError(f"--out {out}: holds the input {p}; choose another --out")
     check_output_dir(out, "--out")
-    check_output_dir(os.path.dirname(os.path.abspath(out)), "--out")
+    check_output_dir(os.path.dirname(os.path.abspath(out)), "--out", allow_root=True)
 
 
 def fresh_temp_dir(path: str) -> None:
@@ -125,7 +127,10 @@ def _exchange(a: str, b: str) -> bool:
 
 
 def publish(tmp: str, out: str) -> None:
-    """Put the finished folder `tmp` at `out`; an old `out` is removed only after the new one is in place."""
+    """Put the finished folder `tmp` at `out`; an old `out` is removed only after the new one is in place.
+    Never a folder holding the current one: its old contents would be removed."""
+    if not str(out).strip() or (os.path.lexists(out) and _inside(os.getcwd(), out)):
+        raise DlrmkitError(f"--out {out!r}: is the current folder or holds it; choose a new folder")
     try:
         if not os.path.lexists(out):
             os.rename(tmp, out)

@@ -16,8 +16,8 @@ from dlrmkit.errors import DlrmkitError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", choices=["criteo"], help="input format (criteo: TSV label, I1..I13, C1..C26)")
-    p.add_argument("--input", nargs="+", required=True, help="input files (plain or .gz), in time order")
-    p.add_argument("--out", required=True, help="output dataset folder")
+    p.add_argument("--input", nargs="+", required=True, type=ct.path, help="input files (plain or .gz), in time order")
+    p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
     p.add_argument(
         "--frequency-threshold",
         type=ct.frequency_threshold,
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--test-fraction", type=ct.fraction, help="the last fraction F of the input lines are the test mapping"
     )
-    g.add_argument("--test-files", nargs="+", default=[], help="these files are the test mapping")
+    g.add_argument("--test-files", nargs="+", default=[], type=ct.path, help="these files are the test mapping")
     v = p.add_mutually_exclusive_group()
     v.add_argument(
         "--val-rows",
@@ -52,7 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)"
     )
-    p.add_argument("--spark-master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
+    p.add_argument(
+        "--spark-master",
+        default="local[*]",
+        type=ct.text,
+        help="Spark master URL for --engine spark (default local[*])",
+    )
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
     p.add_argument(
         "--force",
@@ -75,11 +80,25 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         print(f"  bad row: {pos}")
 
 
+def check_inputs_once(lists: dict[str, list[str]]) -> None:
+    """No input file named twice (its rows would count twice) or both as train and test rows."""
+    seen: dict[str, str] = {}
+    for option, paths in lists.items():
+        for path in paths or []:
+            real = os.path.realpath(path)
+            if real in seen:
+                raise DlrmkitError(f"{option} {path}: already given as {seen[real]}; name each input file once")
+            seen[real] = option
+
+
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.criteo import CriteoOptions, preprocess
 
     if args.workers < 1:
         raise DlrmkitError(f"--workers must be >= 1, got {args.workers}")
+    if args.engine != "spark" and args.spark_master != "local[*]":
+        raise DlrmkitError("--spark-master applies with --engine spark")
+    check_inputs_once({"--input": args.input, "--test-files": args.test_files})
     opts = CriteoOptions(
         inputs=args.input,
         out=args.out,
