@@ -349,6 +349,5 @@ def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):
     ],
 )
 def test_bad_option_values(tiny_data, args, needle):
-    assert_one_line_error(
-        run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--max-steps", 1, *args), needle
-    )
+    base = {"--preset": "tiny", "--max-steps": "1", **dict(zip(args[::2], args[1::2]))}  # each option once
+    assert_one_line_error(run_cli("train", "--data", tiny_data, "--no-progress", *sum(base.items(), ())), needle)

@@ -210,22 +210,26 @@ PROBES = [
     Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
     # ---- memory follows the data, never a claimed size
     Probe("baseline-huge-cardinality", B, "of memory", setup=wide_ids("cat_4.bin", 2**40)),
-    Probe("synth-cardinalities-empty-entry", ("synth", "--out", "{ws}/o", "--cardinalities", "5,,6"), "empty entry"),
+    Probe(
+        "synth-cardinalities-empty-entry", ("synth", "--out", "{ws}/o", "--cardinalities", "5,,6"), "item 2 is empty"
+    ),
     # ---- the declared output: an empty --out is the current folder
-    Probe("synth-out-empty", ("synth", "--out", "", "--rows", "10", "--test-rows", "10"), "an empty path"),
-    Probe("synth-out-blank-force", ("synth", "--out", " ", "--force", "--rows", "10"), "an empty path"),
-    Probe("transcode-out-empty", (*TR, "--out", ""), "an empty path"),
-    Probe("preprocess-out-empty", (*PP, "--out", ""), "an empty path"),
+    Probe(
+        "synth-out-empty", ("synth", "--out", "", "--rows", "10", "--test-rows", "10"), "--out: a path cannot be empty"
+    ),
+    Probe("synth-out-blank-force", ("synth", "--out", " ", "--force", "--rows", "10"), "--out: a path cannot be empty"),
+    Probe("transcode-out-empty", (*TR, "--out", ""), "--out: a path cannot be empty"),
+    Probe("preprocess-out-empty", (*PP, "--out", ""), "--out: a path cannot be empty"),
     # ---- input files named twice
     Probe(
         "transcode-input-twice",
         ("transcode", "--input", "{ws}/rows.csv", "{ws}/./rows.csv", *TR[3:], "--out", "{ws}/o"),
-        "the same file as --input",
+        "already given as --input",
     ),
     Probe(
         "preprocess-input-twice",
         (*PP[:4], "{ws}/rows.tsv", *PP[4:], "--out", "{ws}/o"),
-        "the same file as --input",
+        "already given as --input",
     ),
     Probe(
         "preprocess-test-file-is-input",
@@ -235,7 +239,7 @@ PROBES = [
     Probe(
         "preprocess-input-through-link",
         (*PP[:4], "{ws}/link.tsv", *PP[4:], "--out", "{ws}/o"),
-        "the same file as",
+        "already given as",
         setup=lambda root: os.symlink(root / "rows.tsv", root / "link.tsv"),
     ),
     # ---- every row bad: the error says why
@@ -378,8 +382,18 @@ def test_empty_out_leaves_the_current_folder(tmp_path):
     (tmp_path / "mine.txt").write_text("keep")
     before = snapshot(tmp_path)
     r = run_cli("synth", "--out", "", "--rows", 10, "--test-rows", 10, cwd=tmp_path)
-    assert r.code == 2 and "an empty path" in r.err
+    assert r.code == 2 and "--out: a path cannot be empty" in r.err, r.err
     assert snapshot(tmp_path) == before and not os.path.exists(str(tmp_path) + ".tmp")
+    from contextlib import chdir
+
+    from dlrmkit.data.output_dir import check_replaceable, output_lock
+    from dlrmkit.errors import DlrmkitError
+
+    with chdir(tmp_path):  # the library refuses it too (callers that skip the command line)
+        for call in (lambda: check_replaceable("", force=True), lambda: output_lock("").__enter__()):
+            with pytest.raises(DlrmkitError, match="an empty path"):
+                call()
+    assert snapshot(tmp_path) == before
 
 
 def test_split_points_never_read_a_long_line_whole(tmp_path, monkeypatch):

@@ -47,12 +47,22 @@ def _check_parent(path: str, what: str) -> None:
         raise DlrmkitError(f"{what} {path}: cannot write in {base} (permission denied or read-only)")
 
 
+def _check_link(path: str, what: str, follow: bool) -> None:
+    """A symbolic link as an output that is written through (`follow`: a folder, a log appended
+    to) must name something that exists: a dangling one would create its target wherever it
+    points. A file replaced by rename replaces the link itself, never its target."""
+    if follow and os.path.islink(path) and not os.path.exists(path):
+        raise DlrmkitError(f"{what} {path}: is a symbolic link to {os.readlink(path)}, which does not exist")
+
+
 def check_output_file(path: str | None, what: str, append: bool = False) -> None:
     """A file `path` can be (re)placed: not a folder, its folder creatable and writable. A file
-    only appended to (`append`, e.g. a log) may also be a device such as /dev/null; one that is
-    replaced by rename may not (the rename would replace the device itself)."""
+    only appended to (`append`, e.g. a log) may also be a device such as /dev/null, or a link
+    to an existing file; one that is replaced by rename may not be a device (the rename would
+    replace the device itself; a link is replaced, never the file it names)."""
     if not path:
         return
+    _check_link(path, what, follow=append)
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
     if os.path.lexists(path) and not os.path.isfile(path) and not os.path.islink(path):
@@ -62,10 +72,14 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
     _check_parent(path, what)
 
 
-def check_output_dir(path: str | None, what: str) -> None:
-    """A folder `path` exists (writable) or can be created."""
+def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> None:
+    """A folder `path` exists (writable) or can be created; not the root folder, unless
+    `allow_root` (the parent of an output, checked for writing)."""
     if not path:
         return
+    _check_link(path, what, follow=True)
+    if not allow_root and os.path.abspath(path) == os.path.abspath(os.sep):
+        raise DlrmkitError(f"{what} {path}: the root folder cannot be an output; choose a new folder")
     if os.path.lexists(path):
         if not os.path.isdir(path):
             raise DlrmkitError(f"{what} {path}: is a file, a folder is needed (cannot write there)")
@@ -84,8 +98,23 @@ def check_not_inside(path: str | None, what: str, inputs: dict[str, str | None])
         if not folder or not os.path.exists(folder):
             continue
         base = os.path.realpath(folder)
+        if real == base and not os.path.isdir(base):
+            raise DlrmkitError(f"{what} {path}: is the input {option} {folder}; choose another path")
         if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
             raise DlrmkitError(f"{what} {path}: is inside {option} {folder}, an input; choose another path")
+
+
+def check_distinct(outputs: dict[str, str | None]) -> None:
+    """Two options ({option: path}) must not name the same output file: one would overwrite or
+    interleave with the other."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            raise DlrmkitError(f"{option} {path}: is also {seen[real]}; give each output its own path")
+        seen[real] = option
 
 
 def make_dirs(path: str, what: str = "") -> None:

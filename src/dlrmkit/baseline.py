@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlrmkit import cli_types as ct
-from dlrmkit.atomic_io import check_output_file, write_json
+from dlrmkit.atomic_io import check_not_inside, check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
 
 RESULT_FILE = "baseline.json"
@@ -26,7 +26,7 @@ LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
     p.add_argument(
         "--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)"
     )
@@ -39,7 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
     )
     p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
-    p.add_argument("--out", help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)")
+    p.add_argument(
+        "--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)"
+    )
 
 
 class LogisticRegression:
@@ -247,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     out = args.out or os.path.join(args.data, RESULT_FILE)
+    if out != "none" and os.path.realpath(out) != os.path.realpath(os.path.join(args.data, RESULT_FILE)):
+        check_not_inside(out, "--out", {"--data": args.data})  # <data>/baseline.json is the one file allowed
     if out != "none":
         check_output_file(out, "--out")  # before the fit: a bad path is found now
     result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size)

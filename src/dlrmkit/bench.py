@@ -11,6 +11,7 @@ import time
 import torch
 
 from dlrmkit import cli_types as ct
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.precision import compute_dtype
 from dlrmkit.optim.build import build_optimizers
@@ -135,7 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "seed": {"help": "seed of the random data and weights (default 0)"},
         },
     )
-    p.add_argument("--json", help="write the figures as one JSON object to this file")
+    p.add_argument("--json", type=ct.path, help="write the figures as one JSON object to this file")
     add_options(
         p,
         TrainConfig,
@@ -203,7 +204,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.atomic_io import check_output_file
+    from dlrmkit.atomic_io import check_distinct, check_output_file
+    from dlrmkit.parallel.options import torchrun_env
+
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
+    if getattr(args, "trace", None) and not args.profile:
+        raise DlrmkitError("--trace writes the trace of --profile: add --profile")
+    check_distinct(
+        {"--json": args.json, "--trace": getattr(args, "trace", None), "--plot": getattr(args, "plot", None)}
+    )
 
     for option, path in (
         ("--json", args.json),

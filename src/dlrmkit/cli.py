@@ -37,11 +37,40 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def printable(text: str) -> str:
+    """`text` on one line: a control character (a line break in a value) or an undecodable
+    byte is written as its escape, so an error message stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class StoreOnce(argparse._StoreAction):
+    """argparse's `store`, except that an option given twice is an error instead of the last
+    value silently winning (`--input a --input b` would drop `a`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        seen = getattr(parser, "_given", None)
+        if seen is not None:
+            if self.dest in seen:
+                parser.error(f"argument {'/'.join(self.option_strings)}: given more than once; give it once")
+            seen.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the option (exit 2), like every other error."""
+    """argparse, but a usage error is one line naming the option (exit 2), like every other
+    error, and an option that takes a value may be given only once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._given: set[str] = set()
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import stat
 from typing import Callable
 
 # Largest values any real run needs; beyond them a value is a typo, not a plan.
@@ -14,13 +16,27 @@ MAX_BATCH = 1 << 24  # 16M samples: 64x MLPerf's largest global batch
 MAX_STEPS = 1 << 40
 MAX_ROWS = 1 << 40
 MAX_WORLD_SIZE = 1 << 16  # 65,536 ranks
-MAX_THREADS = 4096
-MAX_WORKERS = 1024
+MAX_FLOAT = 1e9  # any float option's ceiling unless it says otherwise (1e30 is a typo)
+MAX_TABLES = 10_000  # tables of one model: far beyond any published DLRM
+PATH_MAX = 4096  # bytes in a whole path, Linux's limit (with the final NUL)
+NAME_MAX = 255  # bytes in one file or folder name
+MAX_SMALL_FILE = 64 << 20  # a config, plan, hardware profile or search space: text of a few KiB
 MAX_DIM = 1 << 16
 MAX_SEED = (1 << 32) - 1
 
 
+def per_cpu_ceiling(factor: int, floor: int) -> int:
+    """More processes or threads than `factor` per CPU only oversubscribe the machine."""
+    return max(floor, factor * (os.cpu_count() or 1))
+
+
+MAX_THREADS = per_cpu_ceiling(4, 16)
+MAX_WORKERS = per_cpu_ceiling(4, 16)
+
+
 def _number(text: str, kind: type) -> float | int:
+    if not str(text).isascii():  # int() and float() also read Arabic-Indic or full-width digits
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
     try:
         if kind is int:
             value = int(str(text).strip().replace("_", ""))
@@ -78,28 +94,112 @@ world_size = int_range(1, MAX_WORLD_SIZE)
 dim = int_range(1, MAX_DIM)
 seed = int_range(0, MAX_SEED)
 learning_rate = float_range(0.0, 1e6, lo_open=True)  # finite and > 0
-positive_float = float_range(0.0, lo_open=True)
+positive_float = float_range(0.0, MAX_FLOAT, lo_open=True)
 timeout = float_range(0.0, 1e7, lo_open=True)  # seconds: up to about 115 days
-nonneg_float = float_range(0.0)
+seconds = float_range(0.0, 1e7)  # an interval in seconds, 0: off
+nonneg_float = float_range(0.0, MAX_FLOAT)
 fraction = float_range(0.0, 1.0, lo_open=True, hi_open=True)  # strictly between 0 and 1
 auc = float_range(0.0, 1.0, lo_open=True)  # a target AUC in (0, 1]
 frequency_threshold = int_range(1, 1 << 31)
 table_size = int_range(2, 1 << 62)  # --max-table-size: id 0 plus at least one folded id
 
 
+def _items(text: str, hi: int, most: int) -> list[int]:
+    """'64,16' -> [64, 16]: at most `most` items, each an integer in [1, hi]; an empty item
+    ('64,,16', a trailing comma) is refused, not dropped, as it is most likely a lost value."""
+    parts = str(text).replace("[", "").replace("]", "").split(",")
+    if not str(text).strip(" []"):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    if len(parts) > most:
+        raise argparse.ArgumentTypeError(f"{len(parts):,} items; at most {most:,}")
+    empty = [i for i, x in enumerate(parts) if not x.strip()]
+    if empty:
+        raise argparse.ArgumentTypeError(f"item {empty[0] + 1} is empty in {text!r}")
+    values = []
+    for i, x in enumerate(parts):
+        if not x.strip().isascii() or not x.strip().lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"item {i + 1} {x.strip()!r} is not an integer")
+        values.append(int(x))
+    bad = [v for v in values if not 1 <= v <= hi]
+    if bad:
+        raise argparse.ArgumentTypeError(f"every size must be in [1, {hi}], got {bad[0]}")
+    return values
+
+
 def int_list(text: str) -> list[int]:
     """'64,16' -> [64, 16], every size positive (for --bottom-mlp / --top-mlp)."""
-    parts = [x for x in str(text).replace("[", "").replace("]", "").split(",") if x.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got '{text}'")
+    return _items(text, MAX_DIM, 1024)
+
+
+def cardinalities(text: str) -> str:
+    """'N1,N2,...': table sizes, at most MAX_TABLES tables of at most 2^62 rows (kept as text
+    for the synthetic-data code, which reads it)."""
+    return ",".join(str(v) for v in _items(text, 1 << 62, MAX_TABLES))
+
+
+def path(text: str) -> str:
+    """A file or folder name: not empty, no control character (a pasted line break or tab) and
+    within the OS's length limits, so a bad path is refused while parsing, not when the first
+    file is written, after the expensive work."""
+    text = str(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a path cannot be empty")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"holds a control character (a line break or tab): {text!r}")
     try:
-        values = [int(x) for x in parts]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
-    bad = [v for v in values if not 1 <= v <= MAX_DIM]
-    if bad:
-        raise argparse.ArgumentTypeError(f"every size must be in [1, {MAX_DIM}], got {bad[0]}")
-    return values
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"not a valid file name: {text!r}") from None
+    if len(raw) >= PATH_MAX:
+        raise argparse.ArgumentTypeError(f"{len(raw):,} bytes long; a path holds at most {PATH_MAX - 1:,}")
+    longest = max(len(name) for name in raw.split(b"/"))
+    if longest > NAME_MAX:
+        raise argparse.ArgumentTypeError(f"holds a name of {longest:,} bytes; a name holds at most {NAME_MAX}")
+    return text
+
+
+def text(value: str) -> str:
+    """A name or URL (a column, a study, a storage): not empty, no control character."""
+    value = str(value)
+    if not value.strip():
+        raise argparse.ArgumentTypeError("cannot be empty")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"holds a control character (a line break or tab): {value!r}")
+    return value
+
+
+def names(value: str) -> str:
+    """'a,b,c': comma-separated names, none empty ('' alone: none at all)."""
+    value = str(value)
+    if not value:
+        return value
+    items = value.split(",")
+    empty = [i for i, x in enumerate(items) if not x.strip()]
+    if empty:
+        raise argparse.ArgumentTypeError(f"item {empty[0] + 1} is empty in {value!r}")
+    for item in items:
+        text(item)
+    return value
+
+
+def small_file(text: str) -> str:
+    """A path naming a small text file (config, plan, profile, search space), if it exists: a
+    regular file of at most MAX_SMALL_FILE bytes. A pipe would block the read forever, and a
+    device such as /dev/zero never ends."""
+    text = path(text)
+    try:
+        st = os.stat(text)
+    except OSError:
+        return text  # missing (or a name such as a hardware profile): the command says so
+    if stat.S_ISDIR(st.st_mode):
+        return text
+    if not stat.S_ISREG(st.st_mode):
+        raise argparse.ArgumentTypeError(f"{text}: not a regular file (a pipe or device cannot be read as text)")
+    if st.st_size > MAX_SMALL_FILE:
+        raise argparse.ArgumentTypeError(
+            f"{text}: {st.st_size / (1 << 20):,.0f} MiB; a text file here holds at most {MAX_SMALL_FILE >> 20} MiB"
+        )
+    return text
 
 
 def single_char(text: str) -> str:

@@ -70,6 +70,8 @@ def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Pres
 AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
 # the sharding strategies `--sharding` offers (dlrmkit.parallel.sharding, which imports torch)
 SHARDINGS = ("auto", "table_wise", "column_wise", "row_wise", "data_parallel")
+# process-group backends torch.distributed ships (dlrmkit.parallel.dist checks the device pairing)
+BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 
 def get_preset(name: str) -> Preset:
@@ -113,7 +115,7 @@ class TrainConfig:
     `option(...)` gives its flag, help, validator and choices (dlrmkit.options builds the parser
     and checks `--config` files from them). Unset recipe fields fall back to the preset's."""
 
-    data: str = option(help="dataset folder holding feature_spec.yaml (required, here or in --config)")
+    data: str = option(help="dataset folder holding feature_spec.yaml (required, here or in --config)", parse=ct.path)
     preset: str = option(
         AUTO,
         f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from "
@@ -193,10 +195,11 @@ class TrainConfig:
         None,
         "write checkpoints (and log.jsonl) here; a folder holding another run's "
         "checkpoints needs --resume (default: <run folder>/checkpoints)",
+        parse=ct.path,
     )
     checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
     checkpoint_every_seconds: float = option(
-        0.0, "also checkpoint when this many seconds passed since the last one (default: off)", parse=ct.nonneg_float
+        0.0, "also checkpoint when this many seconds passed since the last one (default: off)", parse=ct.seconds
     )
     collective_timeout: float = option(
         1800.0,
@@ -223,19 +226,19 @@ class TrainConfig:
         parse=ct.nonneg_int,
     )
     resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
-    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file")
+    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
     log_jsonl: str | None = option(
-        None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)"
+        None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)", parse=ct.path
     )
     seed: int = option(0, "seed of initialization and batch order (default 0)", parse=ct.seed)
     shuffle: bool = option(True, "read batches in file order", flag="--no-shuffle", negate=True)
     threads: int = option(0, "intra-op threads (default: torch's choice)", parse=ct.threads)
     progress: bool = option(True, "no progress bar", flag="--no-progress", negate=True)
     run_dir: str | None = option(
-        None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)"
+        None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)", parse=ct.path
     )
     tensorboard: str | None = option(
-        None, "at the end, also write the run's scalars as TensorBoard events into DIR", metavar="DIR"
+        None, "at the end, also write the run's scalars as TensorBoard events into DIR", metavar="DIR", parse=ct.path
     )
     log_every: int = option(50, "steps between train-loss records in the log (default 50)", parse=ct.positive_int)
     # model shape overrides (default: the preset's); `dlrmkit tune` searches them
@@ -260,14 +263,18 @@ class TrainConfig:
     sharding: str = option(
         "auto", "under torchrun: how tables are sharded (default auto: the planner decides)", choices=SHARDINGS
     )
-    plan: str | None = option(None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey")
+    plan: str | None = option(
+        None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey", parse=ct.small_file
+    )
     loader: str = option(
         "exchange",
         "under torchrun: how ranks read batches (default exchange)",
         choices=("exchange", "own-features", "broadcast"),
     )
     backend: str | None = option(
-        None, "under torchrun: process-group backend (default nccl with --device cuda, else gloo)"
+        None,
+        "under torchrun: process-group backend (default nccl with --device cuda, else gloo)",
+        choices=BACKENDS,
     )
     bind_cores: bool = option(
         True,

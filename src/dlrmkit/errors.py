@@ -20,6 +20,11 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _allocation_failed(text: str) -> bool:
+    """torch's allocators raise RuntimeError, not MemoryError, when an allocation fails."""
+    return any(s in text for s in ("can't allocate memory", "CUDA out of memory", "out of memory"))
+
+
 def describe_error(exc: BaseException) -> tuple[str, int]:
     """(one-line message, exit code) for an exception that reached the command line: 2 for bad
     input and for the environment's faults (a full disk, a read-only or missing file, a file that
@@ -31,7 +36,7 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
         other = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
         text = exc.strerror or type(exc).__name__
         return _one_line(f"{where}{other}: {text}" if where else text), 2
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and _allocation_failed(str(exc))):
         return "out of memory; use a smaller --batch-size or dataset, or a machine with more memory", 2
     if isinstance(exc, json.JSONDecodeError):
         return _one_line(f"invalid JSON at line {exc.lineno} ({exc.msg})"), 2

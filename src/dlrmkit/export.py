@@ -7,13 +7,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
-    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument(
+        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
+    )
+    p.add_argument("--out", required=True, type=ct.path, help="file to write")
     p.add_argument("--format", choices=["pt", "torchscript", "onnx"], default="pt", help="file format (default pt)")
 
 

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from dlrmkit.parallel.plan import PRESET_TABLES
 
     src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
-    src.add_argument("--data", help="dataset folder: the model and batch `train --data` would use")
+    src.add_argument("--data", type=ct.path, help="dataset folder: the model and batch `train --data` would use")
     src.add_argument("--tables-preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
     src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
     p.add_argument(
@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=2048,
         help="replicate tables with fewer rows than this and than the global batch (default 2048)",
     )
-    p.add_argument("--json", help="save the plan as JSON here (train --plan reads it)")
+    p.add_argument("--json", type=ct.path, help="save the plan as JSON here (train --plan reads it)")
     from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...
 
     add_simulate_arguments(p)
@@ -153,7 +153,10 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.optim.build import resolve_embedding_optimizer
     from dlrmkit.parallel.plan import make_plan
 
-    check_not_inside(args.json, "--json", {"--data": args.data})
+    from dlrmkit.perf.simulate_cli import check_simulate_options
+
+    check_simulate_options(args)
+    check_not_inside(args.json, "--json", {"--data": args.data, "--hardware": args.hardware})
     check_output_file(args.json, "--json")
     check_legacy(args)
     if args.data:

@@ -20,22 +20,29 @@ from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument(
+        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
+    )
     p.add_argument(
         "--input",
         required=True,
+        type=ct.path,
         help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from",
     )
-    p.add_argument("--output", help="CSV to write (columns row[,label],probability); default: standard output")
     p.add_argument(
-        "--data", help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)"
+        "--output", type=ct.path, help="CSV to write (columns row[,label],probability); default: standard output"
+    )
+    p.add_argument(
+        "--data",
+        type=ct.path,
+        help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)",
     )
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="rows per forward pass (default 16384)")
     p.add_argument("--no-label", action="store_true", help="Criteo rows without the label column (39 fields)")
     p.add_argument(
         "--delimiter", type=ct.single_char, help="CSV inputs: field delimiter (default: tab for .tsv, else comma)"
     )
-    p.add_argument("--columns", help="CSV inputs without a header line: the column names, a,b,c")
+    p.add_argument("--columns", type=ct.names, help="CSV inputs without a header line: the column names, a,b,c")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
 
 

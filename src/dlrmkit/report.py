@@ -9,14 +9,19 @@ import math
 import os
 from typing import Any
 
+from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", metavar="RUN", help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)")
-    p.add_argument("--out", help="where to write the plots and report.md (default: RUN)")
-    p.add_argument("--tensorboard", metavar="DIR", help="also log the scalars as TensorBoard events into DIR")
+    p.add_argument(
+        "run", metavar="RUN", type=ct.path, help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)"
+    )
+    p.add_argument("--out", type=ct.path, help="where to write the plots and report.md (default: RUN)")
+    p.add_argument(
+        "--tensorboard", metavar="DIR", type=ct.path, help="also log the scalars as TensorBoard events into DIR"
+    )
 
 
 NUMERIC = (

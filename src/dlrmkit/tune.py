@@ -15,7 +15,7 @@ from typing import Any
 
 
 from dlrmkit import cli_types as ct
-from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs
+from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_dir, make_dirs
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.untrusted import MiB, load_yaml
 
@@ -30,19 +30,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total"
     )
-    p.add_argument("--space", help="search space YAML (default: dlrmkit/tune_space.yaml)")
-    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
-    p.add_argument("--study", default="dlrmkit", help="study name inside the storage (default dlrmkit)")
+    p.add_argument("--space", type=ct.small_file, help="search space YAML (default: dlrmkit/tune_space.yaml)")
+    p.add_argument("--storage", type=ct.text, help="Optuna storage URL (default sqlite:///<out>/study.db)")
+    p.add_argument("--study", default="dlrmkit", type=ct.text, help="study name inside the storage (default dlrmkit)")
     p.add_argument(
         "--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)"
     )
-    p.add_argument("--out", help="folder for trial runs, best.yaml and plots (default tune-<study>)")
+    p.add_argument("--out", type=ct.path, help="folder for trial runs, best.yaml and plots (default tune-<study>)")
     add_options(
         p,
         TrainConfig,
         {"preset": {"help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}},
     )
-    p.add_argument("--budget", type=ct.positive_float, help="stop starting trials after this many minutes")
+    p.add_argument(
+        "--budget", type=ct.float_range(0.0, 1e7, lo_open=True), help="stop starting trials after this many minutes"
+    )
     add_options(
         p,
         TrainConfig,
@@ -269,7 +271,13 @@ def run(args: argparse.Namespace) -> int:
         import optuna
     except ImportError:
         raise DlrmkitError("tune needs Optuna: pip install 'dlrmkit[tune]'") from None
+    from dlrmkit.config import get_preset
+
+    get_preset(args.preset)  # an unknown preset is one line now, not a failure in every trial
     out = args.out or f"tune-{args.study}"
+    check_not_inside(out, "--out", {"--data": args.data})
+    if args.storage and args.storage.startswith("sqlite:///"):  # a file: never inside the dataset
+        check_not_inside(args.storage[len("sqlite:///") :], "--storage", {"--data": args.data})
     check_output_dir(out, "--out")
     check_tune_dir(out)
     if not os.path.isdir(args.data):

@@ -71,7 +71,9 @@ def check_distinct(named: list[tuple[str, str]]) -> None:
     for option, path in named:
         key = file_key(path)
         if key in seen:
-            raise DlrmkitError(f"{option} {path}: the same file as {seen[key]}; name each input file once")
+            raise DlrmkitError(
+                f"{option} {path}: already given as {seen[key]} (the same file); name each input file once"
+            )
         seen[key] = f"{option} {path}"
 
 

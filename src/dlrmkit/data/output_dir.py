@@ -97,7 +97,7 @@ def check_replaceable(out: str, force: bool, inputs: Iterable[str] = ()) -> None
         if _inside(p, path):
             raise DlrmkitError(f"--out {out}: holds the input {p}; choose another --out")
     check_output_dir(path, "--out")
-    check_output_dir(os.path.dirname(path), "--out")
+    check_output_dir(os.path.dirname(path), "--out", allow_root=True)
 
 
 def fresh_temp_dir(path: str) -> None:
@@ -136,7 +136,10 @@ def _exchange(a: str, b: str) -> bool:
 
 
 def publish(tmp: str, out: str) -> None:
-    """Put the finished folder `tmp` at `out`; an old `out` is removed only after the new one is in place."""
+    """Put the finished folder `tmp` at `out`; an old `out` is removed only after the new one is in place.
+    Never a folder holding the current one: its old contents would be removed."""
+    if not str(out).strip() or (os.path.lexists(out) and _inside(os.getcwd(), out)):
+        raise DlrmkitError(f"--out {out!r}: is the current folder or holds it; choose a new folder")
     try:
         if not os.path.lexists(out):
             os.rename(tmp, out)

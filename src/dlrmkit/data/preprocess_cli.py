@@ -16,8 +16,8 @@ from dlrmkit.errors import DlrmkitError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", choices=["criteo"], help="input format (criteo: TSV label, I1..I13, C1..C26)")
-    p.add_argument("--input", nargs="+", required=True, help="input files (plain or .gz), in time order")
-    p.add_argument("--out", required=True, help="output dataset folder")
+    p.add_argument("--input", nargs="+", required=True, type=ct.path, help="input files (plain or .gz), in time order")
+    p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
     p.add_argument(
         "--frequency-threshold",
         type=ct.frequency_threshold,
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--test-fraction", type=ct.fraction, help="the last fraction F of the input lines are the test mapping"
     )
-    g.add_argument("--test-files", nargs="+", default=[], help="these files are the test mapping")
+    g.add_argument("--test-files", nargs="+", default=[], type=ct.path, help="these files are the test mapping")
     v = p.add_mutually_exclusive_group()
     v.add_argument(
         "--val-rows",
@@ -52,7 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)"
     )
-    p.add_argument("--spark-master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
+    p.add_argument(
+        "--spark-master",
+        default="local[*]",
+        type=ct.text,
+        help="Spark master URL for --engine spark (default local[*])",
+    )
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
     p.add_argument(
         "--force",
@@ -80,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise DlrmkitError(f"--workers must be >= 1, got {args.workers}")
+    if args.engine != "spark" and args.spark_master != "local[*]":
+        raise DlrmkitError("--spark-master applies with --engine spark")
     opts = CriteoOptions(
         inputs=args.input,
         out=args.out,

@@ -14,15 +14,17 @@ from dlrmkit.resources import check_disk, check_memory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output dataset folder")
+    p.add_argument("--out", required=True, type=cli_types.path, help="output dataset folder")
     p.add_argument(
         "--preset",
+        type=cli_types.text,
         help=f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
         "Kaggle's 26 table sizes (33.8M rows), terabyte: MLPerf's Criteo Terabyte tables (40M-row cap)",
     )
     p.add_argument(
         "--cardinalities",
         metavar="N1,N2,...",
+        type=cli_types.cardinalities,
         help="table sizes of any shape (13 numerical features), instead of --preset",
     )
     p.add_argument(

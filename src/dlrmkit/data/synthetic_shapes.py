@@ -122,10 +122,8 @@ SYNTH_PRESETS: dict[str, SynthConfig] = {
 
 def parse_cardinalities(text: str) -> list[int]:
     """'N1,N2,...' -> table sizes; a one-line error naming --cardinalities otherwise."""
-    if any(not x.strip() for x in text.split(",")):  # '5,,6': a table size left out, not a table fewer
-        raise DlrmkitError(f"--cardinalities has an empty entry, got '{text}'")
     try:
-        sizes = [int(x) for x in text.split(",")]
+        sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise DlrmkitError(f"--cardinalities must be comma-separated integers, got '{text}'") from None
     if not sizes or min(sizes) < 1:

@@ -10,16 +10,22 @@ from dlrmkit.errors import DlrmkitError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", required=True, help="input files (.csv, .tsv, .parquet; .gz for text)")
-    p.add_argument("--out", required=True, help="output dataset folder")
-    p.add_argument("--label", required=True, help="label column (values 0/1; others are counted bad rows)")
-    p.add_argument("--numerical", default="", help="comma-separated numerical (float) columns")
-    p.add_argument("--categorical", default="", help="comma-separated categorical columns (any strings or integers)")
+    p.add_argument(
+        "--input", nargs="+", required=True, type=ct.path, help="input files (.csv, .tsv, .parquet; .gz for text)"
+    )
+    p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
+    p.add_argument(
+        "--label", required=True, type=ct.text, help="label column (values 0/1; others are counted bad rows)"
+    )
+    p.add_argument("--numerical", default="", type=ct.names, help="comma-separated numerical (float) columns")
+    p.add_argument(
+        "--categorical", default="", type=ct.names, help="comma-separated categorical columns (any strings or integers)"
+    )
     p.add_argument("--delimiter", type=ct.single_char, help="field delimiter (default: tab for .tsv, else comma)")
     p.add_argument(
         "--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)"
     )
-    p.add_argument("--columns", help="comma-separated column names, with --no-header")
+    p.add_argument("--columns", type=ct.names, help="comma-separated column names, with --no-header")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
     g.add_argument(
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.header and not args.columns:
         raise DlrmkitError("--no-header needs --columns a,b,c")
     if args.header and args.columns:
-        raise DlrmkitError("--columns names the columns of files without a header: give it with --no-header")
+        raise DlrmkitError("--columns names the columns of files without a header row: add --no-header")
     opts = TranscodeOptions(
         inputs=args.input,
         out=args.out,

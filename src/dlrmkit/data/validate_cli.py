@@ -8,6 +8,7 @@ import argparse
 
 import numpy as np
 
+from dlrmkit import cli_types as ct
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, VAL
 from dlrmkit.data.split_binary import open_dataset, open_val
 from dlrmkit.errors import DatasetError
@@ -16,7 +17,7 @@ CHUNK = 1 << 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
+    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
 
 
 class IdCounts:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.options import launched_by_torchrun  # noqa: F401  (re-exported)
+from dlrmkit.parallel.options import launched_by_torchrun, torchrun_env  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -72,8 +72,8 @@ def init_distributed(
     to its share of the cores (bind_cores) before the process group starts its threads."""
     if not launched_by_torchrun():
         return DistContext()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    env = torchrun_env()  # checked: a garbage RANK or WORLD_SIZE is one line
+    rank, world, local_rank = env.rank, env.world_size, env.local_rank
     backend = check_backend(backend, device)
     if device == "cuda":
         if not torch.cuda.is_available():
@@ -87,7 +87,7 @@ def init_distributed(
         torch.cuda.set_device(ctx_device)
     else:
         ctx_device = torch.device("cpu")
-    cores = bind_cores(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", 1))) if bind and device == "cpu" else None
+    cores = bind_cores(local_rank, env.local_world_size) if bind and device == "cpu" else None
     timeout = timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         try:

@@ -28,8 +28,10 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="profile a few steps with torch.profiler and print each phase's share of a step",
     )
     p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
-    p.add_argument("--trace", help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
-    p.add_argument("--plot", help="draw throughput and step-breakdown bars to this PNG (implies --profile)")
+    p.add_argument("--trace", type=ct.path, help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
+    p.add_argument(
+        "--plot", type=ct.path, help="draw throughput and step-breakdown bars to this PNG (implies --profile)"
+    )
     p.add_argument(
         "--embedding-backend",
         default="native",
@@ -67,7 +69,9 @@ def default_threads(requested: int) -> int:
     if requested:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    from dlrmkit.parallel.options import MAX_WORLD_SIZE, env_int
+
+    local = env_int("LOCAL_WORLD_SIZE", 1, MAX_WORLD_SIZE, default=1)  # checked: garbage is one line
     return max(1, cores // max(local, 1))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from dlrmkit.cli_types import small_file
 from dlrmkit.errors import DlrmkitError
 
 
@@ -17,19 +18,32 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--hardware",
-        default="a100-80gb",
+        type=small_file,
         help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
     )
-    p.add_argument("--precision", default="fp32", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP")
+    p.add_argument("--precision", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP (default fp32)")
     p.add_argument("--weak", action="store_true", help="with --simulate: --batch-size is per rank (weak scaling)")
     p.add_argument(
         "--anchors", action="store_true", help="with --simulate: compare with NVIDIA's published DLRM figures"
     )
 
 
+def check_simulate_options(args: argparse.Namespace) -> None:
+    """--hardware, --precision, --weak and --anchors shape a simulation: without --simulate they
+    would be ignored, so they are an error."""
+    if args.simulate:
+        return
+    given = {"--hardware": args.hardware, "--precision": args.precision, "--weak": args.weak, "--anchors": args.anchors}
+    named = [flag for flag, value in given.items() if value not in (None, False)]
+    if named:
+        raise DlrmkitError(f"{named[0]} applies with --simulate: add --simulate, or leave {named[0]} out")
+
+
 def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
     from dlrmkit.perf.simulate import anchor_errors, format_table, load_profile, simulate_scaling
 
+    args.hardware = args.hardware or "a100-80gb"
+    args.precision = args.precision or "fp32"
     hw = load_profile(args.hardware)
     sizes = [args.world_size] if args.world_size else [8, 16, 32, 64, 128, 256, 512, 1024]
     if any(n < 1 for n in sizes):

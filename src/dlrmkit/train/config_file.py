@@ -30,7 +30,7 @@ def load_config(path: str) -> dict[str, Any]:
         raise DlrmkitError(f"{path}: a config file must be a mapping of option: value")
     values = from_mapping(path, TrainConfig, data, "train")
     for name in OUTPUT_OPTIONS:
-        if name in values:
+        if values.get(name) is not None:  # a null (as dump_config writes an unset field) says nothing
             flag = name.replace("_", "-")
             raise DlrmkitError(
                 f"{path}: '{flag}' says where the run writes; give --{flag} on the command line "

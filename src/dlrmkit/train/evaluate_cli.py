@@ -13,11 +13,13 @@ from dlrmkit.options import add_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="dataset folder holding feature_spec.yaml")
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder, or a checkpoint dir with 'latest'")
+    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
+    p.add_argument(
+        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
+    )
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
-    p.add_argument("--metrics-json", help="write {auc, logloss, rows} to this file")
+    p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows} to this file")
     add_options(
         p,
         TrainConfig,
@@ -39,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.train_cli import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.parallel.options import torchrun_env
 
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
     check_plan_file(args.plan)

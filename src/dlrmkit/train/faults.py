@@ -23,7 +23,12 @@ def fault_point(name: str) -> None:
     rank, _, sig = where.partition(":")  # e.g. train:step-3@1:SIGSTOP (default SIGKILL)
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     if point == name and first_attempt and (not rank or rank == os.environ.get("RANK", "0")):
-        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
+        number = getattr(signal, sig or "SIGKILL", None)
+        if not isinstance(number, signal.Signals):
+            from dlrmkit.errors import DlrmkitError
+
+            raise DlrmkitError(f"environment variable {ENV}={spec!r}: unknown signal {sig!r} (e.g. SIGKILL, SIGSTOP)")
+        os.kill(os.getpid(), number)
 
 
 def nan_loss_injected(step: int) -> bool:

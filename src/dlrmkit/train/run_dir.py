@@ -14,6 +14,7 @@ from typing import Any
 from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.train.config_file import OUTPUT_OPTIONS, dump_config
 
 # Options that say where a run writes (not what it computes): left out of config.yaml, so
@@ -32,7 +33,7 @@ class RunDir:
 
 
 def is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
+    return torchrun_env().rank == 0
 
 
 def new_run_path(root: str = "runs") -> str:
@@ -92,13 +93,13 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     (before the folders are filled in, so it holds only what was asked)."""
     options = resolved_options(cfg)
     own_checkpoint_dir = cfg.checkpoint_dir is not None
-    multi_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    multi_rank = torchrun_env().world_size > 1
     path = cfg.run_dir
     if path:
         make_dirs(path, "--run-dir")
     elif multi_rank:
         # ranks must agree on folders; without --run-dir only rank 0 keeps a folder, for the record
-        path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{os.environ.get('RANK')}")
+        path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{torchrun_env().rank}")
     else:
         path = new_run_path()
     if cfg.checkpoint_dir is None and not cfg.resume and not (multi_rank and not cfg.run_dir):
@@ -149,7 +150,7 @@ def write_plan(run: RunDir, trainer: Any) -> None:
     if not is_rank_zero():
         return
     plan: dict[str, Any] = {
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "world_size": torchrun_env().world_size,
         "model_config": asdict(trainer.model_cfg),
     }
     sharding = getattr(trainer, "plan", None)

@@ -8,6 +8,7 @@ import argparse
 import math
 import os
 
+from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options
@@ -18,23 +19,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     so `--config` can fill them and flags given win (config_file.config_from_args)."""
     add_options(p, TrainConfig, unset_absent=True)
     p.add_argument(
-        "--config", help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win"
+        "--config",
+        type=ct.small_file,
+        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
     )
 
 
-def check_outputs(cfg: TrainConfig) -> None:
-    """Every path this run will write: creatable and writable, a file or a folder as needed."""
-    from dlrmkit.atomic_io import check_not_inside, check_output_dir, check_output_file
+def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
+    """Every path this run will write: creatable and writable, a file or a folder as needed,
+    none inside an input (--data, --config, --plan), no two the same file, and no folder
+    holding another run's checkpoints: all before the run folder is written."""
+    from dlrmkit.atomic_io import check_distinct, check_not_inside, check_output_dir, check_output_file
+    from dlrmkit.train.ckpt_dirs import check_fresh_directory
     from dlrmkit.train.run_dir import check_run_dir
 
-    data = {"--data": cfg.data}
+    inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
     for option, path in (
         ("--metrics-json", cfg.metrics_json),
         ("--log-jsonl", cfg.log_jsonl),
         ("--checkpoint-dir", cfg.checkpoint_dir),
         ("--run-dir", cfg.run_dir),
+        ("--tensorboard", cfg.tensorboard),
     ):
-        check_not_inside(path, option, data)
+        check_not_inside(path, option, inputs)
     check_output_file(cfg.metrics_json, "--metrics-json")
     check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
@@ -43,6 +50,18 @@ def check_outputs(cfg: TrainConfig) -> None:
     check_output_dir(cfg.tensorboard, "--tensorboard")
     if not cfg.run_dir:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
+    checkpoints = cfg.checkpoint_dir or (os.path.join(cfg.run_dir, "checkpoints") if cfg.run_dir else None)
+    log = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir or cfg.run_dir, "log.jsonl") if checkpoints else None)
+    run_files = ("config.yaml", "run.json", "plan.json") if cfg.run_dir else ()
+    check_distinct(
+        {
+            **{f"--run-dir's {name}": os.path.join(cfg.run_dir or "", name) for name in run_files},
+            ("--log-jsonl" if cfg.log_jsonl else "the log (log.jsonl)"): log,
+            "--metrics-json": cfg.metrics_json,
+        }
+    )
+    if checkpoints and not cfg.resume:
+        check_fresh_directory(checkpoints)
     check_plan_file(cfg.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
@@ -66,9 +85,13 @@ def check_tables_fit(cfg: TrainConfig) -> None:
     from dlrmkit.resources import check_memory
 
     res = cfg.resolved()
+    if cfg.lamb_lr is not None and res.optimizer != "lamb":  # it would be ignored
+        raise DlrmkitError(f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer})")
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
     state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
-    world = max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    from dlrmkit.parallel.options import torchrun_env
+
+    world = torchrun_env().world_size
     dim = int(res.embedding_dim)
     check_memory(rows * dim * 4 * state // world, f"{cfg.data}: {rows:,} table rows x --embedding-dim {dim}")
     bottom, top = list(res.bottom_mlp or []), list(res.top_mlp or [])
@@ -95,9 +118,12 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import config_from_args
 
+    from dlrmkit.parallel.options import torchrun_env
+
+    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
     cfg = config_from_args(args)
+    check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     recipe_text = choose_recipe(cfg)
-    check_outputs(cfg)  # before any expensive work: a bad path is found now, not after training
     check_tables_fit(cfg)
     if cfg.tensorboard:
         from dlrmkit.report import summary_writer_class

@@ -19,6 +19,7 @@ from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import batch_to, place_tables, resolve_device
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
@@ -60,7 +61,7 @@ class Trainer:
         if not launched_by_torchrun():
             self.model.reset_parameters(cfg.seed)
 
-        world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; checked before any collective
+        world = torchrun_env().world_size  # torchrun's; checked before any collective
         if cfg.batch_size < world:
             raise DlrmkitError(
                 f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
@@ -282,9 +283,12 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if self.log_path and self.dist.rank == 0:
             record = {**record, "time": time.time(), "samples_seen": self.step * self.cfg.batch_size}
-            os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
+                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+                with open(self.log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
     def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
