@@ -70,6 +70,14 @@ def scratch_cwd() -> str:
     return _scratch[0]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _outside_the_repository():
+    """Every test, and every process it starts without a `cwd` of its own, runs in the scratch
+    folder: a command's default outputs (`runs/<timestamp>`) never land in the checkout."""
+    with contextlib.chdir(scratch_cwd()):
+        yield
+
+
 def run_cli(*argv: str, cwd: str | os.PathLike | None = None) -> CliResult:
     """`dlrmkit ARGV` in this process (dlrmkit.cli.main returns the exit code). Pass absolute paths:
     the command runs in `cwd` (default: a scratch folder)."""

@@ -40,4 +40,6 @@ def torchrun(
         *(extra or []),
         *map(str, args),
     ]
-    return subprocess.run(cmd, env=torchrun_env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    from conftest import scratch_cwd  # a default `runs/` lands there, never in the checkout
+
+    return subprocess.run(cmd, env=torchrun_env(), cwd=scratch_cwd(), capture_output=True, text=True, timeout=timeout)

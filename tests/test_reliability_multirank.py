@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_cli  # noqa: E402
+from conftest import run_cli, scratch_cwd  # noqa: E402
 from parallel_util import torchrun, torchrun_env  # noqa: E402
 
 from dlrmkit.train import checkpoint as ckpt  # noqa: E402
@@ -90,7 +90,7 @@ def test_max_restarts_survives_sigkill_of_rank_1(tiny_data, tmp_path):
     env = dict(torchrun_env(), DLRMKIT_FAULT="train:step-7@1")  # rank 1 SIGKILLs itself after step 7, once
     import subprocess
 
-    from parallel_util import ROOT, free_port
+    from parallel_util import free_port
 
     cmd = [
         sys.executable,
@@ -122,7 +122,7 @@ def test_max_restarts_survives_sigkill_of_rank_1(tiny_data, tmp_path):
         "--metrics-json",
         str(m),
     ]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(cmd, env=env, cwd=scratch_cwd(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # torchrun saw the worker group fail and restarted it (it names rank 1's SIGKILL, or rank 0's error
     # when rank 0 noticed the lost peer first)
@@ -148,7 +148,7 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
     import signal
     import subprocess
 
-    from parallel_util import ROOT, free_port
+    from parallel_util import free_port
 
     env = dict(torchrun_env(), DLRMKIT_FAULT="train:step-3@1:SIGSTOP")
     cmd = [
@@ -173,7 +173,13 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
         "5",
     ]
     proc = subprocess.Popen(
-        cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        env=env,
+        cwd=scratch_cwd(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     found = None
     import threading
