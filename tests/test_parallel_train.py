@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from parallel_util import ROOT, free_port, torchrun, torchrun_env  # noqa: E402
+from conftest import scratch_cwd  # noqa: E402
+from parallel_util import free_port, torchrun, torchrun_env  # noqa: E402
 
 ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
 
@@ -22,7 +23,7 @@ def single(tiny_data, tmp_path_factory) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, "--metrics-json", str(out)],
         env=torchrun_env(),
-        cwd=ROOT,
+        cwd=scratch_cwd(),
         capture_output=True,
         text=True,
     )
@@ -102,7 +103,7 @@ def test_two_nodes_c10d(tiny_data, single, tmp_path):
         ]
         procs.append(
             subprocess.Popen(
-                cmd, env=torchrun_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                cmd, env=torchrun_env(), cwd=scratch_cwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
     results = [p.communicate(timeout=180) for p in procs]
@@ -120,7 +121,7 @@ def test_split_sgd_bf16_under_torchrun_tracks_single(tiny_data, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, *split, "--metrics-json", str(m1)],
         env=torchrun_env(),
-        cwd=ROOT,
+        cwd=scratch_cwd(),
         capture_output=True,
         text=True,
     )
