@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family, resolve_embedding_optimizer
 from dlrmkit.options import option
 
 
@@ -337,8 +337,6 @@ def table_state_per_weight(cfg: TrainConfig) -> float:
     """Optimizer values the tables keep per weight value, for memory plans: Adagrad one per
     weight, row-wise Adagrad one per row, SGD and split-SGD none (split-SGD's bf16 weight plus
     int16 bottom half make the 4 bytes of an fp32 weight)."""
-    from dlrmkit.optim.build import resolve_embedding_optimizer
-
     emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
     dim = cfg.embedding_dim or get_preset(cfg.preset).embedding_dim
     return {"adagrad": 1.0, "rowwise-adagrad": 1.0 / dim}.get(emb, 0.0)

@@ -100,3 +100,24 @@ def synchronizer(device: torch.device) -> Callable[[], None] | None:
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def place_run(
+    model: torch.nn.Module, device: torch.device, table_placement: str, accumulator: bool, parallel: bool
+) -> tuple[torch.device, tuple[str, str] | None, Callable | None]:
+    """A training run's (device, (table placement, why) or None, how a batch gets there or None):
+    under torchrun (`parallel`) HybridParallel already moved the model; one process here puts the
+    MLPs on the GPU and the tables there or in host memory (--table-placement, as bench does).
+    `accumulator`: the tables' optimizer keeps state (Adagrad's, counted as one fp32 value a weight)."""
+    if device.type == "cpu":
+        if table_placement == "device":
+            raise DlrmkitError("--table-placement device needs --device cuda")
+        return device, None, None
+    if parallel:
+        if table_placement == "host":
+            raise DlrmkitError("--table-placement host: single process only (under torchrun shards live on the GPUs)")
+        enable_tf32(device)
+        return device, None, None
+    placement = place_tables(model, device, table_placement, accumulator)
+    ids_device = device if placement[0] == "device" else torch.device("cpu")
+    return device, placement, lambda batch: batch_to(batch, device, ids_device)

@@ -150,7 +150,7 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_not_inside, check_output_file
     from dlrmkit.config import TrainConfig, table_state_per_weight
-    from dlrmkit.optim.build import resolve_embedding_optimizer
+    from dlrmkit.optim.names import resolve_embedding_optimizer
     from dlrmkit.parallel.plan import make_plan
 
     from dlrmkit.perf.simulate_cli import check_simulate_options

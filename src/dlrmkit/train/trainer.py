@@ -9,7 +9,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -17,13 +17,13 @@ from tqdm import tqdm
 from dlrmkit.config import TrainConfig, resolve_run, table_state_per_weight
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
-from dlrmkit.device import batch_to, place_tables, resolve_device
+from dlrmkit.device import place_run, resolve_device
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.precision import autocast, enable_tf32
+from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.faults import fault_point, nan_loss_injected
@@ -70,7 +70,10 @@ class Trainer:
         self.dist, self.par, self.plan = setup_parallel(self.model, cfg, table_state_per_weight(cfg))
         # large best weights wait in an unlinked file in the run's own output folder, not in memory
         self.best = BestWeights(cfg.checkpoint_dir or cfg.run_dir, show=cfg.progress and self.dist.rank == 0)
-        self.device, self.placement, self.move = self.place(cfg)
+        device = self.dist.device if self.par is not None else resolve_device(cfg.device)
+        self.device, self.placement, self.move = place_run(
+            self.model, device, cfg.table_placement, table_state_per_weight(cfg) > 0, self.par is not None
+        )
         self.optimizers = build_optimizers(
             self.model,
             cfg.optimizer,
@@ -129,28 +132,6 @@ class Trainer:
                 raise DlrmkitError("--resume needs --checkpoint-dir")
             if ckpt.latest_checkpoint(cfg.checkpoint_dir):
                 self.load(cfg.checkpoint_dir)
-
-    def place(self, cfg: TrainConfig) -> tuple[torch.device, tuple[str, str] | None, Callable[[Batch], Batch] | None]:
-        """(device, (table placement, why) or None, how a batch gets there or None) for --device:
-        under torchrun HybridParallel already moved the model; one process here puts the MLPs on
-        the GPU and the tables there or in host memory (--table-placement, as bench does)."""
-        device = self.dist.device if self.par is not None else resolve_device(cfg.device)
-        if device.type == "cpu":
-            if cfg.table_placement == "device":
-                raise DlrmkitError("--table-placement device needs --device cuda")
-            return device, None, None
-        if self.par is not None:
-            if cfg.table_placement == "host":
-                raise DlrmkitError(
-                    "--table-placement host: single process only (under torchrun shards live on the GPUs)"
-                )
-            enable_tf32(device)
-            return device, None, None
-        # counted as an fp32 accumulator per weight: at most what Adagrad (row-wise: far less) adds
-        accumulator = cfg.optimizer == "adagrad" or cfg.embedding_optimizer in ("adagrad", "rowwise-adagrad")
-        placement = place_tables(self.model, device, cfg.table_placement, accumulator)
-        ids_device = device if placement[0] == "device" else torch.device("cpu")
-        return device, placement, lambda batch: batch_to(batch, device, ids_device)
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
