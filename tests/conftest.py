@@ -70,12 +70,11 @@ def scratch_cwd() -> str:
     return _scratch[0]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _outside_the_repository():
-    """Every test, and every process it starts without a `cwd` of its own, runs in the scratch
-    folder: a command's default outputs (`runs/<timestamp>`) never land in the checkout."""
-    with contextlib.chdir(scratch_cwd()):
-        yield
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """Every test (its fixtures too), and every process it starts without a `cwd` of its own, runs
+    in the scratch folder: a command's default outputs (`runs/<timestamp>`) never land in the checkout."""
+    os.chdir(scratch_cwd())
 
 
 def run_cli(*argv: str, cwd: str | os.PathLike | None = None) -> CliResult:

@@ -29,6 +29,14 @@ def _blocks(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, int]]:
         yield block, block.numel() * block.element_size()
 
 
+def _layout(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Size, torch.dtype]]:
+    return [(k, t.shape, t.dtype) for k, t in state.items()]
+
+
+def _nbytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
 def _host_bytes(block: torch.Tensor):
     """A 1-d block's bytes as a writable numpy array (a view of CPU memory where possible)."""
     host = block if block.device.type == "cpu" else block.cpu()
@@ -46,15 +54,15 @@ class WeightSnapshot:
         self.in_memory_max = IN_MEMORY_MAX if in_memory_max is None else in_memory_max
         self.memory: dict[str, torch.Tensor] | None = None
         self.file = None  # the temporary file, once the weights went to disk
-        self.keys: list[str] | None = None
+        self.layout: list | None = None  # (name, shape, dtype) of each tensor in the file
 
     @property
     def taken(self) -> bool:
-        return self.memory is not None or self.keys is not None
+        return self.memory is not None or self.layout is not None
 
     def take(self, model: torch.nn.Module) -> None:
         state = model.state_dict()
-        total = sum(t.numel() * t.element_size() for t in state.values())
+        total = _nbytes(state)
         if total <= self.in_memory_max:
             self.memory = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
             return
@@ -76,7 +84,7 @@ class WeightSnapshot:
                 f"{where}: cannot keep a copy of the best weights ({total:,} bytes) there: "
                 f"{exc.strerror or exc}; free space, or train with --restore-best false"
             ) from exc
-        self.keys = list(state)
+        self.layout = _layout(state)
 
     @torch.no_grad()
     def restore(self, model: torch.nn.Module) -> None:
@@ -85,13 +93,12 @@ class WeightSnapshot:
             for k, v in state.items():
                 v.copy_(self.memory[k])
             return
-        if self.keys is None:
+        if self.layout is None:
             return
-        if list(state) != self.keys:
+        if _layout(state) != self.layout:
             raise DlrmkitError("the model's weights changed shape since the best ones were kept")
-        total = sum(t.numel() * t.element_size() for t in state.values())
         self.file.seek(0)
-        with progress(total, "restoring the best weights", self.show) as bar:
+        with progress(_nbytes(state), "restoring the best weights", self.show) as bar:
             for t in state.values():
                 flat = t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)  # a copy: filled, then t
                 for block, n in _blocks(flat):
