@@ -25,6 +25,7 @@ from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast
 from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
@@ -112,6 +113,7 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
+        self.data_fingerprint: str | None = None  # computed at the first save or resume
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
@@ -195,70 +197,15 @@ class Trainer:
         """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
         self.losses.check_finite(self.cfg.checkpoint_dir)
 
-    # ---- state (dlrmkit.train.checkpoint: DCP, placement-free, checksummed) ----------------
+    # ---- state (dlrmkit.train.run_checkpoint: what a checkpoint records, the checks on resume) ----
     def save(self) -> str:
-        assert self.cfg.checkpoint_dir
-        self.check_loss()  # never a checkpoint of weights a non-finite loss has updated
-        tensors, extras = ckpt.model_state(self.model, self.optimizers)
-        meta = ckpt.checkpoint_meta(
-            self.model_cfg,
-            self.cfg,
-            epoch=self.epoch,
-            batch_in_epoch=self.batch_in_epoch,
-            best_auc=self.best_auc,
-            skipped_nonfinite=self.skipped_nonfinite,
-            **extras,
-            dataset={"path": os.path.abspath(self.cfg.data), "fingerprint": self.fingerprint()},
-        )
-        path = ckpt.save_checkpoint(
-            self.cfg.checkpoint_dir, self.step, tensors, meta, keep=self.cfg.keep_checkpoints, show=self.cfg.progress
-        )
-        self.last_save_time, self.last_saved_step = time.monotonic(), self.step
-        return path
-
-    def fingerprint(self) -> str:
-        """The train dataset's fingerprint (dlrmkit.data.fingerprint), computed once."""
-        if not hasattr(self, "_fingerprint"):
-            from dlrmkit.data.fingerprint import dataset_fingerprint
-
-            self._fingerprint = dataset_fingerprint(self.spec)
-        return self._fingerprint
+        return run_checkpoint.save(self)
 
     def save_final(self) -> None:
-        """The end-of-run checkpoint (unless --no-final-checkpoint), with a line on screen."""
-        if not self.cfg.checkpoint_dir or not self.cfg.final_checkpoint or self.last_saved_step == self.step:
-            return
-        t0 = time.monotonic()
-        path = self.save()
-        if self.dist.rank == 0:
-            size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
-            print(
-                f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
-                f"--no-final-checkpoint skips it)",
-                file=sys.stderr,
-            )
+        run_checkpoint.save_final(self)
 
     def load(self, path: str) -> None:
-        path = ckpt.resolve_checkpoint(path)
-        meta = ckpt.verify_checkpoint(path, show=self.cfg.progress)
-        saved = ckpt.model_config_of(path, meta)
-        if saved != self.model_cfg:
-            raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {self.model_cfg}")
-        data = meta.get("dataset")
-        if isinstance(data, dict) and data.get("fingerprint") != self.fingerprint():
-            raise DlrmkitError(
-                f"{path}: checkpoint was trained on {data.get('path')} (fingerprint "
-                f"{str(data.get('fingerprint'))[:12]}), but --data {self.cfg.data} is another dataset "
-                f"(fingerprint {self.fingerprint()[:12]}); resume with the same --data or start a "
-                f"fresh --checkpoint-dir"
-            )
-        missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
-        if missing:
-            raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
-        ckpt.restore_model_state(path, meta, self.model, self.optimizers, show=self.cfg.progress)
-        self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
-        self.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
-        self.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
+        run_checkpoint.resume(self, path)
 
     # ---- logging ------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
