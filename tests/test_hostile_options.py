@@ -99,7 +99,6 @@ PROBES = [
         "log-jsonl-dev-full",
         (*T, "--log-jsonl", "/dev/full"),
         "--log-jsonl /dev/full: cannot write (No space left on device)",
-        may_change=("newrun",),
     ),
     Option("metrics-and-log-same-file", (*T, "--metrics-json", "{ws}/m", "--log-jsonl", "{ws}/m"), "is also"),
     Option("metrics-json-is-run-config", (*T, "--metrics-json", "{ws}/newrun/config.yaml"), "--run-dir's config.yaml"),
@@ -191,6 +190,48 @@ def without(snap: dict, names: tuple[str, ...]) -> dict:
     out = {k: v for k, v in snap.items() if k.removeprefix("./").split("/")[0] not in names}
     out["./"] = [n for n in snap.get("./", []) if n not in names]
     return out
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose writes fail: no space)")
+def test_a_log_that_cannot_be_written_fails_before_training(tiny_data, tmp_path):
+    """--log-jsonl on a device whose every write fails is found at start-up (an empty write
+    probes it), not at the first log line: no run folder, no recipe, no training."""
+    run = tmp_path / "run"
+    r = run_cli(
+        "train", "--data", tiny_data, "--no-progress", "--max-steps", "2", "--run-dir", run, "--log-jsonl", "/dev/full"
+    )
+    assert r.code == 2 and r.err.strip() == (
+        "dlrmkit train: error: --log-jsonl /dev/full: cannot write (No space left on device)"
+    ), r.err
+    assert r.out == "" and not run.exists()
+    # a device that takes writes is a log like any other
+    r = run_cli(
+        "train", "--data", tiny_data, "--no-progress", "--max-steps", "2", "--run-dir", run, "--log-jsonl", "/dev/null"
+    )
+    assert r.code == 0, r.err
+
+
+def test_a_full_disk_fails_before_training(tiny_data, tmp_path, monkeypatch):
+    """An output file whose file system has no free block (os.statvfs says so here) is refused at
+    start-up, naming the option: the run would otherwise fail only when it writes there."""
+    real = os.statvfs
+    full = tmp_path / "full"
+    full.mkdir()
+
+    def statvfs(path):
+        st = real(path)
+        if os.path.realpath(path) != str(full):
+            return st
+        return os.statvfs_result((*st[:2], st.f_blocks or 1, 0, 0, *st[5:]))  # f_blocks > 0, nothing free
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    run = tmp_path / "run"
+    for option in ("--metrics-json", "--log-jsonl"):
+        argv = ("train", "--data", tiny_data, "--no-progress", "--max-steps", "2", "--run-dir", run)
+        r = run_cli(*argv, option, full / "out.json")
+        assert r.code == 2 and f"{option} {full / 'out.json'}: cannot write (No space left on device" in r.err, r.err
+        assert len(r.err.strip().splitlines()) == 1 and not run.exists()
+    assert os.listdir(full) == []
 
 
 def test_the_root_folder_is_never_an_output_folder():

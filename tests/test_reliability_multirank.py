@@ -5,6 +5,7 @@ job survives the SIGKILL of rank 1 with --max-restarts=1 (docs/RELIABILITY.md)."
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -144,7 +145,6 @@ def test_stopped_peer_fails_others_with_timeout_naming_the_collective(tiny_data,
     once --collective-timeout passes, not hang. (torchrun then needs its SIGTERM grace to reap
     the stopped rank, so the test kills the launch as soon as the line appears.)"""
     import os
-    import re
     import signal
     import subprocess
 
@@ -237,3 +237,7 @@ def test_bad_input_under_torchrun_is_one_line_per_rank(tiny_data, tmp_path, args
     assert 1 <= len(lines) <= 2 and all(needle in ln for ln in lines), proc.stderr[-2000:]
     # no worker traceback (torchrun prefixes worker output "[rankN]:"; its own launcher report follows)
     assert "[rank" not in proc.stderr, proc.stderr[-3000:]
+    # torchrun's failure summary (after its own traceback) names the rank's error, read from the
+    # error file the rank left for it, not only a link to torchrun's documentation
+    summary = proc.stderr[proc.stderr.index("ChildFailedError") :]
+    assert re.search(rf"traceback : dlrmkit {argv[0]}: error: .*{re.escape(needle)}", summary), summary

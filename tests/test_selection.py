@@ -178,6 +178,58 @@ def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["val_auc"] == m["val_auc"]
 
 
+@pytest.mark.parametrize(
+    "given,named",
+    [
+        (["--patience", "2"], ["--patience 2"]),
+        (["--restore-best", "true"], ["--restore-best true"]),
+        (["--patience", "1", "--restore-best", "true"], ["--patience 1", "--restore-best true"]),
+        (["--target-auc", "0.7"], ["--target-auc 0.7"]),
+    ],
+)
+def test_selection_options_without_validation_rows_are_refused(tmp_path, given, named):
+    """--val-fraction 0 leaves no validation rows, even beside the dataset's val mapping: an early
+    stop or best-weight option given with it would do nothing, so it is one line before any work."""
+    write_csv(tmp_path / "x.csv", 600)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100", "--val-rows", "100")
+    assert open_val(open_dataset(str(tmp_path / "d"))[0]) is not None  # the dataset has its own val rows
+    argv = ["train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--max-steps", "2"]
+    r = run_cli(*argv, "--val-fraction", "0", *given)
+    assert r.code == 2, r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and all(n in lines[0] for n in [*named, "--val-fraction 0"]), r.err
+    assert not (tmp_path / "run").exists() and r.out == ""  # refused before the run folder or the recipe
+    # the same options with validation rows are taken
+    assert run_cli(*argv, *given).code == 0
+
+
+def test_val_fraction_zero_leaves_the_recipes_selection_unset(tmp_path):
+    """The small-data recipe stops early and restores the best weights; with --val-fraction 0 it
+    does neither, and says so. The defaults it would have set are no error, and the run's
+    config.yaml (no patience, no restore-best) repeats it; the same values from a --config file
+    are the user's own, refused with the file named."""
+    write_csv(tmp_path / "x.csv", 600)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")
+    run = tmp_path / "run"
+    common = ["--data", tmp_path / "d", "--no-progress", "--epochs", "2", "--val-fraction", "0"]
+    r = run_cli("train", *common, "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "recipe small-data" in r.out and "--val-fraction 0: no validation rows, so no early stop" in r.out
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["patience"] is None and cfg["restore-best"] is None and cfg["val-fraction"] == 0
+    m = json.load(open(run / "metrics.json"))
+    assert m["steps"] == m["selected_step"] > 0  # the last weights, not a restored step
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run2", "--no-progress")
+    assert r2.code == 0, r2.err
+    # explicit choices: refused, the file named for a value from it, a flag named as given
+    (tmp_path / "c.yaml").write_text("patience: 3\nrestore-best: true\n")
+    r3 = run_cli("train", *common, "--config", tmp_path / "c.yaml", "--run-dir", tmp_path / "run3")
+    assert r3.code == 2 and f"--patience 3 (from --config {tmp_path / 'c.yaml'})" in r3.err, r3.err
+    # patience 0 and restore-best false say "none": nothing is ignored
+    r4 = run_cli("train", *common, "--patience", "0", "--restore-best", "false", "--run-dir", tmp_path / "run4")
+    assert r4.code == 0, r4.err
+
+
 def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
     pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
     from sklearn.linear_model import LogisticRegression

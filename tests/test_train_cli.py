@@ -157,6 +157,52 @@ def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):
     assert read_json(m)["samples"] == samples_between(0, 5)
 
 
+def refused(data, *extra) -> str:
+    """The one-line error of a train run that must be refused (exit 2)."""
+    r = run_cli("train", "--data", data, "--no-progress", "--preset", "tiny", "--max-steps", 2, *extra)
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1 and "Traceback" not in r.err, r.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("where", ["checkpoint-dir", "run-dir", "log-jsonl"])
+def test_fresh_run_refuses_another_runs_log(tiny_data, tmp_path, where):
+    """A run without --resume never appends to another run's log (with no checkpoint beside it,
+    e.g. --no-final-checkpoint or a crash before the first save): refused before any work, as
+    another run's checkpoints are; the old log, and the old run folder, stay byte for byte."""
+    out = {
+        "checkpoint-dir": ("--checkpoint-dir", tmp_path / "C"),
+        "run-dir": ("--run-dir", tmp_path / "R"),
+        "log-jsonl": ("--log-jsonl", tmp_path / "L.jsonl"),
+    }[where]
+    log = {"checkpoint-dir": tmp_path / "C" / "log.jsonl", "run-dir": tmp_path / "R" / "log.jsonl"}.get(where, out[1])
+    train(tiny_data, *out, "--max-steps", 3, "--log-every", 1, "--no-final-checkpoint")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert len(read_log(log)) >= 4  # train records and the end
+    line = refused(tiny_data, *out, "--run-dir" if where != "run-dir" else "--metrics-json", tmp_path / "new")
+    assert f"--{where} {out[1]}" in line and "another run" in line and "--resume" in line, line
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "new").exists()
+
+
+def test_fresh_run_takes_an_empty_log_and_resume_appends(tiny_data, tmp_path):
+    """An empty log file (a run that stopped before its first record) is taken; --resume appends
+    to the log, so it tells the whole history: the first run's records, then the resumed run's."""
+    c, log = tmp_path / "C", tmp_path / "C" / "log.jsonl"
+    c.mkdir()
+    log.write_text("")
+    train(tiny_data, "--checkpoint-dir", c, "--max-steps", 3, "--log-every", 1, "--no-final-checkpoint")
+    first = log.read_text()
+    assert [r["event"] for r in read_log(log)].count("end") == 1
+    train(tiny_data, "--checkpoint-dir", c, "--max-steps", 3, "--log-every", 1, "--resume")
+    assert log.read_text().startswith(first)
+    ends = [r["steps"] for r in read_log(log) if r["event"] == "end"]
+    assert ends == [
+        3,
+        3,
+    ]  # no checkpoint to resume from: the second run started at step 0, and said so in its own records
+
+
 def test_resume_needs_checkpoint_dir(tiny_data):
     result = run_cli("train", "--data", tiny_data, "--resume", "--max-steps", 2, "--no-progress")
     assert result.code == 2

@@ -14,6 +14,7 @@ import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from typing import IO, Any, Iterator
 
@@ -55,21 +56,52 @@ def _check_link(path: str, what: str, follow: bool) -> None:
         raise DlrmkitError(f"{what} {path}: is a symbolic link to {os.readlink(path)}, which does not exist")
 
 
+def _check_space(path: str, what: str) -> None:
+    """The file system that will hold `path` has free blocks: a full disk is found before the work,
+    not at the first write. (One that reports no size at all, like /proc, is not judged.)"""
+    base = nearest_existing(os.path.dirname(os.path.realpath(path)))
+    try:
+        st = os.statvfs(base)
+    except OSError:
+        return
+    free = st.f_bfree if os.geteuid() == 0 else st.f_bavail  # root may use the reserved blocks
+    if st.f_blocks and not free:
+        raise DlrmkitError(f"{what} {path}: cannot write ({os.strerror(errno.ENOSPC)} in {base})")
+
+
+def _probe_device(path: str, what: str) -> None:
+    """An empty write to a character device: /dev/full fails it (no space), /dev/null and a
+    terminal take it and show nothing, so a log that cannot be written fails before the work."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise DlrmkitError(f"{what} {path}: cannot write ({os_error_text(exc)})") from None
+
+
 def check_output_file(path: str | None, what: str, append: bool = False) -> None:
-    """A file `path` can be (re)placed: not a folder, its folder creatable and writable. A file
-    only appended to (`append`, e.g. a log) may also be a device such as /dev/null, or a link
-    to an existing file; one that is replaced by rename may not be a device (the rename would
-    replace the device itself; a link is replaced, never the file it names)."""
+    """A file `path` can be (re)placed: not a folder, its folder creatable and writable, its disk
+    not full. A file only appended to (`append`, e.g. a log) may also be a device such as
+    /dev/null (written to once, empty, to prove it), or a link to an existing file; one that is
+    replaced by rename may not be a device (the rename would replace the device itself; a link is
+    replaced, never the file it names)."""
     if not path:
         return
     _check_link(path, what, follow=append)
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
+    if append and os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode):
+        _probe_device(path, what)
+        return
     if os.path.lexists(path) and not os.path.isfile(path) and not os.path.islink(path):
         if append and os.access(path, os.W_OK):
             return
         raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
     _check_parent(path, what)
+    _check_space(path, what)
 
 
 def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> None:

@@ -114,8 +114,31 @@ def main(argv: list[str] | None = None) -> int:
         message, code = describe_error(exc)
         if code == 1 and os.environ.get("DLRMKIT_DEBUG"):
             raise
-        print(f"dlrmkit {args.command}: error: {message}", file=sys.stderr)
+        line = f"dlrmkit {args.command}: error: {message}"
+        print(line, file=sys.stderr)
+        tell_torchrun(line)
         return code
+
+
+def tell_torchrun(line: str) -> None:
+    """Under torchrun, the rank's one-line error also goes into the error file torchrun's agent
+    reads (TORCHELASTIC_ERROR_FILE, in the format torch.distributed.elastic's ErrorHandler writes),
+    so the failure summary torchrun prints after its own traceback names the error, not a link to
+    its docs. Created only, never written over: an existing file at that path stays as it is."""
+    from dlrmkit.parallel.options import launched_by_torchrun
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or not launched_by_torchrun():
+        return
+    import json
+    import time
+
+    record = {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            json.dump(record, f)
+    except OSError:
+        pass  # the line on stderr is the message; the summary then shows torchrun's default
 
 
 def entry() -> None:

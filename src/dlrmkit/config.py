@@ -166,7 +166,7 @@ class TrainConfig:
     val_fraction: float | None = option(
         None,
         "hold out the last F of the train mapping for model selection (default: "
-        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none)",
+        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none, not even the val mapping)",
         parse=ct.float_range(0.0, 1.0, hi_open=True),
     )
     patience: int | None = option(
@@ -194,7 +194,7 @@ class TrainConfig:
     checkpoint_dir: str | None = option(
         None,
         "write checkpoints (and log.jsonl) here; a folder holding another run's "
-        "checkpoints needs --resume (default: <run folder>/checkpoints)",
+        "checkpoints or log needs --resume (default: <run folder>/checkpoints)",
         parse=ct.path,
     )
     checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
@@ -228,7 +228,10 @@ class TrainConfig:
     resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
     metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
     log_jsonl: str | None = option(
-        None, "JSON-lines log of steps and evaluations (default: <checkpoint-dir>/log.jsonl)", parse=ct.path
+        None,
+        "JSON-lines log of steps and evaluations (default: log.jsonl in --checkpoint-dir, else in the run "
+        "folder); without --resume, a file holding another run's log is refused",
+        parse=ct.path,
     )
     seed: int = option(0, "seed of initialization and batch order (default 0)", parse=ct.seed)
     shuffle: bool = option(True, "read batches in file order", flag="--no-shuffle", negate=True)

@@ -18,6 +18,7 @@ from dlrmkit.data.split_binary import SplitBinaryDataset
 
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
+SELECTION = ("patience", "restore_best")  # options that act on the validation rows
 RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes sign(x) log(1+|x|)
 
 
@@ -119,6 +120,10 @@ def apply(args: Any, recipe: Recipe) -> list[str]:
     """Fill the options the user left unset (on a TrainConfig, or a namespace of its fields);
     returns the names it filled."""
     filled = []
+    if getattr(args, "val_fraction", None) == 0 and any(k in recipe.values for k in SELECTION):
+        for key in SELECTION:  # no validation rows: nothing to stop early on or restore from
+            recipe.values.pop(key, None)
+        recipe.reasons.append("--val-fraction 0: no validation rows, so no early stop; the last weights are kept")
     # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
     own_optimizer = any(getattr(args, k, None) is not None for k in ("optimizer", "embedding_optimizer"))
     for key, value in recipe.values.items():

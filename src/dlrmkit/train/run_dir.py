@@ -74,6 +74,27 @@ def check_run_dir(path: str | None) -> None:
         )
 
 
+def check_fresh_log(path: str | None, option: str, folder: str | None = None) -> None:
+    """A run without --resume must not append to another run's log: two runs' records (steps from
+    1 again, two `end` records) would mix in one file, and `report` would read them as one run.
+    Refused, as another run's checkpoints are (dlrmkit.train.ckpt_dirs.check_fresh_directory);
+    the file is never deleted. An empty log (a run that stopped before its first record) is reused,
+    and a stream the caller opened (/dev/stdout, /dev/fd/N: e.g. `>> file`) is the caller's."""
+    if not path or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    if os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return
+    if folder is None:
+        raise DlrmkitError(
+            f"{option} {path}: already holds another run's log; pass --resume to continue that run, "
+            f"or choose a new file"
+        )
+    raise DlrmkitError(
+        f"{option} {folder} already holds the log of another run ({os.path.basename(path)}); "
+        f"pass --resume to continue it, or give a new or empty {option}"
+    )
+
+
 def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
@@ -112,7 +133,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         )
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
-        write_text(run.log_jsonl, "")  # a fresh run in a reused folder starts a fresh log
+        write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():
         dump_config(options, run.file("config.yaml"))
         write_json(

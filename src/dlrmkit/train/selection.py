@@ -5,9 +5,11 @@ mapping never enters here: it is scored once, after training, on the selected mo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
+from dlrmkit.config import TrainConfig
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_val
 from dlrmkit.errors import DlrmkitError
@@ -39,6 +41,35 @@ def validation_split(
         f"the last {held:,} train rows, held out (the dataset has no val mapping; --val-fraction)"
         if val is None
         else f"the last {held:,} train rows (--val-fraction)",
+    )
+
+
+def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: Iterable[str] = ()) -> None:
+    """--val-fraction 0 leaves no validation rows (the val mapping too is unused), so an early stop
+    or best-weight option the user gave would silently do nothing: one line naming both (and the
+    --config file, for a value from there: not among `flags`, the fields given on the command
+    line). Call it before a recipe fills its own (dlrmkit.train.recipe leaves them out here)."""
+    if cfg.val_fraction != 0:
+        return
+    offending = [
+        (name, shown)
+        for name, shown, on in (
+            ("patience", f"--patience {cfg.patience}", bool(cfg.patience)),
+            ("restore_best", "--restore-best true", bool(cfg.restore_best)),
+            ("target_auc", f"--target-auc {cfg.target_auc}", cfg.target_auc is not None),
+        )
+        if on
+    ]
+    if not offending:
+        return
+    one, flags = len(offending) == 1, set(flags)
+    named = " and ".join(
+        shown + ("" if name in flags or not config else f" (from --config {config})") for name, shown in offending
+    )
+    raise DlrmkitError(
+        f"{named} {'acts' if one else 'act'} on validation rows, and --val-fraction 0 leaves none (the "
+        f"val mapping is not used either): {'it' if one else 'they'} would do nothing; drop "
+        f"{'it' if one else 'them'}, or give --val-fraction > 0"
     )
 
 

@@ -28,10 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     """Every path this run will write: creatable and writable, a file or a folder as needed,
     none inside an input (--data, --config, --plan), no two the same file, and no folder
-    holding another run's checkpoints: all before the run folder is written."""
+    holding another run's checkpoints or log (without --resume): all before the run folder is written."""
     from dlrmkit.atomic_io import check_distinct, check_not_inside, check_output_dir, check_output_file
     from dlrmkit.train.ckpt_dirs import check_fresh_directory
-    from dlrmkit.train.run_dir import check_run_dir
+    from dlrmkit.train.run_dir import check_fresh_log, check_run_dir
 
     inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
     for option, path in (
@@ -60,8 +60,15 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
             "--metrics-json": cfg.metrics_json,
         }
     )
-    if checkpoints and not cfg.resume:
-        check_fresh_directory(checkpoints)
+    if not cfg.resume:  # another run's checkpoints or log: refused, never mixed with this run's
+        if checkpoints:
+            check_fresh_directory(checkpoints)
+        if cfg.log_jsonl:
+            check_fresh_log(cfg.log_jsonl, "--log-jsonl")
+        elif cfg.checkpoint_dir:
+            check_fresh_log(log, "--checkpoint-dir", cfg.checkpoint_dir)
+        elif cfg.run_dir:
+            check_fresh_log(log, "--run-dir", cfg.run_dir)
     check_plan_file(cfg.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
@@ -117,11 +124,15 @@ def run(args: argparse.Namespace) -> int:
 
     from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import config_from_args
+    from dlrmkit.options import given
+    from dlrmkit.train.selection import check_selection_options
 
     from dlrmkit.parallel.options import torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
     cfg = config_from_args(args)
+    # options the user gave that would do nothing: before a recipe fills its own, and before any work
+    check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     recipe_text = choose_recipe(cfg)
     check_tables_fit(cfg)
