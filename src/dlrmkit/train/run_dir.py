@@ -82,7 +82,7 @@ def check_fresh_log(path: str | None, option: str, folder: str | None = None) ->
     and a stream the caller opened (/dev/stdout, /dev/fd/N: e.g. `>> file`) is the caller's."""
     if not path or not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
-    if os.path.abspath(path).startswith(("/dev/", "/proc/")):
+    if os.path.abspath(path).startswith(("/dev/std", "/dev/fd/", "/proc/")):
         return
     if folder is None:
         raise DlrmkitError(
