@@ -13,22 +13,23 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "dlrmkit"
 
-# Lowest first: a module may import its own layer and the layers above it in this list, never a
-# later one. Each entry: (layer, module prefixes relative to dlrmkit, why it sits there).
+# Lowest first: a module may import its own layer and the layers listed before it, never one listed
+# after it. Each entry: (layer, module prefixes relative to dlrmkit, why it sits there); the prefix
+# "" is the package itself (`dlrmkit/__init__.py`, which holds only the version).
 LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("errors", ("errors",), "DlrmkitError, the one-line exit-2 error that every layer raises"),
     (
         "base",
         ("", "cli_types", "untrusted", "atomic_io", "metrics", "allocator", "precision", "resources", "options"),
-        "helpers that know nothing of DLRM: option values, safe reads and writes, AUC, autocast, memory",
+        "helpers that know nothing of DLRM: option values, safe reads and writes, AUC, autocast, memory figures",
     ),
     ("model", ("model",), "the DLRM for one device: it knows nothing of files, ranks or optimizers"),
-    ("optim", ("optim",), "optimizers for the model's fused tables and MLPs"),
-    ("data", ("data",), "datasets on disk and the batches read from them; the model's code is not needed"),
+    ("optim", ("optim",), "optimizers for the model's fused tables and MLPs; they need no data or ranks"),
+    ("data", ("data",), "datasets on disk and their batches; reading or writing them needs no model code"),
     ("device", ("device",), "puts the model's tables and the data's batches on a CPU or GPU"),
     ("parallel", ("parallel",), "runs one model over ranks as a plan says; the single-device layers know no ranks"),
     ("config", ("config",), "TrainConfig: every train option once, with presets naming model and optimizer choices"),
-    ("train", ("train",), "the training step and loop, evaluation, checkpoints, run folders, train/evaluate"),
+    ("train", ("train",), "the one training step, the loop, evaluation, checkpoints, run folders and logs"),
     ("perf", ("perf",), "tools that measure training and plans; nothing that trains depends on them"),
     (
         "commands",
