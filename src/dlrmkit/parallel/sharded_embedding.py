@@ -23,7 +23,6 @@ and the output are device tensors on the default group.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -42,24 +41,9 @@ from dlrmkit.model.embedding import (
     to_offsets,
 )
 from dlrmkit.parallel import comm
+from dlrmkit.parallel.id_exchange import DistIds, IdExchange, Key
 from dlrmkit.parallel.plan import ShardingPlan
 from dlrmkit.parallel.sharding import Shard, strategy
-
-Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank needs for some shards
-
-
-@dataclass
-class DistIds:
-    """Ids as a rank sees them: its local samples' ids of every table (one-hot [L, T] or
-    JaggedIds), the local batch size of every rank, and optionally the global batch's one-hot
-    ids [G, len(id_tables[rank])] of this rank's sharded tables (when the loader already
-    delivered them, so the id all-to-all is skipped), or the general path's exchanged bags (when
-    the exchange ran a batch ahead, dlrmkit.parallel.ids_ahead)."""
-
-    local: Ids
-    batch_sizes: list[int]
-    global_ids: torch.Tensor | None = None
-    bags: tuple | None = None  # (values, lengths, order) already exchanged (ShardedEmbedding.exchange)
 
 
 def rank_layout(plan: ShardingPlan, rank: int) -> tuple[list[tuple[int, Shard]], list[int]]:
@@ -83,7 +67,7 @@ def table_weight(emb: EmbeddingCollection, t: int) -> torch.Tensor:
     raise IndexError(t)
 
 
-class ShardedEmbedding(nn.Module):
+class ShardedEmbedding(IdExchange, nn.Module):
     """This rank's shards of a ShardingPlan, and the exchanges that make their lookups the
     single-device EmbeddingCollection's (see the module docstring)."""
 
@@ -214,118 +198,7 @@ class ShardedEmbedding(nn.Module):
         return [p for lookup in self.local_lookups for p in lookup.parameters()]
 
     # ---- forward ---------------------------------------------------------------------------
-    def exchange(self, ids: DistIds, group=None, kind: str = "ids") -> DistIds:
-        """`ids` with the id all-to-all done now, on process group `group` (default: cpu_group),
-        so forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
-        if not any(self.widths) or ids.global_ids is not None or ids.bags is not None:
-            return ids
-        if isinstance(ids.local, torch.Tensor) and not self.bucketed:
-            return replace(ids, global_ids=self.exchange_ids(ids.local, ids.batch_sizes, group, kind))
-        return replace(ids, bags=self.exchange_bags(ids.local, ids.batch_sizes, group, kind))
-
-    def exchange_ids(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids") -> torch.Tensor:
-        """Fast path, one-hot ids and no bucketing: [G, tables of this rank]; each rank sends
-        the ids of its samples to every rank that holds shards of their tables."""
-        return self.exchange_started(local, sizes, group, kind)()
-
-    def one_hot_fast(self, ids: DistIds) -> bool:
-        """Whether `ids` take the fast path's single all-to-all (counts known without asking)."""
-        return (
-            isinstance(ids.local, torch.Tensor)
-            and not self.bucketed
-            and any(self.widths)
-            and ids.global_ids is None
-            and ids.bags is None
-        )
-
-    def exchange_started(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids"):
-        """The fast path's all-to-all launched (gloo runs it in its own threads): a function
-        that waits for it and returns [G, tables of this rank]."""
-        send, send_counts = self.id_sends(local)
-        recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        if not dist.is_initialized() or self.world_size == 1:
-            out = comm.all_to_all(send, send_counts, recv_counts, stats=self.stats, kind=kind)
-            return lambda: out.view(sum(sizes), len(self.id_tables))
-        out, wait = comm.all_to_all_started(
-            send,
-            send_counts,
-            recv_counts,
-            None,
-            self.stats,
-            kind,
-            group if group is not None else self.cpu_group,
-        )
-
-        def result() -> torch.Tensor:
-            wait()
-            return out.view(sum(sizes), len(self.id_tables))
-
-        return result
-
-    def id_sends(self, local: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-        """One-hot ids [b, tables] as the fast path sends them: rank by rank, the columns of the
-        tables it holds shards of; and the count for each rank."""
-        sends = [local[:, self.all_id_tables[r]].reshape(-1) for r in range(self.world_size)]
-        return torch.cat(sends), [len(x) for x in sends]
-
-    def key_bags(
-        self, ids: Ids, keys: list[Key], cols: list[int] | None = None
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per key, the ids (relative to the range start) and bag lengths [B] of `ids`' samples
-        that the key's shards receive, as its table's strategy selects them (row-wise: bucketing
-        by row range, vectorized per key). Key i's ids are table cols[i] of `ids` (default: its
-        table index)."""
-        jag = ids if isinstance(ids, JaggedIds) else JaggedIds.from_dense(ids)
-        b, one_hot = jag.batch_size, not isinstance(ids, JaggedIds)
-        lengths = jag.offsets.diff().view(-1, b)
-        bounds = jag.offsets[::b].tolist()
-        values, lens = [], []
-        for i, (t, a, e) in enumerate(keys):
-            c = cols[i] if cols is not None else t
-            v, l = self.strategies[t].select_ids(
-                jag.values[bounds[c] : bounds[c + 1]], lengths[c], one_hot, a, e, self.table_sizes[t]
-            )
-            values.append(v)
-            lens.append(l)
-        return values, lens
-
-    def exchange_bags(
-        self, local: Ids, sizes: list[int], group=None, kind: str = "ids"
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """General path: (values, lengths, order) of the global batch's bags for this rank's
-        keys; bag order[k * G + g] of (values, lengths) is key k's bag of global sample g.
-        Two all-to-alls: bag lengths, then the ids (whose counts the lengths give)."""
-        n, me = self.world_size, self.rank
-        vals, lens, val_counts, len_counts = [], [], [], []
-        for r in range(n):
-            v, l = self.key_bags(local, self.all_keys[r])
-            vals += v
-            lens += l
-            val_counts.append(sum(len(x) for x in v))
-            len_counts.append(sizes[me] * len(self.all_keys[r]))
-        k = len(self.keys)
-        empty = torch.zeros(0, dtype=torch.int64)
-        group = group if group is not None else self.cpu_group
-        recv_len_counts = [k * sizes[s] for s in range(n)]
-        got_len = comm.all_to_all(
-            torch.cat(lens) if lens else empty, len_counts, recv_len_counts, stats=self.stats, kind=kind, group=group
-        )
-        recv_val_counts = [int(x.sum()) for x in torch.split(got_len, recv_len_counts)]
-        got_val = comm.all_to_all(
-            torch.cat(vals) if vals else empty, val_counts, recv_val_counts, stats=self.stats, kind=kind, group=group
-        )
-        # received bag order is (source, key, sample); wanted (key, source, sample) = (key, global sample)
-        base = torch.tensor([0] + recv_len_counts).cumsum(0).tolist()
-        order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
-        return got_val, got_len, order.reshape(-1)
-
-    def dense_bags(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        """The general path's (values, lengths, order) from loader-delivered one-hot global ids."""
-        col = {t: j for j, t in enumerate(self.id_tables)}
-        v, l = self.key_bags(global_ids, self.keys, [col[t] for t, _, _ in self.keys])
-        empty = torch.zeros(0, dtype=torch.int64)
-        return (torch.cat(v) if v else empty), (torch.cat(l) if l else empty), None
-
+    # ---- forward: the id exchange is IdExchange's (dlrmkit.parallel.id_exchange) ----------------
     def lookup(self, global_ids: torch.Tensor) -> torch.Tensor:
         """Fast path: [G, local columns] pooled outputs of this rank's shards, one id per bag."""
         g = global_ids.shape[0]
