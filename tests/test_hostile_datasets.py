@@ -1,22 +1,22 @@
-"""Hostile datasets and data inputs beyond tests/test_hostile_inputs.py, one table row each, run by
-the same check (exit 2, one line naming the file/field/option, nothing on disk changed): FeatureSpec
+"""Hostile dataset folders, beyond tests/test_hostile_inputs.py, one table row each, run by the
+same check (exit 2, one line naming the file/field/option, nothing on disk changed): FeatureSpec
 YAML that expands or nests without bound, file names that are not paths, a file named twice,
-metadata of the wrong type, an empty --out (the current folder), input files named twice, lines
-longer than any row. A second table lists inputs that must be accepted, each with what the result
-must hold, so a fix never turns good data into an error (or garbage into a dataset)."""
+metadata of the wrong type, empty mappings, claimed sizes the data does not have, a broken
+vocabulary, a FIFO where the spec should be. A second table lists dataset folders that must be
+accepted, each with what the result must hold. The rows, input files and --out of the commands
+that write datasets are in tests/test_hostile_raw_inputs.py."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pytest
-import yaml
 
-from conftest import CliResult, run_cli
+from conftest import run_cli
+from hostile_util import Accepted, run_accepted, summarized
 from test_hostile_inputs import (  # noqa: F401 - ws and trained_run are fixtures
     SPEC,
     Probe,
@@ -24,7 +24,6 @@ from test_hostile_inputs import (  # noqa: F401 - ws and trained_run are fixture
     edit_spec,
     set_feature,
     set_file,
-    snapshot,
     trained_run,
     write_bytes,
     ws,
@@ -34,9 +33,6 @@ from test_hostile_inputs import test_hostile_input as check_probe
 V = ("validate", "--data", "{ws}/data")
 T = ("train", "--data", "{ws}/data", "--no-progress", "--max-steps", "2", "--run-dir", "{ws}/newrun")
 B = ("baseline", "--data", "{ws}/data", "--out", "{ws}/b.json", "--max-iter", "2")
-TR = ("transcode", "--input", "{ws}/rows.csv", "--label", "y", "--numerical", "a,b", "--categorical", "c")
-PP = ("preprocess", "criteo", "--input", "{ws}/rows.tsv", "--no-progress", "--workers", "1")
-LONG = 17 << 20  # beyond the 16 MiB a line may hold
 
 
 def spec_text(fn: Callable[[str], str]) -> Callable[[Path], None]:
@@ -88,24 +84,6 @@ def empty_val(root: Path) -> None:
         ]
 
     edit_spec(add)(root)
-
-
-def parquet_rows(root: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    labels = pa.array([True, False, None, True, False])
-    numbers = [1.5, None, 2.0, float("inf"), 3.0]
-    table = pa.table({"y": labels, "a": numbers, "b": numbers, "c": ["x", None, "z", "w", "x"]})
-    pq.write_table(table, root / "rows.parquet")
-
-
-def long_line(rel: str, prefix: bytes) -> Callable[[Path], None]:
-    def setup(root: Path) -> None:
-        with open(root / rel, "ab") as f:
-            f.write(prefix + b"7" * LONG + b"\n")
-
-    return setup
 
 
 def no_features(doc: dict) -> None:
@@ -210,80 +188,6 @@ PROBES = [
     Probe("baseline-empty-val-mapping", B, "the val mapping has no rows", setup=empty_val),
     # ---- memory follows the data, never a claimed size
     Probe("baseline-huge-cardinality", B, "of memory", setup=wide_ids("cat_4.bin", 2**40)),
-    Probe(
-        "synth-cardinalities-empty-entry", ("synth", "--out", "{ws}/o", "--cardinalities", "5,,6"), "item 2 is empty"
-    ),
-    # ---- the declared output: an empty --out is the current folder
-    Probe(
-        "synth-out-empty", ("synth", "--out", "", "--rows", "10", "--test-rows", "10"), "--out: a path cannot be empty"
-    ),
-    Probe("synth-out-blank-force", ("synth", "--out", " ", "--force", "--rows", "10"), "--out: a path cannot be empty"),
-    Probe("transcode-out-empty", (*TR, "--out", ""), "--out: a path cannot be empty"),
-    Probe("preprocess-out-empty", (*PP, "--out", ""), "--out: a path cannot be empty"),
-    # ---- input files named twice
-    Probe(
-        "transcode-input-twice",
-        ("transcode", "--input", "{ws}/rows.csv", "{ws}/./rows.csv", *TR[3:], "--out", "{ws}/o"),
-        "already given as --input",
-    ),
-    Probe(
-        "preprocess-input-twice",
-        (*PP[:4], "{ws}/rows.tsv", *PP[4:], "--out", "{ws}/o"),
-        "already given as --input",
-    ),
-    Probe(
-        "preprocess-test-file-is-input",
-        (*PP, "--out", "{ws}/o", "--test-files", "{ws}/rows.tsv"),
-        "--test-files",
-    ),
-    Probe(
-        "preprocess-input-through-link",
-        (*PP[:4], "{ws}/link.tsv", *PP[4:], "--out", "{ws}/o"),
-        "already given as",
-        setup=lambda root: os.symlink(root / "rows.tsv", root / "link.tsv"),
-    ),
-    # ---- every row bad: the error says why
-    Probe(
-        "transcode-every-row-bad",
-        (*TR, "--out", "{ws}/o"),
-        "3 bad rows: wrong_field_count 1, bad_label 2; first: ",
-        setup=write_bytes("rows.csv", b"y,a,b,c\n7,1,2,x\n1,2\n-1,1,1,y\n"),
-    ),
-    Probe(
-        "preprocess-every-row-bad",
-        (*PP, "--out", "{ws}/o"),
-        "rows.tsv:1: wrong_field_count (2 fields, expected 40)",
-        setup=write_bytes("rows.tsv", b"1\tx\n" * 5),
-    ),
-    # ---- a progress bar is for a terminal: captured stderr holds the error line alone
-    Probe(
-        "preprocess-progress-bar-captured",
-        (*PP[:4], "--workers", "1", "--out", "{ws}/o"),
-        "no valid rows",
-        setup=write_bytes("rows.tsv", b"1\tx\n" * 5),
-    ),
-    # ---- inputs that are not files
-    Probe(
-        "transcode-input-is-folder",
-        ("transcode", "--input", "{ws}/notes", *TR[3:], "--out", "{ws}/o"),
-        "not a regular file",
-    ),
-    Probe("preprocess-input-is-device", (*PP[:3], "/dev/null", *PP[4:], "--out", "{ws}/o"), "not a regular file"),
-    # ---- options that would be silently ignored
-    Probe("transcode-columns-with-header", (*TR, "--out", "{ws}/o", "--columns", "q,w,e,r"), "--no-header"),
-    # ---- lines longer than any row: one line naming the byte, memory bounded
-    Probe(
-        "transcode-line-too-long",
-        (*TR, "--out", "{ws}/o"),
-        "a line longer than 16 MiB",
-        setup=long_line("rows.csv", b"1,"),
-    ),
-    Probe(
-        "preprocess-line-too-long",
-        (*PP, "--out", "{ws}/o"),
-        "a line longer than 16 MiB",
-        setup=long_line("rows.tsv", b"1\t"),
-    ),
 ]
 
 
@@ -292,58 +196,8 @@ def test_hostile_dataset(ws, probe: Probe):  # noqa: F811 - the imported fixture
     check_probe(ws, probe)
 
 
-# ---- inputs that must be accepted, with what the result holds --------------------------------------
-@dataclass
-class Accepted:
-    id: str
-    argv: tuple
-    check: Callable[[Path, CliResult], None]
-    setup: Callable[[Path], None] | None = None
-
-
-def transcoded(rows: int) -> Callable[[Path, CliResult], None]:
-    def check(root: Path, r: CliResult) -> None:
-        doc = yaml.safe_load((root / "o" / SPEC).read_text())
-        assert doc["metadata"]["rows"] == {"train": rows, "test": 0}
-        assert doc["metadata"]["preprocess"]["report"]["rows_read"] == rows
-
-    return check
-
-
-def summarized(phrase: str) -> Callable[[Path, CliResult], None]:
-    def check(root: Path, r: CliResult) -> None:
-        assert phrase in r.out, r.out
-
-    return check
-
-
+# ---- dataset folders that must be accepted, with what the result holds -----------------------------
 ACCEPTED = [
-    Accepted(
-        "transcode-bom-header",
-        (*TR, "--out", "{ws}/o"),
-        transcoded(40),
-        setup=lambda root: (root / "rows.csv").write_bytes(b"\xef\xbb\xbf" + (root / "rows.csv").read_bytes()),
-    ),
-    Accepted(
-        "transcode-crlf-bom",
-        (*TR, "--out", "{ws}/o"),
-        transcoded(40),
-        setup=lambda root: (root / "rows.csv").write_bytes(
-            b"\xef\xbb\xbf" + (root / "rows.csv").read_bytes().replace(b"\n", b"\r\n")
-        ),
-    ),
-    Accepted(  # Parquet booleans are 0/1 labels; a null label and an infinite number are counted bad rows
-        "transcode-parquet-bool-label",
-        ("transcode", "--input", "{ws}/rows.parquet", *TR[3:], "--out", "{ws}/o"),
-        summarized("rows read 5  written 3  skipped 2 (bad_label 1, bad_number 1)"),
-        setup=parquet_rows,
-    ),
-    Accepted(  # a file's type from its suffix in any case
-        "transcode-upper-case-suffix",
-        ("transcode", "--input", "{ws}/ROWS.TSV", *TR[3:], "--out", "{ws}/o"),
-        transcoded(40),
-        setup=lambda root: (root / "ROWS.TSV").write_text((root / "rows.csv").read_text().replace(",", "\t")),
-    ),
     # 2**40 ids claimed, 5,000 rows: the summary counts the ids seen, never 8 TiB of zeros
     Accepted("validate-huge-cardinality", V, summarized("1,099,511,627,776"), setup=wide_ids("cat_4.bin", 2**40)),
     Accepted(  # synth writes NaN when the test mapping has one class: undefined, not invalid
@@ -363,68 +217,7 @@ ACCEPTED = [
 
 @pytest.mark.parametrize("case", ACCEPTED, ids=[c.id for c in ACCEPTED])
 def test_accepted_input(ws, case: Accepted):  # noqa: F811 - the imported fixture
-    if case.setup:
-        case.setup(ws)
-    r = run_cli(*[a.replace("{ws}", str(ws)) for a in case.argv], cwd=ws)
-    assert r.code == 0, r.err
-    case.check(ws, r)
-
-
-def test_no_probe_repeats_the_first_table():
-    from test_hostile_inputs import PROBES as FIRST
-
-    assert not {p.id for p in PROBES} & {p.id for p in FIRST}
-    assert len({p.id for p in PROBES}) == len(PROBES)
-
-
-def test_empty_out_leaves_the_current_folder(tmp_path):
-    """The probe table runs in the workspace; here the current folder holds only a user's file."""
-    (tmp_path / "mine.txt").write_text("keep")
-    before = snapshot(tmp_path)
-    r = run_cli("synth", "--out", "", "--rows", 10, "--test-rows", 10, cwd=tmp_path)
-    assert r.code == 2 and "--out: a path cannot be empty" in r.err, r.err
-    assert snapshot(tmp_path) == before and not os.path.exists(str(tmp_path) + ".tmp")
-    from contextlib import chdir
-
-    from dlrmkit.data.output_dir import check_replaceable, output_lock
-    from dlrmkit.errors import DlrmkitError
-
-    with chdir(tmp_path):  # the library refuses it too (callers that skip the command line)
-        for call in (lambda: check_replaceable("", force=True), lambda: output_lock("").__enter__()):
-            with pytest.raises(DlrmkitError, match="an empty path"):
-                call()
-    assert snapshot(tmp_path) == before
-
-
-def test_split_points_never_read_a_long_line_whole(tmp_path, monkeypatch):
-    """Task boundaries are found with a bounded readline: a long line across one is an error."""
-    from dlrmkit.data import criteo_tsv
-    from dlrmkit.errors import DlrmkitError
-
-    monkeypatch.setattr(criteo_tsv, "MAX_LINE_BYTES", 1000)
-    path = tmp_path / "rows.tsv"
-    path.write_bytes(b"1\tx\n" * 100 + b"9" * 5000 + b"\n" + b"0\ty\n" * 100)
-    with pytest.raises(DlrmkitError, match="byte 500: a line longer than"):
-        criteo_tsv.plan_tasks([str(path)], [], task_bytes=500)
-    path.write_bytes(b"1\tx\n" * 300)
-    tasks = criteo_tsv.plan_tasks([str(path)], [], task_bytes=500)  # short lines are split as before
-    assert len(tasks) == 3 and all(t.start % 4 == 0 for t in tasks)
-
-
-def test_many_tables_stop_before_writing(tmp_path, monkeypatch):
-    """More files than the open-file limit allows: one line before anything is written."""
-    import resource
-
-    from dlrmkit.data.split_binary import allow_open_files
-    from dlrmkit.errors import DatasetError
-
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
-    with pytest.raises(DatasetError, match="needs 2,116 open files at once, the limit is 1,024"):
-        allow_open_files(2 * 1026, "1,024 tables")
-    many = ",".join(["5"] * 600)  # 1,204 files + 64: refused before the teacher model is built
-    r = run_cli("synth", "--out", tmp_path / "o", "--cardinalities", many, "--rows", 10, "--test-rows", 10)
-    assert r.code == 2 and "600 tables: writing the dataset needs 1,268 open files" in r.err, r.err
-    assert os.listdir(tmp_path) == []
+    run_accepted(ws, case)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ recipe does). The result is written to <data>/baseline.json, and `train` prints 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from typing import Any
@@ -20,8 +19,8 @@ import numpy as np
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.baseline_result import RESULT_FILE
 
-RESULT_FILE = "baseline.json"
 LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size each)
 
 
@@ -230,19 +229,6 @@ class Concat:
         if len(parts) == 1:
             return parts[0]
         return RawBatch(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("dense", "ids", "labels")))
-
-
-def read_baseline(data: str) -> dict[str, Any] | None:
-    """The stored baseline of a dataset folder, or None."""
-    path = os.path.join(data, RESULT_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-        float(result["test_auc"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    result["path"] = path
-    return result
 
 
 def run(args: argparse.Namespace) -> int:

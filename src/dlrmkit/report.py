@@ -4,14 +4,13 @@ AUC and log loss against samples seen, throughput over time; optionally TensorBo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from typing import Any
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.run_log import read_log, tensorboard
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,52 +21,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tensorboard", metavar="DIR", type=ct.path, help="also log the scalars as TensorBoard events into DIR"
     )
-
-
-NUMERIC = (
-    "time",
-    "step",
-    "steps",
-    "samples_seen",
-    "loss",
-    "lr",
-    "samples_per_s",
-    "auc",
-    "logloss",
-    "train_loss",
-    "best_auc",
-    "optimal_auc",
-)
-
-
-def read_log(path: str) -> list[dict[str, Any]]:
-    """The JSON-lines log; each record an object whose known numeric fields are numbers (null,
-    as strict JSON writes NaN, counts as absent). Anything else is one line naming file:line."""
-    records = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        r = json.loads(line)
-                    except (json.JSONDecodeError, RecursionError):
-                        raise DlrmkitError(f"{path}:{n}: not a JSON line") from None
-                    if not isinstance(r, dict):
-                        raise DlrmkitError(f"{path}:{n}: not a JSON object")
-                    for k in NUMERIC:
-                        v = r.get(k)
-                        if v is None:
-                            r.pop(k, None)
-                        elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                            raise DlrmkitError(f"{path}:{n}: field '{k}' is {v!r}, not a number")
-                    records.append(r)
-    except FileNotFoundError:
-        raise DlrmkitError(f"{path}: no log (was the run started?)") from None
-    except UnicodeDecodeError:
-        raise DlrmkitError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise DlrmkitError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return records
 
 
 def _num(value: Any, fmt: str = ".4f") -> str:
@@ -156,34 +109,6 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     lines.append("")
     lines.append(f"Repeat it: `dlrmkit train --config {os.path.join(run, 'config.yaml')}`")
     return "\n".join(lines) + "\n"
-
-
-def summary_writer_class() -> Any:
-    """torch's SummaryWriter (needs `tensorboard`) or tensorboardX's; a one-line error without either."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError:
-            raise DlrmkitError(
-                "--tensorboard needs the `tensorboard` or `tensorboardX` package (pip install 'dlrmkit[report]')"
-            ) from None
-    return SummaryWriter
-
-
-def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
-    """Scalars of a run log as TensorBoard events in `logdir` (x axis: step)."""
-    writer = summary_writer_class()(logdir)
-    for r in records:
-        step, ev = r.get("step"), r.get("event")
-        if step is None:
-            continue
-        keys = {"train": ("loss", "lr", "samples_per_s"), "eval": ("auc", "logloss")}.get(ev, ())
-        for k in keys:
-            if k in r and r[k] is not None:
-                writer.add_scalar(f"{ev}/{k}", r[k], step)
-    writer.close()
 
 
 def run(args: argparse.Namespace) -> int:

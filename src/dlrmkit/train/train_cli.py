@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     recipe_text = choose_recipe(cfg)
     check_tables_fit(cfg)
     if cfg.tensorboard:
-        from dlrmkit.report import summary_writer_class
+        from dlrmkit.train.run_log import summary_writer_class
 
         summary_writer_class()  # a missing package is an error before training, not after
     run_folder = run_dir.setup(cfg, list(getattr(args, "_argv", None) or []))
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         if lift:
             print(lift)
         if cfg.tensorboard:
-            from dlrmkit.report import read_log, tensorboard
+            from dlrmkit.train.run_log import read_log, tensorboard
 
             tensorboard(read_log(cfg.log_jsonl), cfg.tensorboard)
     from dlrmkit.parallel.dist import shutdown
@@ -191,7 +191,7 @@ def choose_recipe(cfg: TrainConfig) -> str:
 
 def baseline_lift(data: str, metrics: dict) -> str:
     """The line comparing this run with `dlrmkit baseline` on the same dataset, when one was run."""
-    from dlrmkit.baseline import read_baseline
+    from dlrmkit.train.baseline_result import read_baseline
 
     base = read_baseline(data)
     if base is None or math.isnan(metrics["auc"]):
