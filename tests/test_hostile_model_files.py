@@ -340,7 +340,7 @@ PROBES = [
     Probe(
         "config-dash-and-underscore",
         TC,
-        "given twice",
+        "unknown option 'batch_size' (keys are the flags: did you mean 'batch-size'?)",
         setup=write_bytes("c.yaml", b"batch-size: 100\nbatch_size: 7\n"),
     ),
     Probe("config-private-key", TC, "unknown option '_argv'", setup=write_bytes("c.yaml", b"_argv: [x]\n")),
@@ -351,7 +351,7 @@ PROBES = [
         "'metrics-json' says where the run writes",
         setup=write_bytes("c.yaml", b"metrics-json: victim.json\n"),
     ),
-    Probe("config-sets-run-dir", TC, "'run-dir' says where", setup=write_bytes("c.yaml", b"run_dir: elsewhere\n")),
+    Probe("config-sets-run-dir", TC, "'run-dir' says where", setup=write_bytes("c.yaml", b"run-dir: elsewhere\n")),
     Probe(
         "config-python-tag",
         TC,

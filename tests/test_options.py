@@ -62,10 +62,28 @@ def test_an_unknown_key_names_the_file_and_the_key(tmp_path):
         load_config(write(tmp_path, "config: other.yaml\n"))
 
 
+def test_an_underscore_key_is_refused_with_the_flag_it_means(tmp_path):
+    path = write(tmp_path, "data: D\nbatch_size: 5\n")
+    with pytest.raises(DlrmkitError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: unknown option 'batch_size' (keys are the flags: did you mean 'batch-size'?)"
+    with pytest.raises(DlrmkitError, match="did you mean 'no-shuffle'"):
+        load_config(write(tmp_path, "no_shuffle: true\n"))
+
+
+def test_written_configs_use_the_flags_as_keys(tmp_path):
+    """What dlrmkit writes (a run's config.yaml, tune's best.yaml: dump_config) reads back: no underscore keys."""
+    values = {s.name: s.default for s in specs(TrainConfig)}
+    path = tmp_path / "all.yaml"
+    dump_config(values, str(path))
+    keys = list(yaml.safe_load(path.read_text()))
+    assert keys and not [k for k in keys if "_" in k]
+
+
 def test_booleans_from_a_file(tmp_path):
     values = load_config(write(tmp_path, "wide: yes\nrestore-best: false\nno-shuffle: true\nresume: true\n"))
     assert values == {"wide": True, "restore_best": False, "shuffle": False, "resume": True}
-    assert load_config(write(tmp_path, "no_progress: false\n")) == {"progress": True}
+    assert load_config(write(tmp_path, "no-progress: false\n")) == {"progress": True}
     with pytest.raises(DlrmkitError, match=r"option 'no-shuffle' must be true or false, got 'yes'"):
         load_config(write(tmp_path, "no-shuffle: 'yes'\n"))
     with pytest.raises(DlrmkitError, match=r"option 'data': invalid value"):

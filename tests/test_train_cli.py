@@ -206,7 +206,7 @@ def test_fresh_run_takes_an_empty_log_and_resume_appends(tiny_data, tmp_path):
 def test_resume_needs_checkpoint_dir(tiny_data):
     result = run_cli("train", "--data", tiny_data, "--resume", "--max-steps", 2, "--no-progress")
     assert result.code == 2
-    assert "--resume needs --checkpoint-dir" in result.err
+    assert "--resume needs --checkpoint-dir (or the --run-dir of the run to continue)" in result.err
 
 
 def test_resume_with_other_model_shape_is_refused(tiny_data, tmp_path):

@@ -205,9 +205,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_distinct, check_output_file
-    from dlrmkit.parallel.options import torchrun_env
+    from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
+    refuse_outside_torchrun(
+        (
+            (f"--sharding {args.sharding}", args.sharding != "auto"),
+            (f"--backend {args.backend}", args.backend is not None),
+            ("--no-bind-cores", not args.bind_cores),
+            ("--no-overlap", not args.overlap),
+            ("--breakdown", args.breakdown),
+        )
+    )
     if getattr(args, "trace", None) and not args.profile:
         raise DlrmkitError("--trace writes the trace of --profile: add --profile")
     check_distinct(

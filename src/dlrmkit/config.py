@@ -303,10 +303,10 @@ class TrainConfig:
         from dlrmkit.optim.build import check_choice
         from dlrmkit.precision import check_precision
 
-        if out.precision == "fp16" and out.device != "cpu":
+        if out.precision == "fp16":  # on every device: CUDA too
             raise DlrmkitError(
                 "--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
-                "deferred gradients); use --precision bf16 on the GPU"
+                "deferred gradients); use --precision bf16 (CPU and GPU)"
             )
         if out.table_placement not in ("auto", "device", "host"):
             raise DlrmkitError(f"--table-placement must be auto, device or host, got '{out.table_placement}'")

@@ -72,6 +72,8 @@ def table_placement(requested: str, table_bytes: int, device: torch.device | str
     if not torch.cuda.is_available() or torch.device(device).type == "cpu":
         if requested == "device":
             raise DlrmkitError("--table-placement device needs --device cuda and a CUDA GPU")
+        if requested == "host":  # it would change nothing
+            raise DlrmkitError("--table-placement host needs --device cuda (on the CPU every table is in host memory)")
         return "host", "no CUDA GPU in use: tables and MLPs run on the CPU"
     if requested != "auto":
         return requested, "as requested"
@@ -110,8 +112,8 @@ def place_run(
     MLPs on the GPU and the tables there or in host memory (--table-placement, as bench does).
     `accumulator`: the tables' optimizer keeps state (Adagrad's, counted as one fp32 value a weight)."""
     if device.type == "cpu":
-        if table_placement == "device":
-            raise DlrmkitError("--table-placement device needs --device cuda")
+        if table_placement in ("device", "host"):  # host would change nothing
+            raise DlrmkitError(f"--table-placement {table_placement} needs --device cuda")
         return device, None, None
     if parallel:
         if table_placement == "host":

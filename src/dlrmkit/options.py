@@ -150,25 +150,21 @@ def file_value(where: str, key: str, s: Spec, value: Any) -> Any:
     return parsed
 
 
-def find_spec(cls: type, key: str) -> Spec | None:
-    """The option a file key names: its flag (`batch-size`, `no-shuffle`), dashes or underscores."""
-    wanted = str(key).replace("-", "_")
-    return next((s for s in specs(cls) if s.key.replace("-", "_") == wanted), None)
-
-
 def from_mapping(
     where: str, cls: type, data: Mapping[Any, Any], command: str, skip: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """A config file's mapping -> {field name: checked value}; an unknown key is one line."""
+    """A config file's mapping -> {field name: checked value}. Keys are the flags exactly
+    (`batch-size`): an unknown key is one line, and `batch_size` names the key meant."""
     skipped = set(skip)
-    by_key = {s.key.replace("-", "_"): s for s in specs(cls) if s.name not in skipped}
+    by_key = {s.key: s for s in specs(cls) if s.name not in skipped}
     out: dict[str, Any] = {}
     for key, value in data.items():
-        s = by_key.get(str(key).replace("-", "_"))
+        s = by_key.get(str(key))
         if s is None:
+            dashed = by_key.get(str(key).replace("_", "-"))
+            if dashed is not None:
+                raise DlrmkitError(f"{where}: unknown option '{key}' (keys are the flags: did you mean '{dashed.key}'?)")
             raise DlrmkitError(f"{where}: unknown option '{key}' (see `dlrmkit {command} --help`)")
-        if s.name in out:  # `batch-size` and `batch_size` both: which one wins would be a guess
-            raise DlrmkitError(f"{where}: option '{key}' is given twice")
         out[s.name] = file_value(where, str(key), s, value)
     return out
 

@@ -60,7 +60,10 @@ def build_optimizers(
     if embedding_weight_decay and resolve_embedding_optimizer(optimizer, embedding_optimizer) != "adagrad":
         raise DlrmkitError("--embedding-weight-decay needs --embedding-optimizer adagrad")
     check_choice(optimizer, embedding_optimizer, precision)
-    dense, sparse = model.dense_parameters(), list(model.embeddings.parameters())
+    dense = model.dense_parameters()
+    # a rank that owns no table (more ranks than tables, table_wise) keeps an empty sparse optimizer:
+    # every rank then has the same optimizers, as a checkpoint's manifest records them
+    sparse: list = list(model.embeddings.parameters()) or [{"params": []}]
     if optimizer == "split-sgd":
         opts = [SplitSGD(dense, lr=lr), SplitSGD(sparse, lr=lr)]
         defer_table_grads(model.embeddings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Iterable
 
 from dlrmkit.errors import DlrmkitError
 
@@ -56,3 +57,17 @@ def torchrun_env() -> TorchrunEnv:
     if "MASTER_PORT" in os.environ:
         env_int("MASTER_PORT", 1, 65535)
     return TorchrunEnv(rank, world, local_rank, local_world)
+
+
+def refuse_outside_torchrun(options: Iterable[tuple[str, bool]]) -> None:
+    """An option that acts only under torchrun would do nothing in one process: the first one set
+    there is one line. `options`: (the option as given, e.g. "--sharding row_wise", whether it
+    differs from its default); a value equal to the default (as a run's config.yaml holds) passes."""
+    if launched_by_torchrun():
+        return
+    for shown, changed in options:
+        if changed:
+            raise DlrmkitError(
+                f"{shown} takes effect under torchrun only, and this is one process "
+                "(run `torchrun --nproc_per_node=N -m dlrmkit ...`, or leave it out)"
+            )

@@ -261,7 +261,9 @@ class ShardedEmbedding(IdExchange, nn.Module):
             bags = self.exchange_bags(local, sizes)
         t0 = time.perf_counter()
         if not self.shards:
-            pooled = torch.zeros(g, 0, device=self.device)
+            # a rank owning no table sends nothing, yet must join the exchange's backward as its
+            # peers do: its (empty) input requires grad so autograd runs AllToAll.backward here too
+            pooled = torch.zeros(g, 0, device=self.device, requires_grad=torch.is_grad_enabled())
         else:
             pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
         self.stats.add("lookup", 0, time.perf_counter() - t0)

@@ -55,7 +55,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         {
             "table_placement": {
                 "help": "GPU runs: keep tables on the GPU (device), in host memory (host), or let the planner decide (auto); "
-                "on CPU every placement is host memory"
+                "on the CPU every table is in host memory (device and host: errors)"
             }
         },
     )

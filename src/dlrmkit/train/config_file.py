@@ -1,5 +1,5 @@
 """`dlrmkit train --config run.yaml`: every train option may come from a YAML mapping whose keys
-are the flags (`batch-size` or `batch_size`, `no-shuffle: true`). Keys and values are checked
+are the flags (`batch-size`, `no-shuffle: true`; `batch_size` is refused, naming `batch-size`). Keys and values are checked
 against the same field definitions as the command line (dlrmkit.options over TrainConfig), so a
 bad value gets the same validator's message; flags given on the command line win."""
 

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
     p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
-    p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows} to this file")
+    p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows, world_size} to this file")
     add_options(
         p,
         TrainConfig,
@@ -41,12 +41,21 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train.train_cli import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
-    from dlrmkit.parallel.options import torchrun_env
+    from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
-    check_plan_file(args.plan)
+    check_plan_file(args.plan)  # a bad file is named first, as under torchrun
+    refuse_outside_torchrun(
+        (
+            (f"--sharding {args.sharding}", args.sharding != "auto"),
+            (f"--plan {args.plan}", args.plan is not None),
+            (f"--loader {args.loader}", args.loader != "exchange"),
+            (f"--backend {args.backend}", args.backend is not None),
+            ("--no-bind-cores", not args.bind_cores),
+        )
+    )
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)

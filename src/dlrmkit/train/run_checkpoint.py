@@ -30,6 +30,7 @@ def save(trainer: Trainer) -> str:
         batch_in_epoch=trainer.batch_in_epoch,
         best_auc=trainer.best_auc,
         skipped_nonfinite=trainer.skipped_nonfinite,
+        samples_seen=trainer.samples_seen,
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
     )
@@ -66,7 +67,7 @@ def save_final(trainer: Trainer) -> None:
         )
 
 
-def resume(trainer: Trainer, path: str) -> None:
+def resume(trainer: Trainer, path: str) -> str:
     """Loads the checkpoint at `path` (or the one its `latest` names) into the trainer, after
     checking its checksums, that it holds this run's model, and that it was trained on this --data."""
     cfg = trainer.cfg
@@ -90,3 +91,6 @@ def resume(trainer: Trainer, path: str) -> None:
     trainer.step, trainer.epoch, trainer.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
     trainer.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
+    saved_samples = meta.get("samples_seen")  # older checkpoints: every step a full batch
+    trainer.samples_seen = int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.batch_size
+    return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from typing import Iterable
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
@@ -86,6 +87,32 @@ def check_plan_file(path: str | None) -> None:
     ShardingPlan.load(path)
 
 
+# TrainConfig fields that act only under torchrun (dlrmkit.parallel)
+TORCHRUN_ONLY = ("sharding", "plan", "loader", "backend", "comm_dtype", "collective_timeout", "bind_cores")
+
+
+def check_one_process_options(cfg: TrainConfig, config: str | None, flags: Iterable[str]) -> None:
+    """A torchrun-only option set in one process, or --table-placement host on the CPU, would do
+    nothing: one line naming it (and the --config file, for a value from there: not in `flags`)."""
+    from dlrmkit.options import spec_map
+    from dlrmkit.parallel.options import refuse_outside_torchrun
+
+    given, by_name = set(flags), spec_map(TrainConfig)
+
+    def shown(name: str) -> str:
+        s, value = by_name[name], getattr(cfg, name)
+        if name in given:
+            return s.flag if s.kind == "switch" else f"{s.flag} {value}"
+        file_value = (not value if s.option.negate else value) if s.kind == "switch" else value
+        return f"{config}: '{s.key}: {file_value}'"
+
+    refuse_outside_torchrun((shown(name), getattr(cfg, name) != by_name[name].default) for name in TORCHRUN_ONLY)
+    if cfg.device == "cpu" and cfg.table_placement == "host":
+        raise DlrmkitError(
+            f"{shown('table_placement')} needs --device cuda (on the CPU every table is in host memory already)"
+        )
+
+
 def check_tables_fit(cfg: TrainConfig) -> None:
     """The embedding tables (and their optimizer state) of this process fit in memory, or one line."""
     from dlrmkit.data.feature_spec import FeatureSpec
@@ -134,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     # options the user gave that would do nothing: before a recipe fills its own, and before any work
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
+    check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     recipe_text = choose_recipe(cfg)
     check_tables_fit(cfg)
     if cfg.tensorboard:

@@ -113,6 +113,7 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
+        self.samples_seen = 0  # training samples (global) since the run began: the log's x axis
         self.data_fingerprint: str | None = None  # computed at the first save or resume
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
@@ -131,9 +132,14 @@ class Trainer:
             print(note, file=sys.stderr)
         if cfg.resume:
             if not cfg.checkpoint_dir:
-                raise DlrmkitError("--resume needs --checkpoint-dir")
+                raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
             if ckpt.latest_checkpoint(cfg.checkpoint_dir):
-                self.load(cfg.checkpoint_dir)
+                path = self.load(cfg.checkpoint_dir)
+                said = f"resumed from {path} (step {self.step}, epoch {self.epoch})"
+            else:
+                said = f"no checkpoint in {cfg.checkpoint_dir} yet: starting fresh"
+            if self.dist.rank == 0:
+                print(said, file=sys.stderr)
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
@@ -204,13 +210,14 @@ class Trainer:
     def save_final(self) -> None:
         run_checkpoint.save_final(self)
 
-    def load(self, path: str) -> None:
-        run_checkpoint.resume(self, path)
+    def load(self, path: str) -> str:
+        """Resume from checkpoint `path` (or the one its `latest` names); returns the folder loaded."""
+        return run_checkpoint.resume(self, path)
 
     # ---- logging ------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
         if self.log_path and self.dist.rank == 0:
-            record = {**record, "time": time.time(), "samples_seen": self.step * self.cfg.batch_size}
+            record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
                 os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
                 with open(self.log_path, "a", encoding="utf-8") as f:
@@ -243,6 +250,8 @@ class Trainer:
     def should_stop(self, auc: float) -> bool:
         """Early stop: the target AUC reached, or --patience evaluations without improvement."""
         if self.cfg.target_auc is not None and auc >= self.cfg.target_auc:
+            if self.dist.rank == 0:
+                print(f"target AUC {self.cfg.target_auc} reached at step {self.step} (AUC {auc:.4f})", file=sys.stderr)
             return True
         return bool(self.cfg.patience) and self.best.since >= self.cfg.patience
 
@@ -291,7 +300,8 @@ class Trainer:
                 self.batch_in_epoch += 1
                 fault_point(f"train:step-{self.step}")  # reliability tests only (DLRMKIT_FAULT)
                 self.track_loss(loss)  # no host sync unless --skip-nonfinite
-                samples += self.par.global_size(batch) if self.par else len(batch)
+                seen = self.par.global_size(batch) if self.par else len(batch)
+                samples, self.samples_seen = samples + seen, self.samples_seen + seen
                 bar.update(1)
                 if self.step % cfg.log_every == 0:  # a log point: the loss is read here
                     self.check_loss()
