@@ -31,7 +31,7 @@ def test_plan_data_resolves_as_train(cli, wide_data):
     assert r.code == 0, r.err
     assert (
         "preset auto, embedding dim 8 (table width 9 with the wide term), global batch 64, tables' optimizer "
-        "adagrad (1 state values per weight)"
+        "adagrad (1 state value per weight)"
     ) in r.out  # the recipe train chooses for these 60k rows
     r = cli("plan", "--data", wide_data, "--world-size", "2", "--preset", "mlperf", "--optimizer", "adagrad")
     assert "preset mlperf, embedding dim 128, global batch 65536, tables' optimizer adagrad (1 state" in r.out
@@ -99,3 +99,11 @@ def test_planned_bytes_match_a_torchrun_job(cli, wide_data, tmp_path, optimizer)
         assert m["rank_state_bytes"] == m["rank_table_bytes"]
     else:
         assert m["rank_state_bytes"] == [0, 0]
+
+
+def test_table_state_in_words():
+    from dlrmkit.plan_cli import state_words
+
+    assert state_words(1.0) == "1 state value per weight"
+    assert state_words(0.0) == "no optimizer state"
+    assert state_words(1 / 16) == "1/16 state value per weight (one per row)"

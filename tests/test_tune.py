@@ -89,3 +89,12 @@ def test_unknown_space_key_is_an_error(tiny_data, tmp_path):
     space.write_text("learning-rate: {type: float, low: 0.1, high: 1}\n")
     result = run_cli("tune", "--data", tiny_data, "--trials", 1, "--space", space, "--out", tmp_path / "T")
     assert result.code == 2 and "unknown train option 'learning-rate'" in result.err
+
+
+def test_a_pruned_trial_is_named_with_why(tiny_data, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: {type: categorical, choices: [100000.0]}\n")  # diverges: the trial ends early
+    argv = ["tune", "--data", tiny_data, "--trials", 1, "--space", space, "--out", tmp_path / "T", "--preset", "tiny"]
+    result = run_cli(*argv, "--max-steps", 6, "--eval-every", 3)
+    assert result.code == 0, result.err
+    assert "trial 0 pruned: loss is nan at step" in result.out

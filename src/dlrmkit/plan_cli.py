@@ -192,9 +192,19 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
             f"{cfg.embedding_dim}{width}, "
-            f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state:g} state values per weight)"
+            f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state_words(state)})"
         )
     print(plan.report())
     if args.json:
         plan.save(args.json)
     return 0
+
+
+def state_words(state: float) -> str:
+    """Optimizer state a table keeps per weight, in words: "no optimizer state", "1 state value per weight",
+    "1/16 state value per weight" (row-wise Adagrad: one per row of 16 weights)."""
+    if state == 0:
+        return "no optimizer state"
+    if state >= 1:
+        return f"{state:g} state value{'s' if state != 1 else ''} per weight"
+    return f"1/{round(1 / state)} state value per weight (one per row)"

@@ -191,7 +191,9 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
             if self.trial is not None and not math.isnan(auc):
                 self.trial.report(auc, self.step)
                 if not args.no_prune and self.trial.should_prune():
-                    raise optuna.TrialPruned(f"AUC {auc:.4f} at step {self.step}")
+                    why = f"val AUC {auc:.4f} at step {self.step}, below the median of earlier trials there"
+                    self.trial.set_user_attr("pruned", why)
+                    raise optuna.TrialPruned(why)
             return result
 
     def objective(trial: Any) -> float:
@@ -206,6 +208,7 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
             trainer.trial = trial
             metrics = trainer.fit()
         except DlrmkitError as exc:  # e.g. a diverging lr: a failed trial, not a failed study
+            trial.set_user_attr("pruned", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
         trial.set_user_attr("train_options", {k: v for k, v in opts.items() if v is not None})
         trial.set_user_attr("val_logloss", metrics["val_logloss"])
@@ -318,6 +321,9 @@ def run(args: argparse.Namespace) -> int:
             gc_after_trial=True,
             timeout=args.budget * 60 if args.budget else None,
         )
+    for t in study.trials:  # the trials that ended early, each with why (--no-prune keeps all)
+        if t.state.name == "PRUNED":
+            print(f"trial {t.number} pruned: {t.user_attrs.get('pruned', 'stopped by the pruner')}")
     print(best_table(study))
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if complete:

@@ -166,6 +166,23 @@ def share_checkpoint_dir(run: RunDir, trainer: Any) -> None:
         write_json(info_path, {**info, "checkpoint_dir": run.checkpoint_dir})
 
 
+def drop_empty_checkpoint_dir(run: RunDir) -> None:
+    """The run folder's own checkpoints/ (made at start-up to check it can be written) left empty
+    (--no-final-checkpoint, nothing saved on the way) is removed, and run.json says so: no empty
+    folder pretends to hold checkpoints. A --checkpoint-dir the user named is left as it is."""
+    own = os.path.join(run.path, "checkpoints")
+    if not is_rank_zero() or run.checkpoint_dir is None or os.path.abspath(run.checkpoint_dir) != os.path.abspath(own):
+        return
+    try:
+        os.rmdir(own)  # only an empty folder goes
+    except OSError:
+        return
+    info_path = run.file("run.json")
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    write_json(info_path, {**info, "checkpoint_dir": None})
+
+
 def write_plan(run: RunDir, trainer: Any) -> None:
     """plan.json: the model shape, and the sharding plan when the trainer has one."""
     if not is_rank_zero():

@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise DlrmkitError(message) from None
     run_dir.write_metrics(run_folder, metrics)
+    run_dir.drop_empty_checkpoint_dir(run_folder)
     if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
         if cfg.metrics_json:
             run_dir.write_metrics_json(cfg.metrics_json, metrics)
