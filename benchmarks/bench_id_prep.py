@@ -80,4 +80,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # no options: --help prints what it times and how to run it, and anything else is refused
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

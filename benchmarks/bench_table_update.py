@@ -85,4 +85,8 @@ def order_by_width(op, pairs: int = 7) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # no options: --help prints what it times and how to run it, and anything else is refused
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -50,7 +50,10 @@ def test_plan_data_resolves_as_train(cli, wide_data):
         "--embedding-optimizer",
         "rowwise-adagrad",
     )
-    assert "preset criteo-kaggle, embedding dim 8, global batch 64, tables' optimizer rowwise-adagrad (0.125" in r.out
+    assert (
+        "preset criteo-kaggle, embedding dim 8, global batch 64, tables' optimizer rowwise-adagrad (1/8 state value per weight (one per row))"
+        in r.out
+    )
 
 
 def test_old_preset_usage_names_the_new_flag(cli):
