@@ -225,7 +225,11 @@ class TrainConfig:
         "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)",
         parse=ct.nonneg_int,
     )
-    resume: bool = option(False, "continue from the latest checkpoint in --checkpoint-dir, if any")
+    resume: bool = option(
+        False,
+        "continue from the latest checkpoint in --checkpoint-dir (needed, or the --run-dir of the run "
+        "to continue), or start fresh when there is none; stderr says which",
+    )
     metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
     log_jsonl: str | None = option(
         None,

@@ -163,7 +163,9 @@ def from_mapping(
         if s is None:
             dashed = by_key.get(str(key).replace("_", "-"))
             if dashed is not None:
-                raise DlrmkitError(f"{where}: unknown option '{key}' (keys are the flags: did you mean '{dashed.key}'?)")
+                raise DlrmkitError(
+                    f"{where}: unknown option '{key}' (keys are the flags: did you mean '{dashed.key}'?)"
+                )
             raise DlrmkitError(f"{where}: unknown option '{key}' (see `dlrmkit {command} --help`)")
         out[s.name] = file_value(where, str(key), s, value)
     return out

@@ -70,6 +70,8 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
             check_fresh_log(log, "--checkpoint-dir", cfg.checkpoint_dir)
         elif cfg.run_dir:
             check_fresh_log(log, "--run-dir", cfg.run_dir)
+    if cfg.resume and not (cfg.checkpoint_dir or cfg.run_dir):  # before the run folder is made
+        raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
     check_plan_file(cfg.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
