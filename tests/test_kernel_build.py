@@ -113,3 +113,10 @@ def test_build_folder_is_named_by_source_and_torch(tmp_path, monkeypatch):
     assert KernelBuild(a, ("-O2",)).folder() != fa
     monkeypatch.setattr(torch, "__version__", "0.0.0")
     assert KernelBuild(a, flags).folder() != fa
+
+
+def test_no_working_compiler_falls_back_to_pure_torch_with_one_line(tmp_path):
+    out, err = finish(start(tmp_path / "ext", CXX=str(tmp_path / "no-such-c++")), timeout=120)
+    assert out.strip() == "kernel False"
+    (line,) = [s for s in err.splitlines() if "split-SGD" in s]
+    assert "unavailable, using the pure-torch update" in line and "DLRMKIT_SPLIT_SGD_KERNEL=0" in line

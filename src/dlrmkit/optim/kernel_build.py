@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 WAIT_ENV = "DLRMKIT_KERNEL_BUILD_WAIT"
 DEFAULT_WAIT_S = 600.0
+TELL_AFTER_S = 20.0
 
 
 class KernelBuildError(RuntimeError):
@@ -84,20 +85,23 @@ def _lock(folder: Path, limit_s: float):
     f = open(folder / "build.flock", "a+")  # noqa: SIM115 (held until the build ends)
     if fcntl is None:
         return f
-    deadline, told = time.monotonic() + limit_s, False
+    start, told = time.monotonic(), False
     while True:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             return f
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - start
+            if waited >= limit_s:
                 f.close()
                 raise KernelBuildError(
                     f"another process has been building it in {folder} for over {limit_s:g} s "
                     f"(set {WAIT_ENV} to wait longer; if no build is running, delete {folder})"
                 ) from None
-            if not told:
-                log.info("split-SGD kernel: waiting for another process building it in %s", folder)
+            if not told and waited >= TELL_AFTER_S:  # a usual build takes ~15 s: say why nothing happens
+                log.warning(
+                    "split-SGD kernel: waiting up to %g s for another process building it in %s", limit_s, folder
+                )
                 told = True
             time.sleep(0.2)
 

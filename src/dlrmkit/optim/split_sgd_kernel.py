@@ -134,7 +134,13 @@ def fused_kernel():
                 if not _cache["dense"]:
                     log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
             except Exception as exc:  # no compiler/ninja, unsupported platform, mismatch
-                log.warning("split-SGD fused kernel unavailable, using the pure-torch update: %s", exc)
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+                log.warning(
+                    "split-SGD fused kernel unavailable, using the pure-torch update "
+                    "(DLRMKIT_SPLIT_SGD_KERNEL=0 skips trying): %s",
+                    why,
+                )
+                log.debug("split-SGD kernel failure in full: %s", exc)
                 _cache["op"] = None
         return _cache["op"]
 
