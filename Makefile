@@ -18,8 +18,8 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/dlrmkit synth --preset tiny --out $(DEMO_DATA) --force
-	rm -rf runs/demo && mkdir -p runs/demo  # a fresh demo run each time (train refuses another run's checkpoints)
-	$(VENV)/bin/dlrmkit train --data $(DEMO_DATA) --checkpoint-dir runs/demo --metrics-json runs/demo/metrics.json
+	rm -rf runs/demo  # a fresh demo run each time (train refuses another run's log and checkpoints)
+	$(VENV)/bin/dlrmkit train --data $(DEMO_DATA) --run-dir runs/demo
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

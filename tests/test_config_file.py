@@ -59,6 +59,11 @@ def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
         "--config", tmp_path / "A" / "config.yaml", "--run-dir", tmp_path / "B", "--metrics-json", tmp_path / "b.json"
     )
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    # the replay resolves every option (the recipe's choices, the nulls left to run-time defaults) the same way
+    ca, cb = (yaml.safe_load((tmp_path / r / "config.yaml").read_text()) for r in ("A", "B"))
+    assert ca == cb and ca["preset"] == "auto" and ca["wide"] is True
+    pa, pb = (json.loads((tmp_path / r / "plan.json").read_text()) for r in ("A", "B"))
+    assert pa == pb
     assert a["steps"] == b["steps"] == 12
     assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"]
     plan = json.loads((tmp_path / "B" / "plan.json").read_text())

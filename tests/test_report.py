@@ -1,5 +1,8 @@
 """`dlrmkit report RUN`: PNG plots with real content and a Markdown summary of a finished run."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -32,14 +35,64 @@ def test_report_writes_plots_and_summary(finished_run):
     assert result.code == 0, result.err
     import matplotlib.image as mpimg
 
-    for name in ("train_loss.png", "test_auc.png", "test_logloss.png", "throughput.png"):
+    for name in ("train_loss.png", "val_auc.png", "val_logloss.png", "throughput.png"):
         img = mpimg.imread(finished_run / name)
         assert img.shape[0] > 100 and img.shape[1] > 100, name
         assert np.std(img[..., :3]) > 0.01, f"{name} is blank"
     text = (finished_run / "report.md").read_text()
-    assert "status: finished" in text and "test AUC" in text
+    assert "status: finished" in text
     assert text.count("\n| 40 |") == 1  # the last evaluation, once
-    assert "![test_auc](test_auc.png)" in text
+    assert "![val_auc](val_auc.png)" in text
+
+
+def log_records(run):
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_report_calls_validation_scores_validation_and_shows_the_test_score_once(finished_run, tmp_path):
+    """Evaluations during training read the val mapping: the report names them validation, and
+    the test score is the log's one final `test` record, never an evaluation's."""
+    result = run_cli("report", finished_run, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    text = (tmp_path / "out" / "report.md").read_text()
+    records = log_records(finished_run)
+    evals = [r for r in records if r["event"] == "eval"]
+    (test,) = [r for r in records if r["event"] == "test"]
+    assert {r["mapping"] for r in evals} == {"val"} and test["mapping"] == "test"
+    assert "| step | samples seen | validation AUC | validation log loss |" in text
+    assert "test AUC |" not in text and not (tmp_path / "out" / "test_auc.png").exists()
+    test_lines = [line for line in text.splitlines() if "test AUC" in line]
+    assert test_lines == [test_lines[0]] and f"test AUC {test['auc']:.4f}" in test_lines[0]
+    for r in evals:  # every validation score sits in the validation table
+        assert f"| {r['step']} | {r['samples_seen']} | {r['auc']:.4f} | {r['logloss']:.4f} |" in text
+
+
+def test_report_labels_evaluations_by_their_mapping(finished_run, tmp_path):
+    """A log holding evaluations on another mapping (and old ones without a mapping) gets a table
+    and plots per mapping, each named by it; a mapping that is not a plain name is refused."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    records = log_records(run)
+    extra = [{**r, "mapping": "holdout", "auc": 0.25} for r in records if r["event"] == "eval"]
+    old = [{k: v for k, v in r.items() if k != "mapping"} for r in records if r["event"] == "eval"][:1]
+    lines = [json.dumps(r) for r in records + extra + old]
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "log_jsonl": str(run / "log.jsonl")}))
+    (run / "log.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_cli("report", run)
+    assert result.code == 0, result.err
+    text = (run / "report.md").read_text()
+    assert "| step | samples seen | 'holdout' mapping AUC | 'holdout' mapping log loss |" in text
+    assert "| 'unrecorded' mapping AUC |" in text
+    assert (run / "holdout_auc.png").is_file() and (run / "val_auc.png").is_file()
+    assert text.count("| 0.2500 |") == len(extra)
+    (run / "log.jsonl").write_text(json.dumps({**extra[0], "mapping": "../../x"}) + "\n")
+    result = run_cli("report", run)
+    assert result.code == 2 and "log.jsonl:1: field 'mapping'" in result.err
+    many = [json.dumps({**extra[0], "mapping": f"m{k}"}) for k in range(17)]  # two plots each: bounded
+    (run / "log.jsonl").write_text("\n".join(many) + "\n")
+    result = run_cli("report", run, "--out", tmp_path / "many")
+    assert result.code == 2 and "more than 16 mappings" in result.err and not (tmp_path / "many").exists()
 
 
 def test_report_on_a_non_run_folder_is_a_one_line_error(tmp_path):
@@ -63,14 +116,13 @@ def test_report_tensorboard_events_hold_the_log(finished_run, tmp_path):
     result = run_cli("report", finished_run, "--out", tmp_path / "out", "--tensorboard", tmp_path / "tb")
     assert result.code == 0, result.err
     scalars = read_scalars(tmp_path / "tb")
-    assert {"train/loss", "eval/auc", "eval/logloss"} <= set(scalars)
-    assert [s for s, _ in scalars["eval/auc"]] == [10, 20, 30, 40]
-    import json
-
+    assert {"train/loss", "val/auc", "val/logloss", "test/auc", "test/logloss"} <= set(scalars)
+    assert [s for s, _ in scalars["val/auc"]] == [10, 20, 30, 40]
+    assert [s for s, _ in scalars["test/auc"]] == [40]
     evals = [
         r for r in map(json.loads, (finished_run / "log.jsonl").read_text().splitlines()) if r.get("event") == "eval"
     ]
-    np.testing.assert_allclose([v for _, v in scalars["eval/auc"]], [r["auc"] for r in evals], rtol=1e-6)
+    np.testing.assert_allclose([v for _, v in scalars["val/auc"]], [r["auc"] for r in evals], rtol=1e-6)
 
 
 def test_train_tensorboard_writes_events(tiny_data, tmp_path):
@@ -93,6 +145,6 @@ def test_train_tensorboard_writes_events(tiny_data, tmp_path):
     )
     assert result.code == 0, result.err
     scalars = read_scalars(tmp_path / "tb")
-    assert [s for s, _ in scalars["eval/auc"]] == [5, 10]
+    assert [s for s, _ in scalars["val/auc"]] == [5, 10]
     assert "train/loss" in scalars
     assert "tensorboard" not in (tmp_path / "R" / "config.yaml").read_text()  # an output path, not a recipe option

@@ -1,5 +1,7 @@
-"""Plots and a Markdown summary of a run folder (written by `dlrmkit train`): train loss, test
-AUC and log loss against samples seen, throughput over time; optionally TensorBoard scalars."""
+"""Plots and a Markdown summary of a run folder (written by `dlrmkit train`): train loss, the
+validation AUC and log loss of each evaluation against samples seen, throughput over time, and the
+one final test score; optionally TensorBoard scalars. Each score is labelled by the mapping it was
+computed on, so validation scores are never shown as test scores."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ from typing import Any
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.train.run_log import read_log, tensorboard
+
+MAX_MAPPINGS = 16  # two plots each: a hostile log cannot make the report write thousands of files
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "run", metavar="RUN", type=ct.path, help="run folder written by `dlrmkit train` (holds run.json, log.jsonl)"
+        "run",
+        metavar="RUN",
+        type=ct.path,
+        help="run folder written by `dlrmkit train` (holds run.json; its log.jsonl is there or in --checkpoint-dir)",
     )
     p.add_argument("--out", type=ct.path, help="where to write the plots and report.md (default: RUN)")
     p.add_argument(
@@ -54,31 +62,62 @@ def _plot(path: str, xs: list, ys: list, xlabel: str, ylabel: str, title: str) -
     plt.close(fig)
 
 
+def mapping_name(mapping: str) -> str:
+    """How a report names the rows an evaluation read: the log's `mapping` field."""
+    return {"val": "validation", "test": "test"}.get(mapping, f"{mapping!r} mapping")
+
+
+def eval_mappings(records: list[dict[str, Any]]) -> list[str]:
+    """The mappings the log's evaluations read, in order of first appearance; an eval record
+    without a `mapping` field (logs written before selection moved to validation rows) is
+    'unrecorded', never assumed to be validation or test."""
+    seen: dict[str, None] = {}
+    for r in records:
+        if r.get("event") == "eval":
+            seen.setdefault(str(r.get("mapping", "unrecorded")), None)
+    return list(seen)
+
+
+def _on(records: list[dict[str, Any]], mapping: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("event") == "eval" and str(r.get("mapping", "unrecorded")) == mapping]
+
+
 def plots(records: list[dict[str, Any]], out: str) -> list[str]:
     """Write the PNGs that have data; return their paths."""
     t0 = min((r["time"] for r in records if "time" in r), default=0.0)
     for r in records:
         if "time" in r:
             r["elapsed_s"] = r["time"] - t0
-    wanted = [
-        ("train_loss.png", "train", "loss", "samples_seen", "samples seen", "train loss (mean of last 100 steps)"),
-        ("test_auc.png", "eval", "auc", "samples_seen", "samples seen", "test AUC"),
-        ("test_logloss.png", "eval", "logloss", "samples_seen", "samples seen", "test log loss"),
-        ("throughput.png", "train", "samples_per_s", "elapsed_s", "seconds since start", "samples/s"),
-    ]
+    wanted = [("train_loss.png", records, "train", "loss", "samples_seen", "train loss (mean of last 100 steps)")]
+    for m in eval_mappings(records):
+        name, rows = mapping_name(m), _on(records, m)
+        wanted += [
+            (f"{m}_auc.png", rows, "eval", "auc", "samples_seen", f"{name} AUC"),
+            (f"{m}_logloss.png", rows, "eval", "logloss", "samples_seen", f"{name} log loss"),
+        ]
+    wanted.append(("throughput.png", records, "train", "samples_per_s", "elapsed_s", "samples/s"))
     written = []
-    for name, event, key, x, xlabel, ylabel in wanted:
-        xs, ys = series(records, event, key, x)
+    for name, rows, event, key, x, ylabel in wanted:
+        xs, ys = series(rows, event, key, x)
         if xs:
             path = os.path.join(out, name)
+            xlabel = "seconds since start" if x == "elapsed_s" else "samples seen"
             _plot(path, xs, ys, xlabel, ylabel, ylabel)
             written.append(path)
     return written
 
 
+def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
+    lines = ["", f"| step | samples seen | {name} AUC | {name} log loss |", "|---:|---:|---:|---:|"]
+    return lines + [
+        f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
+        for r in rows
+    ]
+
+
 def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str]) -> str:
     end = next((r for r in reversed(records) if r.get("event") == "end"), None)
-    evals = [r for r in records if r.get("event") == "eval"]
+    test = next((r for r in reversed(records) if r.get("event") == "test"), None)
     cfg = info.get("config", {})
     lines = [f"# Run {os.path.basename(os.path.abspath(run))}", ""]
     lines.append(
@@ -92,18 +131,24 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             f"train loss {_num(end.get('train_loss'))}"
         )
         lines.append(
-            f"- final test AUC {_num(end.get('auc'))}, log loss {_num(end.get('logloss'))}, "
-            f"best AUC {_num(end.get('best_auc'))}"
+            f"- validation AUC {_num(end.get('val_auc'))}, log loss {_num(end.get('val_logloss'))} "
+            f"(the selected model, step {end.get('selected_step', end.get('steps'))}); "
+            f"best validation AUC {_num(end.get('best_auc'))}"
         )
-        if "optimal_auc" in end:
-            gap = end["optimal_auc"] - end["auc"] if "auc" in end else None
-            lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (gap {_num(gap)})")
-    if evals:
-        lines += ["", "| step | samples seen | test AUC | test log loss |", "|---:|---:|---:|---:|"]
-        lines += [
-            f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
-            for r in evals
-        ]
+    final = test or end
+    if final and ("auc" in final or "logloss" in final):
+        lines.append(
+            f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))} "
+            "(the test mapping, scored once, after training)"
+        )
+        if end and "optimal_auc" in end:
+            gap = end["optimal_auc"] - final["auc"] if "auc" in final else None
+            lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (test gap {_num(gap)})")
+    else:
+        lines.append("- test score: none in the log (the run did not reach its final evaluation)")
+    for m in eval_mappings(records):
+        lines += ["", f"Evaluations during training, on the {mapping_name(m)} rows:"]
+        lines += _eval_table(_on(records, m), mapping_name(m))
     if pngs:
         lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
     lines.append("")
@@ -119,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.tensorboard, "--tensorboard")
     info = read_run(args.run)
     records = read_log(info["log_jsonl"])
+    if len(eval_mappings(records)) > MAX_MAPPINGS:
+        raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
     make_dirs(out, "--out")
     pngs = plots(records, out)
     write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs))

@@ -4,6 +4,7 @@ ends and by `dlrmkit report`, so it sits with training rather than with the repo
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from dlrmkit.errors import DlrmkitError
@@ -22,11 +23,13 @@ NUMERIC = (
     "best_auc",
     "optimal_auc",
 )
+MAPPING = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a mapping names report files (`val_auc.png`): no path parts
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
     """The JSON-lines log; each record an object whose known numeric fields are numbers (null,
-    as strict JSON writes NaN, counts as absent). Anything else is one line naming file:line."""
+    as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a plain name.
+    Anything else is one line naming file:line."""
     records = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -44,6 +47,9 @@ def read_log(path: str) -> list[dict[str, Any]]:
                             r.pop(k, None)
                         elif isinstance(v, bool) or not isinstance(v, (int, float)):
                             raise DlrmkitError(f"{path}:{n}: field '{k}' is {v!r}, not a number")
+                    m = r.get("mapping")
+                    if m is not None and not (isinstance(m, str) and MAPPING.fullmatch(m)):
+                        raise DlrmkitError(f"{path}:{n}: field 'mapping' is {m!r:.80}, not a mapping name")
                     records.append(r)
     except FileNotFoundError:
         raise DlrmkitError(f"{path}: no log (was the run started?)") from None
@@ -69,14 +75,20 @@ def summary_writer_class() -> Any:
 
 
 def tensorboard(records: list[dict[str, Any]], logdir: str) -> None:
-    """Scalars of a run log as TensorBoard events in `logdir` (x axis: step)."""
+    """Scalars of a run log as TensorBoard events in `logdir` (x axis: step). Scores are tagged by
+    the mapping they were computed on (`val/auc` during training, `test/auc` once at the end)."""
     writer = summary_writer_class()(logdir)
     for r in records:
         step, ev = r.get("step"), r.get("event")
         if step is None:
             continue
-        keys = {"train": ("loss", "lr", "samples_per_s"), "eval": ("auc", "logloss")}.get(ev, ())
+        if ev == "train":
+            tag, keys = "train", ("loss", "lr", "samples_per_s")
+        elif ev in ("eval", "test"):
+            tag, keys = str(r.get("mapping", "unrecorded" if ev == "eval" else "test")), ("auc", "logloss")
+        else:
+            continue
         for k in keys:
             if k in r and r[k] is not None:
-                writer.add_scalar(f"{ev}/{k}", r[k], step)
+                writer.add_scalar(f"{tag}/{k}", r[k], step)
     writer.close()
