@@ -186,3 +186,51 @@ def test_dataset_without_raw_format_is_a_one_line_error(tiny_data, tmp_path):
     src.write_text("0\t1\n")
     r = run_cli("predict", "--checkpoint", tmp_path / "R" / "checkpoints", "--input", src)
     assert r.code == 2 and "not by preprocess/transcode" in r.err
+
+
+@needs_criteo
+def test_no_valid_rows_is_an_error_with_the_no_label_hint(criteo_model, tmp_path):
+    ds, ckpt, tail = criteo_model
+    unlabeled = tmp_path / "nolabel.tsv"  # 39-field rows, --no-label forgotten
+    unlabeled.write_bytes(b"".join(line.split(b"\t", 1)[1] for line in tail.read_bytes().splitlines(keepends=True)))
+    out = tmp_path / "s.csv"
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", unlabeled, "--output", out)
+    assert r.code == 2
+    (line,) = r.err.strip().splitlines()
+    assert line.startswith(f"dlrmkit predict: error: --input {unlabeled}: no valid rows (1,000 bad rows: ")
+    assert "wrong_field_count 1,000" in line and f"first: {unlabeled}:1: wrong_field_count" in line
+    assert line.endswith("add --no-label")
+    assert not out.exists()  # no CSV of a header alone
+
+    short = tmp_path / "short.tsv"  # bad in another way: no hint
+    short.write_bytes(b"".join(b"\t".join(ln.split(b"\t")[:-3]) + b"\n" for ln in tail.read_bytes().splitlines()[:5]))
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", short)
+    assert r.code == 2 and "no valid rows (5 bad rows: wrong_field_count 5" in r.err
+    assert "--no-label" not in r.err
+
+    mixed = tmp_path / "mixed.tsv"  # one 39-field row among shorter ones: not every row, so no hint
+    mixed.write_bytes(unlabeled.read_bytes().splitlines(keepends=True)[0] + short.read_bytes())
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", mixed)
+    assert r.code == 2 and "no valid rows (6 bad rows" in r.err and "--no-label" not in r.err
+
+    empty = tmp_path / "empty.tsv"
+    empty.write_bytes(b"")
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", empty)
+    assert r.code == 2 and f"--input {empty}: no valid rows (no rows at all)" in r.err
+
+    labeled = tmp_path / "labeled.tsv"  # and the other way round: labeled rows given --no-label
+    labeled.write_bytes(b"".join(tail.read_bytes().splitlines(keepends=True)[:3]))
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", labeled, "--no-label")
+    assert r.code == 2 and "no valid rows (3 bad rows" in r.err and "add --no-label" not in r.err
+
+
+@needs_criteo
+def test_predict_to_a_reader_that_stops_early_ends_quietly(criteo_model, tmp_path):
+    from test_cli_usage import reader_gone
+
+    from dlrmkit.cli import SIGPIPE_EXIT
+
+    ds, ckpt, tail = criteo_model
+    r = reader_gone(["predict", "--checkpoint", str(ckpt), "--data", str(ds), "--input", str(tail)], tmp_path)
+    assert r.returncode == SIGPIPE_EXIT, r.stderr
+    assert "error" not in r.stderr and "Traceback" not in r.stderr

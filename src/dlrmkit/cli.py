@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -58,9 +59,11 @@ class StoreOnce(argparse._StoreAction):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the option (exit 2), like every other
-    error, and an option that takes a value may be given only once."""
+    error, an option that takes a value may be given only once, and an option must be spelled
+    out (no abbreviations: `--max-step` is not silently `--max-steps`)."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("action", None, StoreOnce)
         self.register("action", "store", StoreOnce)
@@ -68,6 +71,33 @@ class OneLineParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         self._given: set[str] = set()
         return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """Unknown arguments are reported by the subcommand they were given to, with the
+        closest option it has."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self._chosen(ns)
+            target.error(f"unrecognized arguments: {' '.join(extras)}{target.suggestion(extras)}")
+        return ns
+
+    def _chosen(self, ns: argparse.Namespace) -> OneLineParser:
+        """The subcommand's parser named in ns, else this one."""
+        for action in self._subparsers._group_actions if self._subparsers else ():
+            chosen = getattr(action, "choices", None) or {}
+            if getattr(ns, action.dest or "", None) in chosen:
+                return chosen[getattr(ns, action.dest)]
+        return self
+
+    def suggestion(self, extras: list[str]) -> str:
+        """'; did you mean --rows?' for the first unknown option close to a known one, else ''."""
+        known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        for word in extras:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.7)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {printable(message)} (see `{self.prog} --help`)\n")
@@ -106,11 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     args._argv = args_in  # `train --config` re-parses with YAML defaults
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a reader gone before the last buffered line is seen here, not at exit
+        return code
     except KeyboardInterrupt:
         print(f"dlrmkit {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - every error leaves as one line
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            return quiet_broken_pipe()
         message, code = describe_error(exc)
         if code == 1 and os.environ.get("DLRMKIT_DEBUG"):
             raise
@@ -118,6 +152,34 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
         tell_torchrun(line)
         return code
+
+
+SIGPIPE_EXIT = 141  # what a shell reports for a program killed by SIGPIPE (128 + 13), as `cat` is
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll says POLLERR), i.e. the
+    BrokenPipeError came from our output and not from some other pipe or socket."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False  # output is no OS file, so the broken pipe is another one
+    if not hasattr(select, "poll"):
+        return True  # cannot tell: a broken pipe is most likely the output's
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our output stopped early (`dlrmkit plan ... | head -1`): not an error, so no
+    message; stdout goes to /dev/null so the flush at exit cannot fail again (the recipe of
+    Python's signal docs). The exit status is the conventional SIGPIPE one, as other tools give."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return SIGPIPE_EXIT
 
 
 def tell_torchrun(line: str) -> None:

@@ -61,6 +61,18 @@ class PredictReport:
     rows_scored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     first_bad_rows: list[str] = field(default_factory=list)
+    unlabeled_shaped: int = 0  # rows of blocks with no valid row that have a label-less row's 39 fields
+
+    def no_valid_rows(self, path: str, no_label: bool) -> DlrmkitError:
+        """The error when nothing was scored: the counts by reason, the first bad row, and the
+        --no-label hint when every row has the fields of a row without its label."""
+        n_bad = sum(self.skipped.values())
+        reasons = ", ".join(f"{k} {v:,}" for k, v in self.skipped.items() if v)
+        why = f" ({n_bad:,} bad rows: {reasons}; first: {self.first_bad_rows[0]})" if self.first_bad_rows else ""
+        hint = ""
+        if not no_label and self.rows_read and self.unlabeled_shaped == self.rows_read == n_bad:
+            hint = "; every row has 39 fields, as rows without the label column do: add --no-label"
+        return DlrmkitError(f"--input {path}: no valid rows{why or ' (no rows at all)'}{hint}")
 
 
 def dataset_dir(checkpoint: str, data: str | None) -> str:
@@ -101,12 +113,24 @@ def _criteo_batches(
             raise DlrmkitError(f"{path}:{line}: bad row ({reason}: {detail}); stopped because of --strict")
         rows = line0 + p.valid
         line0 += p.lines
+        if not len(rows) and not no_label:  # cheap, and only while nothing is valid: for the --no-label hint
+            report.unlabeled_shaped += unlabeled_shaped(block)
         report.rows_read += p.lines
         if len(rows):
             ids = np.stack([vocab.encode_column(t, p.cats[t], tables[t]) for t in range(NUM_CAT)], axis=1)
             yield rows, None if no_label else p.labels, numerical_matrix(p.ints), ids
     report.skipped = {r: bad.counts[r] for r in REASONS}
     report.first_bad_rows = [f"{path}:{line}: {reason} ({detail})" for line, reason, detail in bad.first]
+
+
+def unlabeled_shaped(block: bytes) -> int:
+    """Lines of a block of Criteo TSV with exactly 39 fields (38 tabs), counted without a loop."""
+    from dlrmkit.data.criteo_tsv import NUM_CAT, NUM_INT
+
+    raw = np.frombuffer(block, np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))
+    tabs = np.concatenate(([0], np.cumsum(raw == ord("\t"))[ends]))
+    return int((np.diff(tabs) == NUM_INT + NUM_CAT - 1).sum())
 
 
 def _table_batches(
@@ -226,8 +250,12 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         with atomic_write(args.output) as f:  # a failed run leaves no partial CSV (and the old one intact)
             write_csv(batches, f)
+            if not report.rows_scored:
+                raise report.no_valid_rows(args.input, args.no_label)
     else:
         write_csv(batches, sys.stdout)
+        if not report.rows_scored:
+            raise report.no_valid_rows(args.input, args.no_label)
     n_skipped = sum(report.skipped.values())
     msg = f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""

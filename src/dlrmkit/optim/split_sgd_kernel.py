@@ -10,10 +10,11 @@ update. Every row's lookups stay in order on one thread: a sorted gradient is sp
 at row boundaries; an unsorted one (narrow tables skip the sort) is walked by every thread, each
 updating only the blocks of rows it owns.
 
-Built on first use with torch.utils.cpp_extension.load (needs a C++ compiler and ninja),
-cached under TORCH_EXTENSIONS_DIR; before first use the kernel is checked bit for bit against
-index_add_ on this machine, and any failure (no compiler, other ISA, mismatch) falls back to the
-pure-torch path, logged once.
+Built on first use (needs a C++ compiler and ninja) into a folder of TORCH_EXTENSIONS_DIR named by
+the source's hash, and loaded from there afterwards (kernel_build: no lock that a killed process can
+leave behind); before first use the kernel is checked bit for bit against index_add_ on this
+machine, and any failure (no compiler, other ISA, mismatch, a build elsewhere that does not finish
+in time) falls back to the pure-torch path, logged once. DLRMKIT_SPLIT_SGD_KERNEL=0 skips it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from dlrmkit.optim.bf16_split import join_fp32, split_fp32
+from dlrmkit.optim.kernel_build import KernelBuild, KernelBuildError, load_kernel
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +38,19 @@ _cache: dict[str, object] = {}  # "op" -> the built op, or None after a failure
 
 
 def _build():
-    """Compile (or reuse from TORCH_EXTENSIONS_DIR) the op; only ATen/library headers, so the
-    build is a fraction of a torch/extension.h one. at::parallel_for is OpenMP inline code: without
-    -fopenmp it runs on one thread (measured: 2 threads took as long as 1), so OpenMP is tried
-    first (the soname resolves to torch's own libgomp at run time) and a serial build is the fallback."""
-    from torch.utils.cpp_extension import load
-
-    flags = ["-O3", "-ffp-contract=off"]
+    """Load (or build once per source hash, see kernel_build) the op; only ATen/library headers, so
+    the build is a fraction of a torch/extension.h one. at::parallel_for is OpenMP inline code:
+    without -fopenmp it runs on one thread (measured: 2 threads took as long as 1), so OpenMP is
+    tried first (the soname resolves to torch's own libgomp at run time) and a serial build is the
+    fallback."""
+    flags = ("-O3", "-ffp-contract=off")
     try:
-        load(
-            name="dlrmkit_split_sgd_v2",
-            sources=[str(_SOURCE)],
-            extra_cflags=[*flags, "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
+        load_kernel(KernelBuild(_SOURCE, (*flags, "-fopenmp"), ("-fopenmp",)))
+    except KernelBuildError:
+        raise  # a build still running elsewhere: do not start a second one
     except Exception as exc:  # no OpenMP for this compiler: the same kernel on one thread
         log.info("split-SGD kernel: OpenMP build failed (%s), building it single-threaded", exc)
-        load(
-            name="dlrmkit_split_sgd_v2_serial",
-            sources=[str(_SOURCE)],
-            extra_cflags=flags,
-            is_python_module=False,
-            verbose=False,
-        )
+        load_kernel(KernelBuild(_SOURCE, flags, prefix="dlrmkit_split_sgd_serial"))
     return torch.ops.dlrmkit_split_sgd.split_sgd_rows
 
 
@@ -144,7 +134,13 @@ def fused_kernel():
                 if not _cache["dense"]:
                     log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
             except Exception as exc:  # no compiler/ninja, unsupported platform, mismatch
-                log.warning("split-SGD fused kernel unavailable, using the pure-torch update: %s", exc)
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+                log.warning(
+                    "split-SGD fused kernel unavailable, using the pure-torch update "
+                    "(DLRMKIT_SPLIT_SGD_KERNEL=0 skips trying): %s",
+                    why,
+                )
+                log.debug("split-SGD kernel failure in full: %s", exc)
                 _cache["op"] = None
         return _cache["op"]
 
