@@ -80,7 +80,7 @@ def phase(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     p.add_argument("--tables", default="3000000,1000000", help="table rows, comma-separated")
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--optimizer", default="adagrad", choices=["sgd", "adagrad"])

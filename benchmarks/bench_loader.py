@@ -14,7 +14,7 @@ from dlrmkit.data.split_binary import open_dataset
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True)
     p.add_argument("--batch-size", type=int, nargs="+", default=[2048, 65536])
     a = p.parse_args()

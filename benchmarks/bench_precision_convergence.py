@@ -46,7 +46,9 @@ def train(data: str, out: Path, flags: list[str]) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data", required=True, help="dataset folder (dlrmkit synth --preset small --out DIR)")
     p.add_argument("--batch", type=int, default=512, help="base batch size (default 512)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate at the base batch (default 0.5)")

@@ -54,7 +54,7 @@ def run(inp: str, rows: int, extra: list[str], label: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--input", required=True)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--spark", action="store_true", help="also run --engine spark (local[*])")

@@ -30,7 +30,9 @@ def median_ms(fn, repeats: int = 7) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = p.parse_args()
     for threads in args.threads:

@@ -45,7 +45,7 @@ def pure_torch_step(hi, lo, grad, lr) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--rows", type=int, default=26 * 200_000)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--lookups", type=int, default=290_000)

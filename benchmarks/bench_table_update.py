@@ -88,5 +88,7 @@ if __name__ == "__main__":
     import argparse
 
     # no options: --help prints what it times and how to run it, and anything else is refused
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     main()

@@ -124,7 +124,9 @@ def variant(cfg, args, par0: BenchParallel, name: str):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", default="small", choices=list(MODELS))
     p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data")
     p.add_argument("--batch-size", type=int, default=2048)

@@ -83,7 +83,7 @@ def chunk(rng: np.random.Generator, n: int, seen: list[np.ndarray] | None = None
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)

@@ -29,7 +29,9 @@ def cpu_seconds() -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sizes-kb", default="4,32,128,512,1024,2048", help="buffer sizes in KiB, comma-separated")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--calls", type=int, default=50, help="calls per case and round")

@@ -22,7 +22,9 @@ from dlrmkit.perf.bench_perf import prepare_model
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("model", choices=list(BENCH_MODELS))
     p.add_argument("precision", choices=["fp32", "bf16"])
     p.add_argument("optimizer", choices=["sgd", "split-sgd", "adagrad", "lamb"])

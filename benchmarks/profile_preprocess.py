@@ -17,7 +17,9 @@ from dlrmkit.data.criteo import CriteoOptions, preprocess
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("input")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--test-rows", type=int, default=200_000)

@@ -76,7 +76,9 @@ def table_bytes(data: str, dim: int) -> int:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rows", type=int, default=200_000, help="raw rows (or synthetic training rows) (default 200,000)")
     p.add_argument(
         "--synth",
