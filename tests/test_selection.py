@@ -292,3 +292,19 @@ def test_tune_maximizes_validation_auc(tmp_path):
         ends = [e for e in log if e.get("event") == "end"]
         assert trial.value == pytest.approx(ends[-1]["val_auc"]) and val and all(e["mapping"] == "val" for e in val)
     assert r.out.count("test AUC") == 1 and "scored once" in r.out
+
+
+def test_selection_without_validation_rows_says_it_selects_nothing(tmp_path):
+    """Too few train rows to hold any out: the recipe's early stop and best weights have nothing
+    to select on, and train says so instead of leaving them silently idle."""
+    write_csv(tmp_path / "x.csv", 104)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")  # 4 train rows: 10% rounds to 0
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--epochs", "1")
+    assert r.code == 0, r.err
+    assert "validation rows: none (too few train rows" in r.out, r.out
+    assert "note: --patience, --restore-best select nothing without validation rows" in r.out, r.out
+    # with validation rows there is nothing to say
+    write_csv(tmp_path / "y.csv", 600)
+    transcode(tmp_path / "y.csv", tmp_path / "e", "--test-rows", "100")
+    r2 = run_cli("train", "--data", tmp_path / "e", "--run-dir", tmp_path / "run2", "--no-progress", "--max-steps", "2")
+    assert r2.code == 0 and "select nothing" not in r2.out, r2.err

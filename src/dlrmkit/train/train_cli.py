@@ -176,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
         print(f"validation rows: {trainer.val_source}")
+        idle = [name for name, on in selection_in_use(cfg) if on]
+        if trainer.val_set is None and idle:  # e.g. too few train rows to hold any out
+            print(f"note: {', '.join(idle)} select nothing without validation rows: the last weights are kept")
     run_dir.write_plan(run_folder, trainer)
     try:
         metrics = trainer.fit()
@@ -231,3 +234,12 @@ def baseline_lift(data: str, metrics: dict) -> str:
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
         f"lift {metrics['auc'] - base['test_auc']:+.4f}"
     )
+
+
+def selection_in_use(cfg) -> list[tuple[str, bool]]:
+    """The model-selection options and whether each is on (they need validation rows)."""
+    return [
+        ("--patience", bool(cfg.patience)),
+        ("--restore-best", bool(cfg.restore_best)),
+        ("--target-auc", cfg.target_auc is not None),
+    ]
