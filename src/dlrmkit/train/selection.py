@@ -44,14 +44,10 @@ def validation_split(
     )
 
 
-def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: Iterable[str] = ()) -> None:
-    """--val-fraction 0 leaves no validation rows (the val mapping too is unused), so an early stop
-    or best-weight option the user gave would silently do nothing: one line naming both (and the
-    --config file, for a value from there: not among `flags`, the fields given on the command
-    line). Call it before a recipe fills its own (dlrmkit.train.recipe leaves them out here)."""
-    if cfg.val_fraction != 0:
-        return
-    offending = [
+def selection_options_on(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """The model-selection options that are on, as (field, how the command line shows it): they
+    select on validation rows and do nothing without them."""
+    return [
         (name, shown)
         for name, shown, on in (
             ("patience", f"--patience {cfg.patience}", bool(cfg.patience)),
@@ -60,6 +56,16 @@ def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: 
         )
         if on
     ]
+
+
+def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: Iterable[str] = ()) -> None:
+    """--val-fraction 0 leaves no validation rows (the val mapping too is unused), so an early stop
+    or best-weight option the user gave would silently do nothing: one line naming both (and the
+    --config file, for a value from there: not among `flags`, the fields given on the command
+    line). Call it before a recipe fills its own (dlrmkit.train.recipe leaves them out here)."""
+    if cfg.val_fraction != 0:
+        return
+    offending = selection_options_on(cfg)
     if not offending:
         return
     one, flags = len(offending) == 1, set(flags)

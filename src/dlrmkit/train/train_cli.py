@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import config_from_args
     from dlrmkit.options import given
-    from dlrmkit.train.selection import check_selection_options
+    from dlrmkit.train.selection import check_selection_options, selection_options_on
 
     from dlrmkit.parallel.options import torchrun_env
 
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
         print(f"validation rows: {trainer.val_source}")
-        idle = [name for name, on in selection_in_use(cfg) if on]
+        idle = [shown.split()[0] for _, shown in selection_options_on(cfg)]
         if trainer.val_set is None and idle:  # e.g. too few train rows to hold any out
             print(f"note: {', '.join(idle)} select nothing without validation rows: the last weights are kept")
     run_dir.write_plan(run_folder, trainer)
@@ -234,12 +234,3 @@ def baseline_lift(data: str, metrics: dict) -> str:
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
         f"lift {metrics['auc'] - base['test_auc']:+.4f}"
     )
-
-
-def selection_in_use(cfg) -> list[tuple[str, bool]]:
-    """The model-selection options and whether each is on (they need validation rows)."""
-    return [
-        ("--patience", bool(cfg.patience)),
-        ("--restore-best", bool(cfg.restore_best)),
-        ("--target-auc", cfg.target_auc is not None),
-    ]
