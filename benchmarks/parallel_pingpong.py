@@ -112,6 +112,7 @@ def sharded_training(
     one_hot: bool = False,
     bucket_bytes: int | None = None,
     bind: bool = True,
+    shared_memory: bool = True,
 ):
     """(BenchParallel, step(batch), its batches): the benchmark model sharded as `dlrmkit bench`
     shards it under torchrun, fp32 SGD, overlapped communication (also used by parallel_gaps.py)."""
@@ -120,7 +121,15 @@ def sharded_training(
     model.reset_parameters(seed)
     prepare_model(args, model, parallel=True)
     par = parallel_setup(
-        model, batch_size, sharding, overlap=True, seed=seed, ids_ahead=ids_ahead, bucket_bytes=bucket_bytes, bind=bind
+        model,
+        batch_size,
+        sharding,
+        overlap=True,
+        seed=seed,
+        ids_ahead=ids_ahead,
+        bucket_bytes=bucket_bytes,
+        bind=bind,
+        shared_memory=shared_memory,
     )
     if par is None:
         raise SystemExit("run under torchrun")
@@ -168,6 +177,13 @@ def main() -> None:
         help="exchange the next batch's ids during the step (the default, as training does)",
     )
     p.add_argument(
+        "--shm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="sum dense gradients through shared memory, as training on one host does (the default); "
+        "--no-shm: every byte through gloo's TCP",
+    )
+    p.add_argument(
         "--bucket-kb",
         type=int,
         help="every dense gradient bucket's size in KiB (default: ParallelConfig's, 1 MiB first, then 25 MiB)",
@@ -194,6 +210,7 @@ def main() -> None:
         a.one_hot,
         a.bucket_kb << 10 if a.bucket_kb else None,
         bind=False,
+        shared_memory=a.shm,
     )
     if par.ctx.world_size != 2:
         raise SystemExit("run under torchrun --nproc_per_node=2")

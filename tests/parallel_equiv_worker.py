@@ -24,7 +24,7 @@ TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
 GLOBAL_BATCH, STEPS = 50, 4
 LR = {"sgd": 0.5, "adagrad": 0.05}
-PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce)
+PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"])
     "data_parallel": ("data_parallel", "sgd", False, False),
     "table_wise": ("table_wise", "sgd", False, False),
     "column_wise": ("column_wise", "sgd", False, False),
@@ -32,6 +32,10 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     "auto": ("auto", "adagrad", False, False),  # mixed plan: replicated, table-wise and (N=4) column-wise
     "row_wise_multi_hot": ("row_wise", "sgd", True, True),  # bags of 0..4 ids split over row ranges
     "auto_multi_hot": ("auto", "adagrad", True, False),  # N=4: column slices of multi-hot bags
+    # every table replicated, gradients exchanged as the rows each rank's lookups touched
+    # (replica_grads): riding in the dense exchange (2 ranks) or an all-gather of their own
+    "replicated_rows": ("data_parallel", "sgd", False, True, "exchanged"),
+    "replicated_rows_multi_hot": ("data_parallel", "adagrad", True, False, "exchanged"),
 }
 
 
@@ -97,7 +101,7 @@ def record_collectives() -> None:
 
 
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:
-    strategy, opt_name, multi_hot, overlap = PLANS[name]
+    strategy, opt_name, multi_hot, overlap, *exchanged = PLANS[name]
     losses = []
     if not distributed:
         model = DLRM(CFG)
@@ -118,7 +122,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     else:
         model = DLRM(CFG, embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
-        par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap), seed=7)
+        par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap, bool(exchanged)), seed=7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)
@@ -147,11 +151,15 @@ def _tables(emb):
     return [table_weight(emb, t) for t in range(len(emb.table_sizes))]
 
 
-def pcfg_of(strategy: str, overlap: bool) -> ParallelConfig:
-    """Overlapped: buckets small enough that the tiny model's dense gradients travel in two."""
+def pcfg_of(strategy: str, overlap: bool, exchanged: bool = False) -> ParallelConfig:
+    """Overlapped: buckets small enough that the tiny model's dense gradients travel in two.
+    `exchanged`: every replicated table exchanges its lookups' rows (no dense table gradient)."""
+    rows = 0 if exchanged else ParallelConfig.dense_replica_rows
     if overlap:
-        return ParallelConfig(sharding=strategy, overlap=True, bucket_bytes=1024, first_bucket_bytes=256)
-    return ParallelConfig(sharding=strategy, overlap=False)
+        return ParallelConfig(
+            sharding=strategy, overlap=True, bucket_bytes=1024, first_bucket_bytes=256, dense_replica_rows=rows
+        )
+    return ParallelConfig(sharding=strategy, overlap=False, dense_replica_rows=rows)
 
 
 def ctx_of(rank: int, world: int):

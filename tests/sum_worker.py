@@ -47,7 +47,7 @@ if world == 2:  # GradBuckets' riders: pooled gradients (blocks of 2 + r element
         data = (torch.arange(5.0) + 10 * rank).to(dtype)  # [to rank 0: 2 | to rank 1: 3]
         back = torch.empty(2 * (2 + rank), dtype=dtype)  # [from rank 0 | from rank 1]
         recv = [2 + rank, 2 + rank]
-        buckets.riders.append((comm.Carried(data, [2, 3], recv, "pooled_bwd"), back, None))
+        buckets.riders.append(comm.PooledRider(comm.Carried(data, [2, 3], recv, "pooled_bwd"), back, None))
         before = len(calls)
         buckets.finish()
         out[name] = (w.grad.clone(), back, calls[before:])

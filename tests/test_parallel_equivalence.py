@@ -53,7 +53,8 @@ def test_cpu_group_carries_the_ids_and_the_default_group_the_model(reference, tm
         steps, gather = got["step_calls"], got["gather_calls"]
         ints = {(f, g) for f, g, dtype in steps if dtype == "torch.int64"}
         floats = {(f, g) for f, g, dtype in steps if dtype != "torch.int64"}
-        sharded = name != "data_parallel"  # replicated tables only: no id exchange, no pooled all-to-all
+        # replicated tables only: no id exchange, no pooled all-to-all
+        sharded = name != "data_parallel" and not name.startswith("replicated")
         assert all(g == "cpu" for _, g in ints) and (bool(ints) or not sharded), (name, ints)
         assert (("all_to_all_single", "default") in floats) == sharded, (name, floats)
         assert all(g == "default" for _, g in floats), (name, floats)

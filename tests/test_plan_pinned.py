@@ -33,6 +33,16 @@ CASES: dict[str, tuple] = {
     "narrow-auto-4": ([5000, 6000], 4, 4, "auto", {"batch_size": 64}),
     "kaggle-auto-2": ("criteo-kaggle", 16, 2, "auto", {"batch_size": 128}),
     "kaggle-auto-8": ("criteo-kaggle", 16, 8, "auto", {}),
+    # a CPU host's share: small per-rank batches replicate every table that fits, larger ones shard
+    "kaggle-auto-2-host-6GiB": ("criteo-kaggle", 16, 2, "auto", {"batch_size": 128, "replicate_memory": 6 * GiB}),
+    "kaggle-auto-2-host-2GiB": ("criteo-kaggle", 16, 2, "auto", {"batch_size": 128, "replicate_memory": 2 * GiB}),
+    "kaggle-auto-2-host-batch-1024": (
+        "criteo-kaggle",
+        16,
+        2,
+        "auto",
+        {"batch_size": 1024, "replicate_memory": 6 * GiB},
+    ),
     "kaggle-row-8-rowwise-adagrad": ("criteo-kaggle", 16, 8, "row_wise", {"optimizer_state": 1 / 16}),
     "kaggle-column-3": ("criteo-kaggle", 16, 3, "column_wise", {"batch_size": 4096}),
     "kaggle-auto-4-700MiB": ("criteo-kaggle", 16, 4, "auto", {"device_memory": 700 << 20, "batch_size": 2048}),

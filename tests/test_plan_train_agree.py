@@ -110,3 +110,15 @@ def test_table_state_in_words():
     assert state_words(1.0) == "1 state value per weight"
     assert state_words(0.0) == "no optimizer state"
     assert state_words(1 / 16) == "1/16 state value per weight (one per row)"
+
+
+def test_ranks_that_plan_differently_stop_with_one_line(tmp_path):
+    """Every rank plans alone; plans that differ (hosts with different memory) would hang or
+    corrupt the exchanges, so each rank names the problem and the fix instead."""
+    from parallel_util import ROOT
+
+    proc = torchrun(2, ROOT / "tests" / "plan_check_worker.py", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        text = (tmp_path / f"rank{r}.txt").read_text()
+        assert text.startswith("the ranks made different sharding plans") and "--plan FILE" in text, text

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_not_inside, check_output_file
     from dlrmkit.config import TrainConfig, table_state_per_weight
     from dlrmkit.optim.names import resolve_embedding_optimizer
-    from dlrmkit.parallel.plan import make_plan
+    from dlrmkit.parallel.plan import host_replica_budget, make_plan
 
     from dlrmkit.perf.simulate_cli import check_simulate_options
 
@@ -185,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         args.batch_size,
         optimizer_state=state,
         min_rows_sharded=args.min_rows_sharded,
+        # a CPU job (no --device-memory), its ranks on this host: what train's planner sees there
+        replicate_memory=host_replica_budget(args.world_size) if memory is None else None,
     )
     if args.data:
         emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)

@@ -183,6 +183,45 @@ class AllToAll(torch.autograd.Function):
         return back.view(ctx.shape), None, None, None, None, None, None, None, None
 
 
+class PooledRider:
+    """Backward's pooled gradients riding in the pairwise dense-gradient exchange (GradBuckets'
+    rider protocol: `dtype`, `outgoing(peer)`, `incoming(peer)`, `land(received)`, `alone()`):
+    the peer's block goes out, ours stays; `back` is filled rank by rank when it lands."""
+
+    def __init__(self, carried: Carried, back: torch.Tensor, stats: CommStats | None):
+        self.carried, self.back, self.stats = carried, back, stats
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.carried.data.dtype
+
+    def outgoing(self, peer: int) -> torch.Tensor:
+        c = self.carried
+        if self.stats is not None:
+            self.stats.add(c.kind, c.send_counts[peer] * c.data.element_size())
+        return c.data.split(c.send_counts)[peer]
+
+    def incoming(self, peer: int) -> int:
+        return self.carried.recv_counts[peer]
+
+    def land(self, received: torch.Tensor) -> None:
+        c, me = self.carried, dist.get_rank()
+        blocks = list(self.back.split(c.recv_counts))
+        blocks[me].copy_(c.data.split(c.send_counts)[me])
+        blocks[1 - me].copy_(received)
+
+    def alone(self, group=None) -> Callable[[], None]:
+        """Its own all-to-all; the wait fills `back`."""
+        c = self.carried
+        out, wait = all_to_all_started(c.data, c.send_counts, c.recv_counts, None, self.stats, c.kind, group)
+
+        def done() -> None:
+            wait()
+            self.back.copy_(out)
+
+        return done
+
+
 # backward's pooled gradients ride in the dense gradients' exchange up to this size: a collective
 # fewer pays at small batches (criteo-kaggle, batch 128: 106 KiB); larger ones travel alone, during
 # the bottom MLP's backward (`small` at batch 2048: 13 MiB)
@@ -214,7 +253,7 @@ class LaunchBackward(torch.autograd.Function):
             # no collective of its own: rides in the dense gradients' exchange (GradBuckets.riders)
             carried = Carried(grad.contiguous(), ctx.recv_counts, ctx.send_counts, "pooled_bwd")
             back = torch.empty(sum(ctx.send_counts), dtype=grad.dtype, device=grad.device)
-            riders.append((carried, back, ctx.stats))
+            riders.append(PooledRider(carried, back, ctx.stats))
             ctx.early["started"] = (back, None)
         else:
             ctx.early["started"] = all_to_all_started(

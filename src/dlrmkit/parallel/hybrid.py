@@ -7,6 +7,8 @@ and labels follow each batch, ids stay on the CPU for the id exchange (ShardedEm
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, replace
 
@@ -16,11 +18,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import DistContext
 from dlrmkit.parallel.grad_buckets import GradBuckets, nonzero_rows
-from dlrmkit.parallel.plan import ShardingPlan, make_plan
+from dlrmkit.parallel.options import torchrun_env
+from dlrmkit.parallel.plan import ShardingPlan, host_replica_budget, make_plan
+from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts
+from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
 from dlrmkit.parallel.sharded_embedding import ShardedEmbedding
 
 
@@ -42,6 +48,11 @@ class ParallelConfig:
     # as soon as its gradient is known, dense gradients all-reduced in buckets during backward,
     # tables stepped while that travels (docs/BENCHMARKS.md); False: every collective blocks
     overlap: bool = True
+    # replicated weights with more rows exchange their lookups' rows, not a dense gradient
+    dense_replica_rows: int = DENSE_REPLICA_ROWS
+    # ranks on one host sum dense gradients through shared memory (parallel/shared_slots.py);
+    # gloo still runs a small collective per sum. False: every byte through gloo's TCP
+    shared_memory: bool = True
     ids_ahead: bool = True  # with overlap: exchange the next batch's ids during this step (gloo; parallel/ids_ahead.py)
 
 
@@ -53,10 +64,12 @@ def build_plan(
         plan = ShardingPlan.load(pcfg.plan_path)
         plan.check_matches(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.plan_path)
         return plan
-    memory = None
+    memory = replicate = None
     if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
         memory = int(0.8 * torch.cuda.get_device_properties(ctx.device).total_memory)
-    return make_plan(
+    else:  # ranks on a CPU host share its memory: what replicating every table may take
+        replicate = host_replica_budget(torchrun_env().local_world_size)
+    plan = make_plan(
         cfg.table_sizes,
         cfg.table_dim,
         ctx.world_size,
@@ -65,7 +78,23 @@ def build_plan(
         min_rows_sharded=pcfg.min_rows_sharded,
         device_memory=memory,
         optimizer_state=optimizer_state,
+        replicate_memory=replicate,
     )
+    check_same_plan(plan, ctx)
+    return plan
+
+
+def check_same_plan(plan: ShardingPlan, ctx: DistContext) -> None:
+    """Every rank plans alone (hosts may differ in memory): one line, not a hang, if they disagree."""
+    if ctx.world_size < 2 or not dist.is_initialized():
+        return
+    digest = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
+    digests = comm.all_gather_objects(digest, ctx.cpu_group)
+    if len(set(digests)) > 1:
+        raise DlrmkitError(
+            "the ranks made different sharding plans (their hosts differ in memory or devices): "
+            "write one with `dlrmkit plan --json FILE` and give every rank --plan FILE"
+        )
 
 
 class HybridParallel:
@@ -84,7 +113,7 @@ class HybridParallel:
     ):
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
-        sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype)
+        sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype, self.pcfg.dense_replica_rows)
         sharded.cpu_group = ctx.cpu_group
         if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
             sharded.load_from(model.embeddings)
@@ -96,6 +125,7 @@ class HybridParallel:
         self.stats = sharded.stats
         self.buckets = None
         self.ahead = None
+        self.replica_waits: list = []  # replica_grads.ReplicaExchange.alone's waits of this step
         self.steps_taken = 0  # steps this process took (not those before a resume)
         self._early: tuple = (None, [])  # (optimizer and replica ids, the optimizers that step early)
         # False: the loss check can only raise, not skip a step, so tables step before it is known
@@ -125,6 +155,7 @@ class HybridParallel:
                 self.pcfg.comm_dtype,
                 self.stats,
                 None if comm.pairwise() else self.pcfg.first_bucket_bytes,
+                shared=self.pcfg.shared_memory and self.ctx.device.type == "cpu",
             )
         if self.buckets is not None:
             self.buckets.enabled = on
@@ -200,6 +231,11 @@ class HybridParallel:
         (loss_sum / global_batch).backward()
         self.stats.add("backward", 0, time.perf_counter() - t0)
         reps, rep_grads = self.replicated_grads()
+        exchanges = self.replica_exchanges()
+        if overlapped and comm.pairwise() and self.pcfg.comm_dtype is None:
+            self.buckets.riders.extend(exchanges)  # their lookups ride in the dense gradients' exchange
+        else:
+            self.replica_waits = [x.alone() for x in exchanges]
         rep_rest = None
         riding = overlapped and bool(self.buckets.riders)  # tables' gradients arrive with the dense ones
         if overlapped:
@@ -207,7 +243,7 @@ class HybridParallel:
             if any(t is total for t in rest):  # a wire dtype would round the loss: its own collective
                 work = dist.all_reduce(total, async_op=True)
             rep_rest = [t for t in rest if t is not total]
-        early = self.early_optimizers(optimizers, reps) if self.overlapping else []
+        early = self.early_optimizers(optimizers, reps + [x.p for x in exchanges]) if self.overlapping else []
         gated = gate_early and loss_ok is not None
         finished = overlapped and ((gated and work is None) or riding)
         if finished:
@@ -243,6 +279,24 @@ class HybridParallel:
             self._early = (key, early)
         return self._early[1]
 
+    def replica_exchanges(self) -> list[ReplicaExchange]:
+        """The large replicated weights' gradient exchanges of this step (their lookups packed;
+        launched by the caller: riding, or alone)."""
+        pairs = self.sharded.exchanged_replicas()
+        if not pairs or self.ctx.world_size == 1:
+            return []
+        sizes, one_hot = self.sharded.batch_sizes, self.sharded.one_hot
+        out = []
+        for p, tables in pairs:
+            local = sum(len(g.rows) for g in getattr(p, "bag_grads", None) or [])
+            local += p.grad._nnz() if p.grad is not None and p.grad.is_sparse else 0
+            counts = lookup_counts(sizes, tables, one_hot, local, self.ctx.cpu_group)
+            unit = (
+                self.buckets.buckets[-1][0].dtype if self.buckets is not None and self.buckets.buckets[-1] else p.dtype
+            )
+            out.append(ReplicaExchange(p, counts, self.ctx.rank, unit, self.stats))
+        return out
+
     def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
         """The replicated tables and their gradients as dense tensors (summed over ranks in place)."""
         reps = self.sharded.replicated_parameters()
@@ -268,6 +322,9 @@ class HybridParallel:
         comm.all_reduce_sum(
             grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats
         )
+        waits, self.replica_waits = self.replica_waits, []
+        for wait in waits:  # the large replicated weights' lookups, when they took a collective of their own
+            wait()
         for p, g in zip(reps, rep_grads):
             p.grad = nonzero_rows(g)  # rows nobody touched drop out: the sparse optimizers skip them
         self.stats.add("reduce_total", 0, time.perf_counter() - t0)

@@ -68,9 +68,13 @@ class IdsAhead:
 
     @classmethod
     def create(cls, sharded: ShardedEmbedding) -> "IdsAhead | None":
-        """None without a multi-rank gloo or NCCL default group. Under NCCL the exchange is the
-        same: ids are CPU tensors and this group is gloo's."""
+        """None without a multi-rank gloo or NCCL default group, or when no rank holds a
+        model-parallel shard (every table replicated: no ids to exchange, and a worker thread
+        handed every batch would only cost wake-ups). Under NCCL the exchange is the same: ids
+        are CPU tensors and this group is gloo's."""
         if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_backend() not in ("gloo", "nccl"):
+            return None
+        if not any(sharded.widths):
             return None
         return cls(sharded)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -238,6 +239,19 @@ PRESET_TABLES: dict[str, tuple[list[int], int]] = {
 
 
 # ---- the planner -----------------------------------------------------------------------------
+# per-rank batch at or below which auto replicates every table that fits (2 CPU ranks, Criteo
+# Kaggle's shape: replicated 6-20% faster a step at 64-128 per rank, even at 256, model-parallel
+# ahead from 1,024: docs/BENCHMARKS.md)
+REPLICATE_MAX_LOCAL_BATCH = 256
+
+
+def host_replica_budget(local_ranks: int) -> int:
+    """Bytes of tables one rank may replicate on this host: half its memory, shared by the
+    ranks on it (a fixed fraction of the total, so every rank and `plan` compute the same)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total // (2 * max(local_ranks, 1))
+
+
 def make_plan(
     table_sizes: list[int],
     dim: int,
@@ -248,12 +262,17 @@ def make_plan(
     optimizer_state: float = 0,
     min_rows_sharded: int = data_parallel.MIN_ROWS_SHARDED,
     bytes_per_value: int = 4,
+    replicate_memory: int | None = None,
 ) -> ShardingPlan:
     """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows and under the global
     batch replicated (then their gradients' all-reduce moves fewer bytes than the pooled
     all-to-all that sharding them would add: rows x dim against batch x dim each way), others
     table-wise, split column-wise (then row-wise) when a table is larger than a rank's fair
-    share or there are fewer shards than ranks; any other strategy applies to every table."""
+    share or there are fewer shards than ranks; any other strategy applies to every table.
+    With `replicate_memory` (bytes per rank for tables on a CPU host: host_replica_budget), auto
+    replicates every table when the per-rank batch is at most REPLICATE_MAX_LOCAL_BATCH and the
+    tables with their optimizer state fit: below that batch model parallelism does not pay on CPU
+    (its exchanges cost more than looking every table up locally; docs/BENCHMARKS.md)."""
     if world_size < 1:
         raise DlrmkitError(f"--world-size must be at least 1, got {world_size}")
     if strategy not in STRATEGIES + ("auto",):
@@ -270,6 +289,21 @@ def make_plan(
     weight = cost.weight_bytes
     cap = device_memory if device_memory is not None else math.inf
     kinds: list[str] = []
+    whole = sum(cost.shard_memory(Shard(0, 0, int(r), 0, dim)) for r in table_sizes) if n > 1 else 0
+    if (
+        strategy == "auto"
+        and n > 1
+        and replicate_memory is not None
+        and batch_size <= REPLICATE_MAX_LOCAL_BATCH * n
+        and whole <= replicate_memory
+    ):
+        strategy = "data_parallel"
+        plan.notes.append(
+            f"note: every table replicated: the per-rank batch ({batch_size / n:g}) is at most "
+            f"{REPLICATE_MAX_LOCAL_BATCH}, where model parallelism does not pay on CPU, and the tables "
+            f"({fmt_bytes(whole)} per rank) fit the {fmt_bytes(replicate_memory)} budget per rank "
+            f"(--sharding table_wise keeps them sharded)"
+        )
     for rows in table_sizes:
         if strategy == "auto":
             kinds.append("data_parallel" if rows < min(min_rows_sharded, batch_size) else "table_wise")

@@ -16,6 +16,10 @@ from dlrmkit.parallel.dist import batch_split
 from dlrmkit.parallel.sharding import Shard, strategy as strategy_named
 
 ID_BYTES = 8  # an id on the wire and in a shard's id buffer (int64)
+# replicated tables fused in a weight of more rows than this exchange the rows their lookups
+# touched, not a dense gradient (parallel/replica_grads.py): Criteo Kaggle's 3,187 small-table
+# rows stay dense, a whole replicated model travels as its lookups
+DENSE_REPLICA_ROWS = 65536
 
 
 @dataclass
@@ -58,16 +62,23 @@ class CostModel:
         """Bytes a rank sends to all-reduce a replicated table's gradient (ring algorithm)."""
         return int(2 * (world_size - 1) / world_size * rows * dim * self.bytes_per_value) if world_size > 1 else 0
 
+    def replica_lookup_bytes(self, local: int, dim: int, world_size: int) -> int:
+        """Bytes a rank sends to exchange a replicated table's lookups instead (gradient row and
+        row id of each of its `local` one-id bags, to every other rank)."""
+        return local * (dim * self.bytes_per_value + ID_BYTES) * (world_size - 1)
+
     def rank_stats(self, world_size: int, tables: list[TablePlan]) -> list[dict]:
         """Per rank: its shards [(table, Shard)], memory, lookups and bytes sent per step. A
         model-parallel shard looks up the global batch and sends its pooled columns to the
         other ranks' samples (and receives theirs, and their ids, for its own samples); a
-        replica looks up the local batch and all-reduces its gradient."""
+        replica looks up the local batch and all-reduces its gradient (or, in a large replicated
+        weight, sends its lookups' gradient rows)."""
         n, g, b = world_size, self.batch_size, self.bytes_per_value
         local = batch_split(g, n)
         stats = [dict(rank=r, shards=[], memory=0, lookups=0, sent_bytes=0) for r in range(n)]
         widths = [0] * n  # pooled columns each rank sends
         id_cols: list[set[int]] = [set() for _ in range(n)]
+        exchanged = sum(tp.rows for tp in tables if not tp.model_parallel) > DENSE_REPLICA_ROWS
         for t, tp in enumerate(tables):
             model_parallel = tp.model_parallel
             for s in tp.shards:
@@ -80,7 +91,11 @@ class CostModel:
                     id_cols[s.rank].add(t)
                 else:
                     st["lookups"] += local[s.rank]
-                    st["sent_bytes"] += self.replica_sync_bytes(tp.rows, tp.dim, n)
+                    st["sent_bytes"] += (
+                        self.replica_lookup_bytes(local[s.rank], tp.dim, n)
+                        if exchanged
+                        else self.replica_sync_bytes(tp.rows, tp.dim, n)
+                    )
         total_w, total_ids = sum(widths), sum(len(c) for c in id_cols)  # O(ranks), not O(ranks^2)
         for r, st in enumerate(stats):
             others_w = total_w - widths[r]

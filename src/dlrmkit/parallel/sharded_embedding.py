@@ -43,6 +43,7 @@ from dlrmkit.model.embedding import (
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.id_exchange import DistIds, IdExchange, Key
 from dlrmkit.parallel.plan import ShardingPlan
+from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
 from dlrmkit.parallel.sharding import Shard, strategy
 
 
@@ -71,8 +72,15 @@ class ShardedEmbedding(IdExchange, nn.Module):
     """This rank's shards of a ShardingPlan, and the exchanges that make their lookups the
     single-device EmbeddingCollection's (see the module docstring)."""
 
-    def __init__(self, plan: ShardingPlan, rank: int, comm_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        plan: ShardingPlan,
+        rank: int,
+        comm_dtype: torch.dtype | None = None,
+        dense_replica_rows: int = DENSE_REPLICA_ROWS,
+    ):
         super().__init__()
+        self.dense_replica_rows = dense_replica_rows
         dims = {tp.dim for tp in plan.tables}
         if len(dims) != 1:
             raise DlrmkitError("sharded embeddings need one width for all tables (the dot interaction's layout)")
@@ -124,6 +132,8 @@ class ShardedEmbedding(IdExchange, nn.Module):
         self.rider_sink = None  # a GradBuckets whose exchange backward's may ride in (HybridParallel)
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
         self.cpu_group = None  # process group of the id collectives (CPU tensors); None: the default
+        self.batch_sizes: list[int] = []  # every rank's local batch, and whether its ids are one-hot,
+        self.one_hot = True  # as of the last forward (replicated tables' gradient exchange)
 
     @property
     def device(self) -> torch.device:
@@ -194,8 +204,20 @@ class ShardedEmbedding(IdExchange, nn.Module):
 
     # ---- gradients -------------------------------------------------------------------------
     def replicated_parameters(self) -> list[nn.Parameter]:
-        """Weights every rank holds a copy of: their gradients are summed over ranks."""
-        return [p for lookup in self.local_lookups for p in lookup.parameters()]
+        """Weights every rank holds a copy of whose gradients are summed densely over ranks
+        (at most `dense_replica_rows` rows: small tables)."""
+        return [
+            p for lookup in self.local_lookups for p in lookup.parameters() if p.shape[0] <= self.dense_replica_rows
+        ]
+
+    def exchanged_replicas(self) -> list[tuple[nn.Parameter, int]]:
+        """(weight, tables fused in it) of the larger replicated weights: their gradients travel
+        as the rows each rank's lookups touched (dlrmkit.parallel.replica_grads)."""
+        return [
+            (lookup.table.weight, len(lookup.tables))
+            for lookup in self.local_lookups
+            if lookup.table.weight.shape[0] > self.dense_replica_rows
+        ]
 
     # ---- forward ---------------------------------------------------------------------------
     # ---- forward: the id exchange is IdExchange's (dlrmkit.parallel.id_exchange) ----------------
@@ -246,6 +268,7 @@ class ShardedEmbedding(IdExchange, nn.Module):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
         local, sizes = ids.local, ids.batch_sizes
+        self.batch_sizes, self.one_hot = sizes, isinstance(local, torch.Tensor)
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
         if not any(self.widths):

@@ -183,12 +183,14 @@ def parallel_setup(
     ids_ahead: bool = True,
     bucket_bytes: int | None = None,
     bind: bool = True,
+    shared_memory: bool = True,
 ) -> BenchParallel | None:
-    """None unless started by torchrun. `bind`: each rank on its own cores (parallel.dist.bind_cores)."""
+    """None unless started by torchrun. `bind`: each rank on its own cores (parallel.dist.bind_cores);
+    `shared_memory`: ranks on one host sum dense gradients through shared memory (ParallelConfig)."""
     if not launched_by_torchrun():
         return None
     ctx = init_distributed(backend, bind=bind)
-    pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead)
+    pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead, shared_memory=shared_memory)
     if bucket_bytes is not None:  # every bucket, the first included
         pcfg.bucket_bytes = pcfg.first_bucket_bytes = bucket_bytes
     return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)
