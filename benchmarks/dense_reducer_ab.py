@@ -130,7 +130,12 @@ def main() -> None:
     p.add_argument("--model", default="small", choices=list(MODELS))
     p.add_argument("--one-hot", action="store_true", help="one id per (sample, table), as Criteo data")
     p.add_argument("--batch-size", type=int, default=2048)
-    p.add_argument("--sharding", default="auto")
+    p.add_argument(
+        "--sharding",
+        default="table_wise",
+        help="default table_wise: DDP has no place for the lookups of a large replicated table (auto "
+        "replicates every table at small per-rank batches)",
+    )
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--steps", type=int, default=10, help="steps per window")
     p.add_argument("--check-steps", type=int, default=5, help="steps of the equal-results check")
@@ -150,6 +155,10 @@ def main() -> None:
     par0 = parallel_setup(model, a.batch_size, a.sharding, overlap=True, seed=a.seed)
     if par0 is None:
         raise SystemExit("run under torchrun")
+    if par0.sharded.exchanged_replicas():
+        raise SystemExit(
+            f"--sharding {a.sharding} replicates large tables here, whose lookups DDP cannot sum: use table_wise"
+        )
     rank = par0.ctx.rank
     names = ["buckets-fp32", "ddp-fp32", "buckets-bf16", "ddp-bf16"]
     variants = {n: variant(cfg, a, par0, n) for n in names}

@@ -153,7 +153,8 @@ class TrainConfig:
     )
     comm_dtype: str = option(
         "fp32",
-        "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32)",
+        "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32; "
+        "fp32 sums of ranks on one host go through shared memory, bf16 ones through gloo)",
         choices=("fp32", "bf16"),
     )
     warmup_steps: int | None = option(None, "linear LR warm-up steps (0: none)", parse=ct.nonneg_int)
@@ -268,7 +269,10 @@ class TrainConfig:
     )
     # torchrun (dlrmkit.parallel): how tables are sharded and batches read
     sharding: str = option(
-        "auto", "under torchrun: how tables are sharded (default auto: the planner decides)", choices=SHARDINGS
+        "auto",
+        "under torchrun: how tables are sharded (default auto: the planner decides; on CPU it replicates "
+        "every table that fits at up to 256 samples per rank)",
+        choices=SHARDINGS,
     )
     plan: str | None = option(
         None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey", parse=ct.small_file

@@ -39,7 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
     p.add_argument(
-        "--device-memory", type=ct.byte_size, default=None, help="memory per rank, e.g. 80GiB (default: unlimited)"
+        "--device-memory",
+        type=ct.byte_size,
+        default=None,
+        help="memory per rank, e.g. 80GiB (default: a CPU job with its ranks on this host, where auto may "
+        "replicate every table, within half the host's memory shared by the ranks, at up to 256 samples "
+        "per rank, as train does)",
     )
     add_options(
         p,
