@@ -4,6 +4,7 @@ size of every gloo collective; then the cases where no slots may be made (ranks 
 hosts, a directory that cannot hold them)."""
 
 import glob
+import os
 import sys
 
 import torch
@@ -49,6 +50,9 @@ if world == 2:  # riders reach the peer through the slots' rider area, or throug
         buckets.finish()
         out[name] = (a.grad.clone(), back, sizes[before:])
 out["bad_dir"] = shared_slots.SharedSlots.create(64, directory=f"{sys.argv[1]}/missing") is not None
+own = f"{sys.argv[1]}/shm{rank}"  # one host name, but each rank its own directory (as containers may)
+os.makedirs(own)
+out["own_dirs"] = (shared_slots.SharedSlots.create(64, directory=own) is not None, os.listdir(own))
 shared_slots.host_identity = lambda: (f"host{rank}", "boot")  # as if each rank ran on its own host
 out["two_hosts"] = shared_slots.SharedSlots.create(64) is not None
 torch.save(out, f"{sys.argv[1]}/rank{rank}.pt")

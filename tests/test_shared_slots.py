@@ -1,7 +1,8 @@
 """Ranks on one host sum dense gradients through shared memory (parallel/shared_slots.py): every
 rank holds the sum of every rank's gradients, bit for bit the same, step after step (both halves
 of the slots); gloo carries only the loss, riders or a one-element token; no file is left in
-/dev/shm; ranks on different hosts, or without a usable directory, all fall back to gloo."""
+/dev/shm; ranks on different hosts, without a usable directory, or that cannot see each other's
+files, all fall back to gloo."""
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ def test_gradients_summed_through_shared_memory(world, tmp_path):
             assert float(loss) == sum(q + 1 for q in range(world)) and rest == []
             assert sizes == [1, 1], sizes  # per bucket: a token, or the loss; no gradient through gloo
         assert not got[r]["bad_dir"] and not got[r]["two_hosts"]
+        assert got[r]["own_dirs"] == (False, []), got[r]["own_dirs"]  # no peer's file: gloo, and nothing left
     if world == 2:
         for r in range(2):
             for name, carried in (("rider", [1, 1]), ("rider_full", [1, 1 + 3 - r])):

@@ -23,6 +23,14 @@ import torch.distributed as dist
 
 SHM_DIR = "/dev/shm"
 ALIGN = 64  # bytes: each region starts on a cache line
+HEADER = ALIGN  # bytes at a slot's head: its owner's nonce
+
+
+def map_existing(path: str, size: int) -> torch.Tensor:
+    """A peer's slot file, shared; an error if it is missing or short (never created here)."""
+    if os.stat(path).st_size < size:
+        raise OSError(f"{path}: shorter than a slot")
+    return torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
 
 
 def host_identity() -> tuple[str, str]:
@@ -53,29 +61,32 @@ class SharedSlots:
         dist.broadcast_object_list(token, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         prefix = f"dlrmkit-slots-{token[0]}-"
         path = os.path.join(directory, f"{prefix}{rank}")
-        size = 2 * nbytes
+        size = HEADER + 2 * nbytes
+        nonce = secrets.token_bytes(HEADER)  # written at the slot's head: a peer checks it maps this very file
         mine = None
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             try:
-                os.ftruncate(fd, size)
+                # reserve the pages now: a full tmpfs is an error here, not a SIGBUS mid-step
+                os.posix_fallocate(fd, 0, size)
             finally:
                 os.close(fd)
             mine = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+            mine[:HEADER] = torch.frombuffer(bytearray(nonce), dtype=torch.uint8)
         except (OSError, RuntimeError):
             mine = None
-        state = (host_identity(), mine is not None)
+        state = (host_identity(), mine is not None, nonce)
         states: list = [None] * world
         dist.all_gather_object(states, state, group=group)
-        usable = all(ok for _, ok in states) and len({h for h, _ in states}) == 1
+        usable = all(ok for _, ok, _ in states) and len({h for h, _, _ in states}) == 1
         slots: list[torch.Tensor] = []
         if usable:
             try:
                 for r in range(world):
-                    other = os.path.join(directory, f"{prefix}{r}")
-                    slots.append(
-                        mine if r == rank else torch.from_file(other, shared=True, size=size, dtype=torch.uint8)
-                    )
+                    slots.append(mine if r == rank else map_existing(os.path.join(directory, f"{prefix}{r}"), size))
+                # another /dev/shm under the same host name (a container) would show other bytes
+                if any(bytes(slot[:HEADER].tolist()) != states[r][2] for r, slot in enumerate(slots)):
+                    slots = []
             except (OSError, RuntimeError):
                 slots = []
             mapped: list = [None] * world
@@ -84,7 +95,7 @@ class SharedSlots:
         if mine is not None:
             os.unlink(path)  # every rank has mapped it (or none will use it): the mapping outlives the name
         dist.barrier(group=group)  # on return, no rank's file is left
-        return cls(slots, rank, nbytes, prefix) if usable else None
+        return cls([slot[HEADER:] for slot in slots], rank, nbytes, prefix) if usable else None
 
     def region(self, parity: int, offset: int, numel: int, dtype: torch.dtype, rank: int | None = None) -> torch.Tensor:
         """`numel` values of `dtype` at byte `offset` of a rank's slot (default: this rank's)."""
