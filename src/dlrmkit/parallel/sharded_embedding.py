@@ -126,6 +126,10 @@ class ShardedEmbedding(IdExchange, nn.Module):
         self.local_lookups = nn.ModuleList(
             strategy(name).local_lookup(tables, self.table_sizes, self.dim) for name, tables in local.items()
         )
+        # every table in one replicated lookup, in table order (auto at small per-rank batches)
+        self.all_replicated = len(self.local_lookups) == 1 and getattr(self.local_lookups[0], "tables", None) == list(
+            range(self.num_tables)
+        )
         self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
         self.started: tuple | None = None  # (ids, launched state) of start()
         self.carrying: tuple | None = None  # (ids, comm.Carried): rides in start(ids) (IdsAhead.carry)
@@ -306,6 +310,8 @@ class ShardedEmbedding(IdExchange, nn.Module):
 
     def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
         """Waits for the pooled all-to-all, places every shard's columns, adds local lookups."""
+        if self.all_replicated:  # the lookup is the output: no placing (a small-batch plan's step)
+            return self.local_lookups[0](local).view(l, self.num_tables, self.dim)
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
         out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype, device=self.device)
         if flat is not None:

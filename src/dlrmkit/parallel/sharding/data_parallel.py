@@ -21,12 +21,16 @@ class ReplicatedTables(nn.Module):
         self.tables = list(tables)
         self.table = FusedTable([table_sizes[t] for t in tables], dim)
         self.register_buffer("cols", torch.tensor(self.tables, dtype=torch.int64), persistent=False)
+        self.in_order = self.tables == list(range(len(self.tables)))  # tables 0..k-1: ids need no selection
         # where each pooled column goes in the flat [local batch, tables * dim] output
         target = [t * dim + c for t in self.tables for c in range(dim)]
         self.register_buffer("target", torch.tensor(target, dtype=torch.int64), persistent=False)
 
     def forward(self, local: Ids) -> torch.Tensor:
         """Pooled [local batch, len(tables), dim] of the local samples' ids of every table."""
+        count = local.num_tables if isinstance(local, JaggedIds) else local.shape[1]
+        if self.in_order and count == len(self.tables):  # every table, in order: no selection
+            return self.table(local.to(self.cols.device))
         if isinstance(local, JaggedIds):
             return self.table(select_tables(local, self.tables).to(self.cols.device))
         return self.table(local.to(self.cols.device).index_select(1, self.cols))
