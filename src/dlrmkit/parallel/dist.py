@@ -140,8 +140,8 @@ def batch_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int
 
 # below about this many samples per rank, a CPU rank's fixed cost per step (its collectives, the
 # gradients' sum, the sharded step's bookkeeping) outweighs what splitting the batch saves: 2 ranks
-# x 1 thread ran at 0.61-0.73x of one process x 2 threads at 64 per rank (every table replicated),
-# 0.87x at 256, 0.95x at 1,024 (docs/BENCHMARKS.md, benchmarks/parallel_pingpong.py)
+# x 1 thread ran at 0.67-0.75x of one process x 2 threads at 64 per rank (every table replicated),
+# 0.86x at 256, 0.95x at 1,024 (docs/BENCHMARKS.md, benchmarks/parallel_pingpong.py)
 MIN_SAMPLES_PER_RANK_CPU = 1000
 
 
