@@ -25,7 +25,7 @@ from dlrmkit.parallel.dist import DistContext
 from dlrmkit.parallel.grad_buckets import GradBuckets, nonzero_rows
 from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.parallel.plan import ShardingPlan, host_replica_budget, make_plan
-from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts
+from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts, take_local
 from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
 from dlrmkit.parallel.sharded_embedding import ShardedEmbedding
 
@@ -288,13 +288,12 @@ class HybridParallel:
         sizes, one_hot = self.sharded.batch_sizes, self.sharded.one_hot
         out = []
         for p, tables in pairs:
-            local = sum(len(g.rows) for g in getattr(p, "bag_grads", None) or [])
-            local += p.grad._nnz() if p.grad is not None and p.grad.is_sparse else 0
-            counts = lookup_counts(sizes, tables, one_hot, local, self.ctx.cpu_group)
+            local = take_local(p)
+            counts = lookup_counts(sizes, tables, one_hot, len(local[0]), self.ctx.cpu_group)
             unit = (
                 self.buckets.buckets[-1][0].dtype if self.buckets is not None and self.buckets.buckets[-1] else p.dtype
             )
-            out.append(ReplicaExchange(p, counts, self.ctx.rank, unit, self.stats))
+            out.append(ReplicaExchange(p, local, counts, self.ctx.rank, unit, self.stats))
         return out
 
     def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:

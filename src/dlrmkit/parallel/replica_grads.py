@@ -86,10 +86,17 @@ class ReplicaExchange:
     ranks: `outgoing`, `incoming`, `land`, as GradBuckets' riders) or its own all-gather."""
 
     def __init__(
-        self, p: torch.nn.Parameter, counts: list[int], rank: int, unit: torch.dtype, stats: comm.CommStats | None
+        self,
+        p: torch.nn.Parameter,
+        local: tuple[torch.Tensor, torch.Tensor],
+        counts: list[int],
+        rank: int,
+        unit: torch.dtype,
+        stats: comm.CommStats | None,
     ):
+        """`local`: this rank's (rows, values) (take_local); `counts`: every rank's lookups."""
         self.p, self.counts, self.rank, self.unit, self.stats = p, counts, rank, unit, stats
-        self.rows, self.values = take_local(p)
+        self.rows, self.values = local
         if len(self.rows) != counts[rank]:
             raise RuntimeError(f"replicated table: {len(self.rows)} lookups, {counts[rank]} expected")
         self.dim, self.value_dtype = p.shape[1], self.values.dtype
