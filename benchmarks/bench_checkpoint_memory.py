@@ -49,7 +49,7 @@ def build(tables: list[int], dim: int, optimizer: str):
 
 
 def phase(args: argparse.Namespace) -> None:
-    from dlrmkit.train import checkpoint as ckpt
+    from dlrmkit.checkpoint import save_load as ckpt
 
     tables = [int(x) for x in args.tables.split(",")]
     if args.phase == "save":

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from dlrmkit.bench import BENCH_MODELS, random_batches
+from dlrmkit.commands.bench import BENCH_MODELS, random_batches
 from dlrmkit.model.embedding import bag_of_each
 
 

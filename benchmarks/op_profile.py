@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dlrmkit.allocator import keep_freed_memory
-from dlrmkit.bench import BENCH_MODELS, random_batches
+from dlrmkit.commands.bench import BENCH_MODELS, random_batches
 from dlrmkit.train.step import training_step
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.build import build_optimizers

@@ -25,7 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dlrmkit.bench import BENCH_MODELS, random_batches
+from dlrmkit.commands.bench import BENCH_MODELS, random_batches
 from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.train.step import training_step

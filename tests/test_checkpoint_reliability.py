@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import TINY_TABLES, run_cli, run_cli_subprocess
-from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.checkpoint import save_load as ckpt
 
 
 def train(data, *extra, steps=6):

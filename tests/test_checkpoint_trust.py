@@ -20,7 +20,7 @@ import pytest
 
 from conftest import run_cli, scratch_cwd, tiny_config
 from dlrmkit.data.synthetic import generate
-from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.checkpoint import save_load as ckpt
 
 
 def assert_one_line_error(result, *needles):

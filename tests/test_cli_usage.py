@@ -75,7 +75,7 @@ def test_reader_that_stops_early_ends_quietly(tiny_data, tmp_path, argv):
 def test_broken_pipe_elsewhere_is_still_an_error(tmp_path, monkeypatch):
     """Only our own output's reader going away is quiet: a broken pipe to anything else (stdout still
     open) is the usual one-line error."""
-    import dlrmkit.data.validate_cli as validate_cli
+    import dlrmkit.commands.validate as validate_cli
 
     def broken(args):
         raise BrokenPipeError(32, "Broken pipe")

@@ -152,7 +152,7 @@ def test_gpu_step_matches_cpu_step(placement, graphs, monkeypatch):
     ],
 )
 def test_bench_runs_on_the_gpu(tmp_path, monkeypatch, precision, optimizer, placement):
-    from dlrmkit import bench
+    from dlrmkit.commands import bench
     from dlrmkit.model.dlrm import ModelConfig
 
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlrmkit.export import example_inputs, load_model
+from dlrmkit.commands.export import example_inputs, load_model
 
 from conftest import run_cli
 

@@ -137,7 +137,7 @@ def test_export_on_a_failing_disk_keeps_the_old_file(tiny_data, tmp_path, monkey
 
 
 def test_os_errors_and_bugs_are_one_line(tmp_path, monkeypatch):
-    from dlrmkit.data import synthetic_cli
+    from dlrmkit.commands import synth as synthetic_cli
 
     def raise_(exc):
         def f(*a, **k):
@@ -157,7 +157,7 @@ def test_os_errors_and_bugs_are_one_line(tmp_path, monkeypatch):
 
 def test_predict_output_is_written_whole(tmp_path, tiny_data, monkeypatch):
     """A failure while scoring leaves no partial CSV and the previous output as it was."""
-    from dlrmkit import predict
+    from dlrmkit.commands import predict
 
     out = tmp_path / "scores.csv"
     out.write_text("old\n")

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("errors", ("errors",), "DlrmkitError, the one-line exit-2 error that every layer raises"),
     (
         "base",
-        ("", "cli_types", "untrusted", "atomic_io", "metrics", "allocator", "precision", "resources", "options"),
+        ("", "cli_types", "untrusted", "atomic_io", "metrics", "allocator", "precision", "resources", "options", "faults"),
         "helpers that know nothing of DLRM: option values, safe reads and writes, AUC, autocast, memory figures",
     ),
     ("model", ("model",), "the DLRM for one device: it knows nothing of files, ranks or optimizers"),
@@ -29,11 +29,16 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("device", ("device",), "puts the model's tables and the data's batches on a CPU or GPU"),
     ("parallel", ("parallel",), "runs one model over ranks as a plan says; the single-device layers know no ranks"),
     ("config", ("config",), "TrainConfig: every train option once, with presets naming model and optimizer choices"),
+    (
+        "checkpoint",
+        ("checkpoint",),
+        "placement-free checkpoints: save, verify and load a model under any plan; no training loop",
+    ),
     ("train", ("train",), "the one training step, the loop, evaluation, checkpoints, run folders and logs"),
     ("perf", ("perf",), "tools that measure training and plans; nothing that trains depends on them"),
     (
         "commands",
-        ("baseline", "report", "export", "predict", "tune", "bench", "plan_cli"),
+        ("commands",),
         "one command each, built on training and its files; no layer below calls a command",
     ),
     ("entry", ("cli", "__main__"), "the `dlrmkit` entry point, which dispatches to the commands"),
@@ -131,7 +136,7 @@ def test_the_check_flags_upward_imports_anywhere():
         "import dlrmkit.model.mlp\n"  # same layer: fine
         "def f():\n"
         "    from dlrmkit.train import run_dir\n"  # up, hidden in a function
-        "    import dlrmkit.report as r\n"  # up, to a command
+        "    import dlrmkit.commands.report as r\n"  # up, to a command
         "from ..data import loader\n"  # up, relative
         "importlib.import_module('dlrmkit.parallel.plan')\n"  # up, by name
         "from dlrmkit.nowhere import x\n"  # a module no layer holds
@@ -139,7 +144,7 @@ def test_the_check_flags_upward_imports_anywhere():
     bad = upward_imports(source, "dlrmkit.model.dlrm", known=known)
     assert [b.split(" (")[0] for b in bad] == [
         "dlrmkit.model.dlrm -> dlrmkit.train.run_dir",
-        "dlrmkit.model.dlrm -> dlrmkit.report",
+        "dlrmkit.model.dlrm -> dlrmkit.commands.report",
         "dlrmkit.model.dlrm -> dlrmkit.data.loader",
         "dlrmkit.model.dlrm -> dlrmkit.parallel.plan",
         "dlrmkit.model.dlrm -> dlrmkit.nowhere",
@@ -154,5 +159,6 @@ def test_layer_of_takes_the_longest_prefix():
     assert names[layer_of("dlrmkit")] == "base"
     assert names[layer_of("dlrmkit.cli_types")] == "base"  # not `cli`, a prefix of its name
     assert names[layer_of("dlrmkit.cli")] == "entry"
-    assert names[layer_of("dlrmkit.train.train_cli")] == "train"
+    assert names[layer_of("dlrmkit.commands.train")] == "commands"
+    assert names[layer_of("dlrmkit.train.trainer")] == "train"
     assert layer_of("numpy") is None and layer_of("dlrmkitx") is None

@@ -105,7 +105,7 @@ def test_planned_bytes_match_a_torchrun_job(cli, wide_data, tmp_path, optimizer)
 
 
 def test_table_state_in_words():
-    from dlrmkit.plan_cli import state_words
+    from dlrmkit.commands.plan import state_words
 
     assert state_words(1.0) == "1 state value per weight"
     assert state_words(0.0) == "no optimizer state"

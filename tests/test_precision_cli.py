@@ -90,7 +90,7 @@ def test_bad_combinations_are_one_line_errors(tiny_data, tmp_path, flags, messag
 
 
 def test_bench_bf16_split_sgd_compares_with_fp32(tmp_path, monkeypatch):
-    from dlrmkit import bench
+    from dlrmkit.commands import bench
     from dlrmkit.model.dlrm import ModelConfig
 
     monkeypatch.setitem(bench.BENCH_MODELS, "test-tiny", ModelConfig(13, [1000] * 4, 16, [32, 16], [32, 1]))

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import SplitBinaryDataset
-from dlrmkit.train.checkpoint import load_single_process_model
+from dlrmkit.checkpoint.save_load import load_single_process_model
 from dlrmkit.train.evaluation import predict
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import run_cli, scratch_cwd  # noqa: E402
 from parallel_util import torchrun, torchrun_env  # noqa: E402
 
-from dlrmkit.train import checkpoint as ckpt  # noqa: E402
+from dlrmkit.checkpoint import save_load as ckpt  # noqa: E402
 
 ARGS = [
     "--batch-size",

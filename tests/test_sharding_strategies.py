@@ -15,7 +15,7 @@ from dlrmkit.parallel import sharded_embedding
 from dlrmkit.parallel.plan import ShardingPlan, make_plan
 from dlrmkit.parallel.sharded_embedding import ShardedEmbedding
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, Strategy, strategy
-from dlrmkit.train import ckpt_state
+from dlrmkit.checkpoint import state as ckpt_state
 
 TABLES = [3, 8, 20, 300, 500]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dlrmkit.data.loader import epoch_order
-from dlrmkit.train.checkpoint import latest_checkpoint
+from dlrmkit.checkpoint.save_load import latest_checkpoint
 
 from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
 
@@ -54,7 +54,7 @@ def load_state(checkpoint_dir):
                 flat.update({f"opt.{i}.{pid}.{k}": torch.as_tensor(v) for k, v in st.items()})
         flat["rng.0"] = state["rng"]
         return state["step"], flat
-    from dlrmkit.train.checkpoint import load_logical_state
+    from dlrmkit.checkpoint.save_load import load_logical_state
 
     tensors, manifest = load_logical_state(path)
     flat = {}

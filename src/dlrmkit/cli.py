@@ -13,28 +13,28 @@ from dlrmkit.errors import describe_error
 
 # name -> (module, one-line help). Adding a command means adding its module and one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "synth": ("dlrmkit.data.synthetic_cli", "write a synthetic dataset drawn from a hidden teacher model"),
-    "train": ("dlrmkit.train.train_cli", "train a DLRM on a FeatureSpec dataset"),
+    "synth": ("dlrmkit.commands.synth", "write a synthetic dataset drawn from a hidden teacher model"),
+    "train": ("dlrmkit.commands.train", "train a DLRM on a FeatureSpec dataset"),
     "baseline": (
-        "dlrmkit.baseline",
+        "dlrmkit.commands.baseline",
         "fit a logistic regression on the same dataset and splits (what the DLRM must beat)",
     ),
-    "evaluate": ("dlrmkit.train.evaluate_cli", "compute test AUC and log loss of a checkpoint"),
-    "bench": ("dlrmkit.bench", "measure training throughput on random in-memory data"),
-    "plan": ("dlrmkit.plan_cli", "plan how embedding tables are sharded over ranks"),
-    "report": ("dlrmkit.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
-    "tune": ("dlrmkit.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
-    "export": ("dlrmkit.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),
+    "evaluate": ("dlrmkit.commands.evaluate", "compute test AUC and log loss of a checkpoint"),
+    "bench": ("dlrmkit.commands.bench", "measure training throughput on random in-memory data"),
+    "plan": ("dlrmkit.commands.plan", "plan how embedding tables are sharded over ranks"),
+    "report": ("dlrmkit.commands.report", "plot a run folder's loss, AUC and throughput and write a Markdown summary"),
+    "tune": ("dlrmkit.commands.tune", "search hyperparameters with Optuna (TPE, pruning, resumable SQLite study)"),
+    "export": ("dlrmkit.commands.export", "write a checkpoint's model as one file for serving (pt, torchscript, onnx)"),
     "predict": (
-        "dlrmkit.predict",
+        "dlrmkit.commands.predict",
         "score raw rows (Criteo TSV or the transcoded CSV) with a checkpoint; writes click probabilities",
     ),
-    "preprocess": ("dlrmkit.data.preprocess_cli", "turn raw Criteo click logs into a FeatureSpec dataset"),
+    "preprocess": ("dlrmkit.commands.preprocess", "turn raw Criteo click logs into a FeatureSpec dataset"),
     "transcode": (
-        "dlrmkit.data.transcode_cli",
+        "dlrmkit.commands.transcode",
         "turn any CSV/TSV/Parquet with named columns into a FeatureSpec dataset",
     ),
-    "validate": ("dlrmkit.data.validate_cli", "check a dataset against its FeatureSpec and summarize it"),
+    "validate": ("dlrmkit.commands.validate", "check a dataset against its FeatureSpec and summarize it"),
 }
 
 

@@ -1,5 +1,5 @@
 """`dlrmkit bench` under torchrun: the benchmark model sharded by a plan, fed the same random
-data as single-process bench (dlrmkit.bench.random_batches: ids uniform, bags of 1..10 ids),
+data as single-process bench (dlrmkit.commands.bench.random_batches: ids uniform, bags of 1..10 ids),
 each rank stepping its slice of the global batch; reported throughput is global samples/s.
 `report` adds bytes per step (measured, against the analytic minimum for the plan) and a step
 breakdown (lookup, all-to-all, dense compute, all-reduce, optimizer), blocking and overlapped."""

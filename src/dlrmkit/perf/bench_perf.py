@@ -1,4 +1,4 @@
-"""The performance options of `dlrmkit bench`, kept out of bench.py: thread defaults, optional
+"""The performance options of `dlrmkit bench`, kept out of commands/bench.py: thread defaults, optional
 kernels (FBGEMM embeddings, torch.compile of the dense part), table placement, and the
 extras that run after the timed windows (--reference, --profile, --plot)."""
 

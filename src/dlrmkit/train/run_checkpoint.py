@@ -1,6 +1,6 @@
 """The trainer's side of checkpoints: what a save records beside the weights (step, place in the
 epoch, best AUC, skipped batches, the train dataset's fingerprint), the end-of-run save, and the
-checks before a run resumes from one (same model, same dataset). dlrmkit.train.checkpoint does the
+checks before a run resumes from one (same model, same dataset). dlrmkit.checkpoint.save_load does the
 storage (DCP files, manifest, checksums); the training loop only says when."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.checkpoint import save_load as ckpt
 
 if TYPE_CHECKING:
     from dlrmkit.train.trainer import Trainer

@@ -77,7 +77,7 @@ def check_run_dir(path: str | None) -> None:
 def check_fresh_log(path: str | None, option: str, folder: str | None = None) -> None:
     """A run without --resume must not append to another run's log: two runs' records (steps from
     1 again, two `end` records) would mix in one file, and `report` would read them as one run.
-    Refused, as another run's checkpoints are (dlrmkit.train.ckpt_dirs.check_fresh_directory);
+    Refused, as another run's checkpoints are (dlrmkit.checkpoint.dirs.check_fresh_directory);
     the file is never deleted. An empty log (a run that stopped before its first record) is reused,
     and a stream the caller opened (/dev/stdout, /dev/fd/N: e.g. `>> file`) is the caller's."""
     if not path or not os.path.isfile(path) or os.path.getsize(path) == 0:

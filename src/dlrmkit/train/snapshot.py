@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.ckpt_storage import progress
+from dlrmkit.checkpoint.storage import progress
 
 IN_MEMORY_MAX = 256 << 20
 BLOCK_BYTES = 64 << 20

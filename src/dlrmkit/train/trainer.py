@@ -24,10 +24,10 @@ from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import autocast
-from dlrmkit.train import checkpoint as ckpt
+from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
-from dlrmkit.train.faults import fault_point, nan_loss_injected
+from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import ONE_PROCESS, training_step
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error

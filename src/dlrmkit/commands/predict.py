@@ -79,7 +79,7 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
     """--data, else the data path in the checkpoint's recorded train config."""
     if data:
         return data
-    from dlrmkit.train.checkpoint import read_manifest, resolve_checkpoint
+    from dlrmkit.checkpoint.save_load import read_manifest, resolve_checkpoint
 
     recorded = read_manifest(resolve_checkpoint(checkpoint)).get("train_config", {}).get("data")  # text or None
     if not recorded:
@@ -179,7 +179,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
 
     from dlrmkit.data.encoder import Vocabulary
     from dlrmkit.data.feature_spec import FeatureSpec
-    from dlrmkit.train.checkpoint import load_single_process_model
+    from dlrmkit.checkpoint.save_load import load_single_process_model
 
     data = dataset_dir(checkpoint, getattr(args, "data", None))
     meta = FeatureSpec.from_yaml(data).metadata or {}

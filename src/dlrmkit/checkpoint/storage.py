@@ -11,7 +11,7 @@ bytes as they lie in memory (row blocks of at most BLOCK bytes; only non-contigu
 column shards, are copied, one block at a time) into `data_<rank>.bin`; rank 0 writes the
 metadata as JSON (`metadata.json`), validated field by field on read; reads go straight into
 the destination tensors (the live parameters), through a bounded buffer only where the
-destination is not contiguous. `ckpt_legacy.LegacyReader` reads the first checkpoint format (DCP's own
+destination is not contiguous. `legacy.LegacyReader` reads the first checkpoint format (DCP's own
 files) with an allow-listed unpickler. Non-tensor values (DCP's BYTE_IO, loaded with
 torch.load(weights_only=False)) are refused both ways.
 """
@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.ckpt_manifest import DTYPES, MAX_INT, MAX_NDIM
+from dlrmkit.checkpoint.manifest import DTYPES, MAX_INT, MAX_NDIM
 from dlrmkit.untrusted import load_json
 
 METADATA = "metadata.json"

@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replicate tables with fewer rows than this and than the global batch (default 2048)",
     )
     p.add_argument("--json", type=ct.path, help="save the plan as JSON here (train --plan reads it)")
-    from dlrmkit.perf.simulate_cli import add_simulate_arguments  # --simulate, --hardware, ...
+    from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
 
     add_simulate_arguments(p)
 
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.optim.names import resolve_embedding_optimizer
     from dlrmkit.parallel.plan import host_replica_budget, make_plan
 
-    from dlrmkit.perf.simulate_cli import check_simulate_options
+    from dlrmkit.perf.simulate_options import check_simulate_options
 
     check_simulate_options(args)
     check_not_inside(args.json, "--json", {"--data": args.data, "--hardware": args.hardware})
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         )
     state = table_state_per_weight(cfg)
     if args.simulate:
-        from dlrmkit.perf.simulate_cli import run_simulate
+        from dlrmkit.perf.simulate_options import run_simulate
 
         return run_simulate(args, rows, dim)
     if args.world_size is None:

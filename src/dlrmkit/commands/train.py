@@ -31,7 +31,7 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     none inside an input (--data, --config, --plan), no two the same file, and no folder
     holding another run's checkpoints or log (without --resume): all before the run folder is written."""
     from dlrmkit.atomic_io import check_distinct, check_not_inside, check_output_dir, check_output_file
-    from dlrmkit.train.ckpt_dirs import check_fresh_directory
+    from dlrmkit.checkpoint.dirs import check_fresh_directory
     from dlrmkit.train.run_dir import check_fresh_log, check_run_dir
 
     inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         metrics = trainer.fit()
     except RuntimeError as exc:  # a dead or stopped peer: one line naming the collective
-        from dlrmkit.train.faults import collective_failure
+        from dlrmkit.faults import collective_failure
 
         message = collective_failure(exc, cfg.collective_timeout)
         if message is None:

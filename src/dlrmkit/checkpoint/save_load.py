@@ -1,8 +1,8 @@
 """Placement-free checkpoints, planned by torch.distributed.checkpoint (DCP).
 
 A checkpoint is a folder `<dir>/step_N` holding `metadata.json` and `data_<rank>.bin` (written by
-dlrmkit.train.ckpt_storage under DCP's plan: raw tensor bytes, JSON metadata, no pickle) and
-`manifest.json`. The DCP state dict is *logical* (dlrmkit.train.ckpt_state): each embedding table
+dlrmkit.checkpoint.storage under DCP's plan: raw tensor bytes, JSON metadata, no pickle) and
+`manifest.json`. The DCP state dict is *logical* (dlrmkit.checkpoint.state): each embedding table
 is one tensor whatever fused layout or sharding plan held it; under torchrun the tables come in as
 ShardedTensors, so each rank writes only its own shards and DCP reshards on load.
 
@@ -16,7 +16,7 @@ unpickling it (docs/RELIABILITY.md, "Trust model").
 Atomic: everything is written into `<dir>/.tmp-step_N`, renamed to `step_N` when complete, then
 `<dir>/latest` is replaced (atomic rename) to name it. A process killed or a disk that fills while
 saving leaves the previous checkpoint and `latest` intact; the temporary folder is removed.
-Finding, listing and pruning step folders: dlrmkit.train.ckpt_dirs.
+Finding, listing and pruning step folders: dlrmkit.checkpoint.dirs.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train import ckpt_storage as storage
-from dlrmkit.train import ckpt_legacy, ckpt_state
-from dlrmkit.train.ckpt_dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint
-from dlrmkit.train.ckpt_manifest import check_model_fits, model_config_of, read_manifest
+from dlrmkit.checkpoint import storage as storage
+from dlrmkit.checkpoint import legacy, state as ckpt_state
+from dlrmkit.checkpoint.dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint
+from dlrmkit.checkpoint.manifest import check_model_fits, model_config_of, read_manifest
 
 # re-exported: callers find every checkpoint function here
-from dlrmkit.train.ckpt_dirs import check_fresh_directory as check_fresh_directory
-from dlrmkit.train.ckpt_dirs import check_writable_directory as check_writable_directory
-from dlrmkit.train.ckpt_dirs import existing_checkpoints as existing_checkpoints
-from dlrmkit.train.ckpt_dirs import latest_checkpoint as latest_checkpoint
-from dlrmkit.train.ckpt_state import checkpoint_meta, model_state  # noqa: F401 (re-exported)
-from dlrmkit.train.ckpt_state import quiet as _quiet
-from dlrmkit.train.faults import fault_point
+from dlrmkit.checkpoint.dirs import check_fresh_directory as check_fresh_directory
+from dlrmkit.checkpoint.dirs import check_writable_directory as check_writable_directory
+from dlrmkit.checkpoint.dirs import existing_checkpoints as existing_checkpoints
+from dlrmkit.checkpoint.dirs import latest_checkpoint as latest_checkpoint
+from dlrmkit.checkpoint.state import checkpoint_meta, model_state  # noqa: F401 (re-exported)
+from dlrmkit.checkpoint.state import quiet as _quiet
+from dlrmkit.faults import fault_point
 
 FORMAT = "dlrmkit-checkpoint/2"  # raw data files, JSON metadata
 LEGACY_FORMAT = "dlrmkit-checkpoint/1"  # DCP's own files (pickled .metadata): still read, never written
@@ -313,7 +313,7 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             )
     show = show and _rank() == 0
     reader = (
-        ckpt_legacy.LegacyReader(path)
+        legacy.LegacyReader(path)
         if manifest.get("format") == LEGACY_FORMAT
         else storage.RawReader(path, show=show)
     )
@@ -321,7 +321,7 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
     with _quiet():
         try:
             _dcp().load(
-                state, storage_reader=reader, planner=ckpt_legacy.TensorsOnlyLoadPlanner(), no_dist=not _distributed()
+                state, storage_reader=reader, planner=legacy.TensorsOnlyLoadPlanner(), no_dist=not _distributed()
             )
         except (Exception, storage.checkpoint_exception()) as exc:  # DCP wraps reader errors
             cause = storage.cause(exc)

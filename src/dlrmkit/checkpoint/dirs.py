@@ -1,5 +1,5 @@
 """Where checkpoints are: a checkpoint directory holds `step_N` folders and a `latest` file
-naming the newest complete one (dlrmkit.train.checkpoint writes them). Finding, listing and
+naming the newest complete one (dlrmkit.checkpoint.save_load writes them). Finding, listing and
 pruning them, and checking a directory before training writes there."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import shutil
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.ckpt_storage import os_error
+from dlrmkit.checkpoint.storage import os_error
 from dlrmkit.untrusted import read_text
 
 LATEST = "latest"

@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.ckpt_manifest import DTYPES
+from dlrmkit.checkpoint.manifest import DTYPES
 from dlrmkit.untrusted import read_bytes
 
 # ---- the first format: DCP's own files, pickled metadata --------------------------------------------

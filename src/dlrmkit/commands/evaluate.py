@@ -36,9 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
-    from dlrmkit.train.checkpoint import load_single_process_model
+    from dlrmkit.checkpoint.save_load import load_single_process_model
     from dlrmkit.train.evaluation import evaluate_model
-    from dlrmkit.train.train_cli import check_plan_file
+    from dlrmkit.commands.train import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     par = None
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
-        from dlrmkit.train.checkpoint import load_parallel_model
+        from dlrmkit.checkpoint.save_load import load_parallel_model
 
         model, cfg, par = load_parallel_model(args.checkpoint, args, check)
     else:

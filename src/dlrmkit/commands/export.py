@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_model(checkpoint: str):
     """The single-process DLRM of a checkpoint, in eval mode."""
-    from dlrmkit.train.checkpoint import load_single_process_model
+    from dlrmkit.checkpoint.save_load import load_single_process_model
 
     model, cfg = load_single_process_model(checkpoint)
     return model.eval(), cfg

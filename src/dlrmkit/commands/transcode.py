@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         log=args.log_transform,
         force=args.force,
     )
-    from dlrmkit.data.preprocess_cli import print_report
+    from dlrmkit.commands.preprocess import print_report
 
     spec, _ = transcode(opts)
     print_report(args.out, spec.metadata["preprocess"]["report"], up_to_date=False)
