@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family, resolve_embedding_optimizer
+from dlrmkit.optim.names import ADAM_FAMILY, EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family, resolve_embedding_optimizer
 from dlrmkit.options import option
 
 
@@ -58,6 +58,7 @@ PRESETS: dict[str, Preset] = {
 # 256 there 0.002 and 0.01 came within 0.003 AUC, 0.05 stuck at 0.50, and tiny's 1.0 gave a NaN loss)
 ADAGRAD_LR = 0.05
 LAMB_LR = 0.005
+ADAM_LR = 0.001  # torch's and FuxiCTR's default for Adam on the dense layers
 
 
 def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Preset") -> float | None:
@@ -294,6 +295,40 @@ class TrainConfig:
         flag="--no-bind-cores",
         negate=True,
     )
+    # ---- model quality: regularization, the FM term, calibration, the recipe search (dlrmkit.train.recipe)
+    fm: bool | None = option(
+        None, "add a factorization-machine (second-order) term on the pooled embeddings to the logit (true/false)"
+    )
+    deep: bool | None = option(
+        None, "keep the deep part (MLPs, interaction); false leaves the wide and/or FM terms (true/false)"
+    )
+    dropout: float | None = option(
+        None, "dropout after each hidden layer of the MLPs (default 0)", parse=ct.float_range(0.0, 1.0, hi_open=True)
+    )
+    dense_lr: float | None = option(
+        None, f"--optimizer adam/adamw: their peak LR (default {ADAM_LR}); --lr stays the tables'", parse=ct.learning_rate
+    )
+    dense_weight_decay: float | None = option(
+        None, "--optimizer adamw: decoupled weight decay; adam: L2 on the MLP weights (default 0)", parse=ct.nonneg_float
+    )
+    calibration: str | None = option(
+        None,
+        "temperature: fit one temperature on the validation rows after selection, folded into the "
+        "model's last weights (default none)",
+        choices=("none", "temperature"),
+    )
+    wide_init: str | None = option(
+        None,
+        "regression: start the wide term from the logistic regression (C chosen on the validation rows) "
+        "and the deep part at 0, evaluated before the first step (one process; default none)",
+        choices=("none", "regression"),
+    )
+    search_budget: int | None = option(
+        None,
+        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; "
+        "default 4)",
+        parse=ct.nonneg_int,
+    )
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""
@@ -306,6 +341,8 @@ class TrainConfig:
                 setattr(out, name, getattr(p, name))
         if out.optimizer == "lamb" and out.lamb_lr is None:
             out.lamb_lr = LAMB_LR
+        if out.optimizer in ADAM_FAMILY and out.dense_lr is None:
+            out.dense_lr = ADAM_LR
         if out.batch_size is not None and out.batch_size <= 0:
             raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
         from dlrmkit.optim.build import check_choice
@@ -340,6 +377,9 @@ def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) 
         wide=bool(resolved.wide),
         numerical_transform=resolved.numerical_transform or "none",
         embedding_init_scale=resolved.embedding_init_scale if resolved.embedding_init_scale is not None else 1.0,
+        fm=bool(resolved.fm),
+        deep=resolved.deep is not False,
+        dropout=resolved.dropout or 0.0,
     )
     return resolved, model
 

@@ -22,6 +22,13 @@ class ModelConfig:
     numerical_transform: str = "none"
     # tables start at this fraction of the reference's +-sqrt(1/rows): small data wants quiet ids
     embedding_init_scale: float = 1.0
+    # a second-order factorization-machine term (sum of the pairwise dot products of the pooled
+    # embeddings, with one learned weight) added to the logit beside the wide term (model/fm.py)
+    fm: bool = False
+    # the deep part (MLPs and interaction): off leaves the wide and/or FM terms alone, i.e. the
+    # logistic regression (wide) or factorization machine (fm) inside the model
+    deep: bool = True
+    dropout: float = 0.0  # after each hidden layer of both MLPs (training only)
 
     @property
     def table_dim(self) -> int:
@@ -39,5 +46,9 @@ class ModelConfig:
             raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose dot or cat)")
         if self.numerical_transform not in ("none", "signed-log"):
             raise DlrmkitError(f"unknown numerical transform '{self.numerical_transform}' (choose none or signed-log)")
+        if not self.deep and not (self.wide or self.fm):
+            raise DlrmkitError("a model without its deep part needs the wide or the FM term (wide: true or fm: true)")
+        if not 0 <= self.dropout < 1:
+            raise DlrmkitError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.num_numerical == 0 and self.bottom_mlp:
             raise DlrmkitError("a dataset without numerical features needs an empty bottom MLP")

@@ -8,6 +8,7 @@ from torch import nn
 
 from dlrmkit.model.config import ModelConfig  # noqa: F401  (re-exported: the model and its config)
 from dlrmkit.model.embedding import EmbeddingCollection, Ids
+from dlrmkit.model.fm import FMTerm
 from dlrmkit.model.interaction import CatInteraction, DotInteraction
 from dlrmkit.model.mlp import MLP
 
@@ -20,7 +21,7 @@ class DLRM(nn.Module):
         cfg.check()
         self.cfg = cfg
         d = cfg.embedding_dim
-        self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True)
+        self.bottom_mlp = MLP(cfg.num_numerical, cfg.bottom_mlp, final_relu=True, dropout=cfg.dropout)
         self.embeddings = EmbeddingCollection(cfg.table_sizes, [cfg.table_dim] * len(cfg.table_sizes), embedding_device)
         # wide: the numerical features' first-order term (the ids' is the tables' last column)
         self.linear = nn.Linear(cfg.num_numerical, 1) if cfg.wide and cfg.num_numerical else None
@@ -30,7 +31,8 @@ class DLRM(nn.Module):
             self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction, self.has_dense)
         else:
             self.interaction = CatInteraction(num_features)
-        self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False)
+        self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False, dropout=cfg.dropout)
+        self.fm = FMTerm() if cfg.fm else None
 
     def reset_parameters(self, seed: int) -> None:
         """Deterministic initialization from `seed` (the same on every rank and world size)."""
@@ -46,19 +48,27 @@ class DLRM(nn.Module):
             with torch.no_grad():
                 self.linear.weight.zero_()
                 self.linear.bias.zero_()
+        if self.fm is not None:
+            self.fm.reset_parameters()
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
         """Click logits [B] for numerical features [B, F] and categorical ids."""
         if self.cfg.numerical_transform == "signed-log":
             dense = signed_log(dense)
-        x = self.bottom_mlp(dense) if self.has_dense else None
         pooled = self.embeddings(ids)
-        if not self.cfg.wide:
-            return self.top_mlp(self.interaction(x, pooled)).squeeze(1)
-        first_order = pooled[..., -1].sum(1)
-        if self.linear is not None:
-            first_order = first_order + self.linear(dense).squeeze(1)
-        return self.top_mlp(self.interaction(x, pooled[..., :-1])).squeeze(1) + first_order
+        emb = pooled[..., :-1] if self.cfg.wide else pooled
+        out = None
+        if self.cfg.deep:
+            x = self.bottom_mlp(dense) if self.has_dense else None
+            out = self.top_mlp(self.interaction(x, emb)).squeeze(1)
+        if self.cfg.wide:
+            first_order = pooled[..., -1].sum(1)
+            if self.linear is not None:
+                first_order = first_order + self.linear(dense).squeeze(1)
+            out = first_order if out is None else out + first_order
+        if self.fm is not None:
+            out = self.fm(emb) if out is None else out + self.fm(emb)
+        return out
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Parameters trained with dense gradients (everything but the embedding tables)."""

@@ -1,4 +1,4 @@
-"""Multi-layer perceptrons of the DLRM: Linear + ReLU stacks."""
+"""Multi-layer perceptrons of the DLRM: Linear + ReLU stacks, with optional dropout."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ from torch import nn
 
 class MLP(nn.Sequential):
     """Linear layers of the given sizes with ReLU after each one (after the last only if
-    `final_relu`): the bottom MLP ends in a ReLU, the top MLP ends in a logit."""
+    `final_relu`): the bottom MLP ends in a ReLU, the top MLP ends in a logit. `dropout` > 0 puts
+    a Dropout after each hidden layer's ReLU (not after the last layer), as FuxiCTR's DNNs do;
+    without it the layers and their state-dict names are the plain stack's."""
 
-    def __init__(self, in_features: int, sizes: list[int], final_relu: bool):
+    def __init__(self, in_features: int, sizes: list[int], final_relu: bool, dropout: float = 0.0):
         layers: list[nn.Module] = []
         for i, out in enumerate(sizes):
             layers.append(nn.Linear(in_features, out))
             if i < len(sizes) - 1 or final_relu:
                 layers.append(nn.ReLU(inplace=True))
+            if dropout and i < len(sizes) - 1:
+                layers.append(nn.Dropout(dropout))
             in_features = out
         super().__init__(*layers)
 

@@ -8,7 +8,7 @@ from torch.optim import Optimizer
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.optim.lamb import Lamb
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, resolve_embedding_optimizer
+from dlrmkit.optim.names import ADAM_FAMILY, EMBEDDING_OPTIMIZERS, OPTIMIZERS, resolve_embedding_optimizer
 from dlrmkit.optim.rowwise_adagrad import RowWiseAdagrad
 from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
 from dlrmkit.optim.split_sgd import SplitSGD
@@ -52,11 +52,15 @@ def build_optimizers(
     precision: str = "fp32",
     lamb_lr: float | None = None,
     embedding_weight_decay: float = 0.0,
+    dense_lr: float | None = None,
+    dense_weight_decay: float = 0.0,
 ) -> list[Optimizer]:
     """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
     `dense_parameters()` and `embeddings`). split-SGD turns the model's weights into bf16 halves.
     `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together.
-    `embedding_weight_decay`: lazy L2 on the touched table rows (Adagrad tables only)."""
+    `embedding_weight_decay`: lazy L2 on the touched table rows (Adagrad tables only).
+    `dense_lr`: Adam/AdamW's own peak LR (default 0.001), scaled by the schedule with `lr`;
+    `dense_weight_decay`: AdamW's decoupled weight decay (Adam: an L2 term in the gradient)."""
     if embedding_weight_decay and resolve_embedding_optimizer(optimizer, embedding_optimizer) != "adagrad":
         raise DlrmkitError("--embedding-weight-decay needs --embedding-optimizer adagrad")
     check_choice(optimizer, embedding_optimizer, precision)
@@ -72,6 +76,14 @@ def build_optimizers(
         dense_opt: Optimizer = torch.optim.SGD(dense, lr=lr)
     elif optimizer == "adagrad":
         dense_opt = torch.optim.Adagrad(dense, lr=lr, eps=1e-10)
+    elif optimizer in ADAM_FAMILY:
+        dense_opt = ScaledAdam(
+            dense,
+            lr=lr,
+            lr_scale=(dense_lr / lr) if dense_lr is not None and lr else 1.0,
+            weight_decay=dense_weight_decay,
+            decoupled=optimizer == "adamw",
+        )
     else:
         scale = (lamb_lr / lr) if lamb_lr is not None and lr else 1.0
         dense_opt = Lamb(dense, lr=lr, lr_scale=scale)
@@ -84,3 +96,29 @@ def build_optimizers(
     else:
         sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
     return [dense_opt, sparse_opt]
+
+
+class ScaledAdam(torch.optim.AdamW):
+    """Adam (L2 in the gradient) or AdamW (decoupled decay) whose step uses `lr * lr_scale`: the
+    LR schedule sets one `lr` for every optimizer (the tables' Adagrad rate), and `lr_scale` keeps
+    Adam's own rate in proportion, as LAMB's does."""
+
+    def __init__(self, params, lr: float, lr_scale: float, weight_decay: float = 0.0, decoupled: bool = True):
+        super().__init__(params, lr=lr, weight_decay=weight_decay if decoupled else 0.0)
+        for group in self.param_groups:
+            group["lr_scale"], group["l2"] = lr_scale, 0.0 if decoupled else weight_decay
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        saved = [group["lr"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["lr"] = group["lr"] * group["lr_scale"]
+            if group["l2"]:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.add_(p, alpha=group["l2"])
+        try:
+            return super().step(closure)
+        finally:
+            for group, lr in zip(self.param_groups, saved):
+                group["lr"] = lr

@@ -54,6 +54,14 @@ def evaluate_model(
     batch_size: int,
     move: Callable[[Batch], Batch] | None = None,
     progress: bool = False,
-) -> dict[str, float]:
+    bins: bool = False,
+) -> dict:
+    """AUC, log loss and expected calibration error; `bins`: the reliability table too."""
+    from dlrmkit.train.calibration import expected_calibration_error, reliability
+
     probs, labels = predict(model, dataset, batch_size, move, progress)
-    return {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
+    out = {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
+    out["ece"] = expected_calibration_error(labels, probs)
+    if bins:
+        out["reliability"] = reliability(labels, probs)
+    return out

@@ -165,3 +165,42 @@ def format_value(v: Any) -> str:
     if isinstance(v, list):
         return ",".join(str(x) for x in v) or "none"
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def select(cfg: Any) -> str:
+    """--preset auto: the base recipe for the dataset's size; on data up to SMALL_ROWS training
+    rows with validation rows, in one process, a search over candidate recipes on the validation
+    rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s unset options (they reach
+    config.yaml with --search-budget 0, so `train --config` repeats the run without the search);
+    returns what was chosen and why, for rank 0 to print."""
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.train import recipe_search
+    from dlrmkit.train.selection import validation_split
+
+    spec, train, _ = open_dataset(cfg.data)
+    base = choose(spec, train)
+    budget = cfg.search_budget if cfg.search_budget is not None else recipe_search.DEFAULT_BUDGET
+    lines: list[str] = []
+    if base.name == "small-data":
+        base.values["calibration"] = "temperature"
+        base.reasons.append("one temperature fitted on the validation rows after selection (calibrated probabilities)")
+        why_not = (
+            "under torchrun (search in one process, then repeat its config)"
+            if launched_by_torchrun()
+            else "no validation rows"
+            if validation_split(spec, train, cfg.val_fraction)[1] is None
+            else None
+        )
+        if why_not is None:
+            winner, tried = recipe_search.search(
+                cfg, base, budget, train.num_numerical, lambda c, r: apply(c, r)
+            )
+            base.values.update(winner.values)
+            base.name = f"small-data, {winner.name}"
+            lines = recipe_search.describe(winner, tried, budget)
+        else:
+            lines = [f"search: off ({why_not}): the base recipe"]
+        base.values["search_budget"] = 0
+    text = describe(base, apply(cfg, base))
+    return "\n".join([text, *lines]) if lines else text

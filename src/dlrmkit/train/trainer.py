@@ -28,6 +28,8 @@ from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.faults import fault_point, nan_loss_injected
+from dlrmkit.train.calibration import calibrate_run
+from dlrmkit.train.regression import start_from_regression
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import ONE_PROCESS, training_step
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
@@ -61,6 +63,9 @@ class Trainer:
         self.model = DLRM(self.model_cfg, embedding_device="meta" if launched_by_torchrun() else None)
         if not launched_by_torchrun():
             self.model.reset_parameters(cfg.seed)
+        self.wide_init: dict[str, float] | None = None  # --wide-init regression: its C and figures
+        if cfg.wide_init == "regression":
+            self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
         if cfg.batch_size < world:
@@ -83,6 +88,8 @@ class Trainer:
             cfg.precision,
             cfg.lamb_lr,
             cfg.embedding_weight_decay or 0.0,
+            cfg.dense_lr,
+            cfg.dense_weight_decay or 0.0,
         )
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
         if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
@@ -117,6 +124,7 @@ class Trainer:
         self.data_fingerprint: str | None = None  # computed at the first save or resume
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
+        self.temperature, self.test_ece = 1.0, float("nan")  # --calibration; the test rows' ECE
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
         self.log_path = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir, "log.jsonl") if cfg.checkpoint_dir else None)
@@ -225,12 +233,12 @@ class Trainer:
             except OSError as exc:
                 raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
-    def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
+    def score(self, dataset: SplitBinaryDataset, bins: bool = False) -> dict[str, float]:
         with autocast(self.cfg.precision, self.device.type):
             return (
                 self.par.evaluate(dataset, self.cfg.eval_batch_size)
                 if self.par
-                else evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress)
+                else evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress, bins)
             )
 
     def evaluate(self) -> dict[str, float]:
@@ -265,8 +273,11 @@ class Trainer:
             self.best.restore(self.model)
             val = self.best.metrics
             self.log({"event": "restore_best", "step": self.best.step, **val})
-        test = self.score(self.test_set) if len(self.test_set) else {"auc": float("nan"), "logloss": float("nan")}
+        if self.cfg.calibration == "temperature":  # on the validation rows, before the test read
+            val = calibrate_run(self, val)
+        test = self.score(self.test_set, bins=True) if len(self.test_set) else {"auc": float("nan"), "logloss": float("nan")}
         self.log({"event": "test", "step": self.step, "mapping": "test", **test})
+        self.test_ece = test.get("ece", float("nan"))
         return val, test
 
     # ---- the loop -----------------------------------------------------------------------
@@ -293,6 +304,8 @@ class Trainer:
         )
         train_time, samples = 0.0, 0
         stop = self.step >= total
+        if self.wide_init is not None and self.step == 0 and self.val_set is not None:
+            self.evaluate()  # the regression it starts from is a candidate for the best weights
         while not stop:
             t0 = time.perf_counter()
             for batch in self.loader.epoch(self.epoch, self.batch_in_epoch):
@@ -354,6 +367,8 @@ class Trainer:
             "logloss": test["logloss"],
             "val_auc": val["auc"],
             "val_logloss": val["logloss"],
+            "ece": self.test_ece,
+            "temperature": self.temperature,
             "selected_step": self.best.step if cfg.restore_best and self.best.kept else self.step,
             "steps": self.step,
             "samples": samples,

@@ -1,0 +1,94 @@
+"""What each modelling choice moves, per dataset and seed: trains named variants of the small-data
+recipe (dlrmkit.train.recipe) on FeatureSpec datasets, selection on the validation rows as `train`
+does, and prints one JSON line per run: validation and test AUC / log loss, the test log loss and
+expected calibration error after a temperature fitted on the validation rows, the selected epoch
+and the seconds it took. docs/RECIPES.md holds the tables made from these lines.
+
+    PYTHONPATH=src nice -n 10 python benchmarks/quality_grid.py DATA [DATA ...] --seeds 0,1,2 \
+        [--variants base,wide-only,...] > grid.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+# each variant: TrainConfig values over the small-data recipe's
+VARIANTS: dict[str, dict] = {
+    "base": {},
+    "wide-only": {"deep": False},
+    "fm-only": {"deep": False, "fm": True},
+    "fm": {"fm": True},
+    "dropout-0.2": {"dropout": 0.2},
+    "adam-dense": {"optimizer": "adam", "lr": 0.05, "embedding_weight_decay": 0.01},
+    "l2-0": {"embedding_weight_decay": 0.0},
+    "l2-0.03": {"embedding_weight_decay": 0.03},
+    "dim-16": {"embedding_dim": 16, "bottom_mlp": [32, 16]},
+    "batch-256": {"batch_size": 256},
+    "lr-0.1": {"lr": 0.1},
+    "regression": {"deep": False, "wide_init": "regression", "patience": 1},
+    "from-regression": {"wide_init": "regression"},
+    "from-regression-lr-0.01": {"wide_init": "regression", "lr": 0.01},
+    "from-regression-l2-0": {"wide_init": "regression", "embedding_weight_decay": 0.0},
+    "from-regression-fm-dropout": {"wide_init": "regression", "fm": True, "dropout": 0.2},
+    "deepfm-adam-dropout": {"fm": True, "optimizer": "adam", "lr": 0.05, "embedding_weight_decay": 0.01, "dropout": 0.2},
+}
+
+
+def run_one(data: str, seed: int, values: dict) -> dict:
+    import numpy as np
+
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.metrics import log_loss, roc_auc
+    from dlrmkit.train import recipe
+    from dlrmkit.train.calibration import expected_calibration_error, fit_scale, logits_of
+    from dlrmkit.train.trainer import Trainer
+
+    cfg = TrainConfig(data=data, seed=seed, progress=False, final_checkpoint=False, threads=1, **values)
+    spec, train, _ = open_dataset(data)
+    base = recipe.choose(spec, train)
+    base.values.pop("calibration", None)
+    recipe.apply(cfg, base)
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg)
+    test = trainer.test_set
+    trainer.test_set = test.window(0, 0, "test")  # scored below, once, by this script
+    m = trainer.fit()
+    seconds = time.perf_counter() - t0
+    zv, yv = logits_of(trainer.model, trainer.val_set, 16384)
+    zt, yt = logits_of(trainer.model, test, 16384)
+    a = fit_scale(zv, yv)
+    p, pc = 1 / (1 + np.exp(-zt.astype(np.float64))), 1 / (1 + np.exp(-a * zt.astype(np.float64)))
+    return {
+        "val_auc": m["val_auc"],
+        "val_logloss": m["val_logloss"],
+        "test_auc": roc_auc(yt, p),
+        "test_logloss": log_loss(yt, p),
+        "test_logloss_calibrated": log_loss(yt, pc),
+        "test_ece": expected_calibration_error(yt, p),
+        "test_ece_calibrated": expected_calibration_error(yt, pc),
+        "temperature": 1 / a,
+        "selected_epoch": m["selected_step"] / max(1, m["steps"] / max(m["epochs"], 1e-9)),
+        "seconds": seconds,
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("data", nargs="+")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    args = p.parse_args(argv)
+    for data in args.data:
+        for name in args.variants.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                out = {"data": data, "variant": name, "seed": seed, **run_one(data, seed, VARIANTS[name])}
+                print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""`--preset auto` on data small enough to search: a few candidate recipes, each trained on the
+train rows with early stopping on the validation rows, the best by validation AUC (near-ties by
+log loss) kept and trained again as the run itself. The test mapping is never read here (each
+candidate's trainer gets an empty test window). The candidates and what each one measured on
+three real datasets: docs/RECIPES.md."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+NEAR_TIE_AUC = 0.001  # validation AUCs this close are a tie, broken by the lower log loss
+DEFAULT_BUDGET = 4  # candidates tried (the run itself trains the winner once more)
+# a candidate's trainer writes nothing and scores no test rows: its outputs are switched off
+QUIET = {
+    "run_dir": None,
+    "checkpoint_dir": None,
+    "log_jsonl": None,
+    "metrics_json": None,
+    "tensorboard": None,
+    "final_checkpoint": False,
+    "resume": False,
+    "progress": False,
+    "calibration": "none",
+    "checkpoint_every": 0,
+    "checkpoint_every_seconds": 0.0,
+}
+
+
+@dataclass
+class Candidate:
+    name: str
+    values: dict[str, Any]  # TrainConfig values over the base recipe's
+    why: str
+    result: dict[str, float] = field(default_factory=dict)
+
+
+def candidates(num_numerical: int) -> list[Candidate]:
+    """In the order tried (a smaller --search-budget keeps the first ones)."""
+    bottom16 = [32, 16] if num_numerical else []
+    return [
+        Candidate("dlrm+wide", {}, "the DLRM with its wide term (the base recipe)"),
+        Candidate("wide", {"deep": False}, "the logistic regression inside the model (wide term alone)"),
+        Candidate("fm", {"deep": False, "fm": True}, "a factorization machine: wide + second-order term"),
+        Candidate(
+            "dlrm+wide+fm, dropout",
+            {"fm": True, "dropout": 0.2, "embedding_dim": 16, "bottom_mlp": bottom16},
+            "DeepFM-like: the FM term beside the deep part, wider tables, dropout 0.2",
+        ),
+        Candidate("dlrm+wide, batch 256", {"batch_size": 256}, "larger batches (fewer, smoother steps)"),
+    ]
+
+
+def choose(tried: list[Candidate]) -> Candidate:
+    """The best validation AUC; among those within NEAR_TIE_AUC of it, the lowest log loss."""
+    scored = [c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))]
+    if not scored:
+        return tried[0]
+    top = max(c.result["val_auc"] for c in scored)
+    near = [c for c in scored if c.result["val_auc"] >= top - NEAR_TIE_AUC]
+    return min(near, key=lambda c: (c.result["val_logloss"], -c.result["val_auc"]))
+
+
+def train_candidate(cfg: Any) -> dict[str, float]:
+    """One candidate: the trainer of `cfg` (outputs off) to its early stop; validation figures."""
+    from dlrmkit.train.trainer import Trainer
+
+    quiet = copy.copy(cfg)
+    for key, value in QUIET.items():
+        setattr(quiet, key, value)
+    t0 = time.perf_counter()
+    trainer = Trainer(quiet)
+    trainer.test_set = trainer.test_set.window(0, 0, "test")  # selection never reads the test rows
+    m = trainer.fit()
+    epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
+    return {
+        "val_auc": m["val_auc"],
+        "val_logloss": m["val_logloss"],
+        "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
+    """Tries the first `budget` candidates (each as `apply` fills a copy of `cfg` from the base
+    recipe plus the candidate's values; options the user gave win in every candidate, and
+    candidates that come out the same are tried once). Returns (winner, tried)."""
+    from dlrmkit.train.recipe import Recipe
+
+    tried: list[Candidate] = []
+    seen: list[dict] = []
+    for cand in candidates(num_numerical)[: max(budget, 1)]:
+        trial = copy.copy(cfg)
+        apply(trial, Recipe(base.name, {**base.values, **cand.values}))
+        shape = {k: getattr(trial, k) for k in (*base.values, *cand.values)}
+        if shape in seen:
+            continue
+        seen.append(shape)
+        cand.result = train_candidate(trial) if budget > 0 else {}
+        tried.append(cand)
+    return choose(tried), tried
+
+
+def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str]:
+    """The lines `train` prints: each candidate's figures, the winner and why."""
+    if len(tried) == 1 and not tried[0].result:
+        return [f"search: off (--search-budget {budget}): the first candidate, {winner.name}"]
+    total = sum(c.result["seconds"] for c in tried)
+    lines = [
+        f"search: {len(tried)} candidate recipes on the validation rows ({total:.0f} s, at most "
+        f"--search-budget {budget} runs; the test rows are not read)"
+    ]
+    for c in tried:
+        r = c.result
+        mark = "  <- chosen" if c is winner else ""
+        lines.append(
+            f"  {c.name:<24} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}  "
+            f"best epoch {r['best_epoch']:.0f}  {r['seconds']:.0f} s{mark}"
+        )
+    runner = [c for c in tried if c is not winner]
+    if runner:
+        best_other = max(runner, key=lambda c: c.result["val_auc"])
+        gap = winner.result["val_auc"] - best_other.result["val_auc"]
+        lines.append(
+            f"  why: {winner.name} ({winner.why}) "
+            + (
+                f"has the best validation AUC, {gap:+.4f} over {best_other.name}"
+                if gap > NEAR_TIE_AUC
+                else f"ties {best_other.name} on validation AUC (within {NEAR_TIE_AUC}) with the lower log loss"
+            )
+        )
+    return lines

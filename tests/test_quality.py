@@ -1,0 +1,210 @@
+"""Model quality tools: dropout, the FM term, Adam/AdamW beside the sparse tables, the temperature
+fitted on validation rows and the calibration measures, the regression the wide term can start
+from, and `--preset auto`'s search over candidate recipes on the validation rows."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import run_cli
+from dlrmkit.data.split_binary import SplitBinaryDataset
+from dlrmkit.model.dlrm import DLRM, ModelConfig
+from test_selection import transcode, write_csv
+
+KDD12 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "kdd12")
+
+
+def small_model(**kw) -> DLRM:
+    cfg = ModelConfig(num_numerical=2, table_sizes=[7, 5, 3], embedding_dim=4, bottom_mlp=[8, 4], top_mlp=[8, 1], **kw)
+    model = DLRM(cfg)
+    model.reset_parameters(0)
+    return model
+
+
+def batch(n: int = 16, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.randn(n, 2, generator=g)
+    ids = torch.stack([torch.randint(0, s, (n,), generator=g) for s in (7, 5, 3)], dim=1)
+    return dense, ids
+
+
+def test_dropout_acts_in_training_only_and_keeps_plain_names():
+    plain, dropped = small_model(), small_model(dropout=0.5)
+    assert set(plain.state_dict()) <= set(small_model(dropout=0.0).state_dict())
+    assert any(isinstance(m, torch.nn.Dropout) for m in dropped.modules())
+    assert not any(isinstance(m, torch.nn.Dropout) for m in plain.modules())
+    dense, ids = batch()
+    dropped.eval()
+    assert torch.equal(dropped(dense, ids), dropped(dense, ids))  # no dropout in eval mode
+    dropped.train()
+    torch.manual_seed(0)
+    a = dropped(dense, ids)
+    torch.manual_seed(1)
+    assert not torch.equal(a, dropped(dense, ids))
+
+
+def test_fm_term_is_the_sum_of_pairwise_dot_products():
+    from dlrmkit.model.fm import FMTerm
+
+    pooled = torch.randn(5, 4, 3)
+    want = sum((pooled[:, i] * pooled[:, j]).sum(1) for i in range(4) for j in range(i + 1, 4))
+    fm = FMTerm()
+    assert torch.allclose(fm(pooled), want, atol=1e-5)
+    with torch.no_grad():
+        fm.weight.fill_(0.5)
+    assert torch.allclose(fm(pooled), 0.5 * want, atol=1e-5)
+
+
+def test_wide_and_fm_without_the_deep_part():
+    model = small_model(wide=True, fm=True, deep=False)
+    dense, ids = batch()
+    pooled = model.embeddings(ids)
+    emb, first = pooled[..., :-1], pooled[..., -1].sum(1) + model.linear(dense).squeeze(1)
+    want = first + model.fm(emb)
+    assert torch.allclose(model(dense, ids), want, atol=1e-6)
+    from dlrmkit.errors import DlrmkitError
+
+    with pytest.raises(DlrmkitError, match="wide or the FM term"):
+        small_model(deep=False)
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_adam_trains_the_mlps_at_its_own_rate_beside_adagrad_tables(name):
+    from dlrmkit.optim.build import build_optimizers
+    from dlrmkit.optim.sparse import SparseAdagrad
+
+    model = small_model()
+    dense_opt, sparse_opt = build_optimizers(model, name, 0.05, dense_lr=0.001, dense_weight_decay=0.1)
+    assert isinstance(sparse_opt, SparseAdagrad)
+    ref = [p.detach().clone() for p in model.dense_parameters()]
+    torch_opt = (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(ref, lr=0.001, weight_decay=0.1)
+    dense, ids = batch()
+    y = torch.randint(0, 2, (16,)).float()
+    for _ in range(3):
+        for opt in (dense_opt, sparse_opt):
+            opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), y)
+        loss.backward()
+        for r, p in zip(ref, model.dense_parameters()):
+            r.grad = p.grad.clone()
+        dense_opt.step()
+        torch_opt.step()
+    for r, p in zip(ref, model.dense_parameters()):
+        assert torch.allclose(r, p, atol=1e-6)
+    assert dense_opt.param_groups[0]["lr"] == 0.05  # the schedule's value, scaled only inside step
+
+
+def test_temperature_recovers_a_known_scale_and_folds_into_the_weights():
+    from dlrmkit.train.calibration import expected_calibration_error, fit_scale, fold_scale, reliability
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(0, 2, 200_000)
+    y = (rng.random(len(z)) < 1 / (1 + np.exp(-z))).astype(np.float64)
+    assert fit_scale(3.0 * z, y) == pytest.approx(1 / 3, rel=0.02)  # an overconfident model: T = 3
+    for kw in ({"wide": True}, {"wide": True, "fm": True}, {"wide": True, "fm": True, "deep": False}, {}):
+        model = small_model(**kw)
+        dense, ids = batch()
+        before = model(dense, ids).detach()
+        fold_scale(model, 0.4)
+        assert torch.allclose(model(dense, ids), 0.4 * before, atol=1e-5), kw
+    p = np.array([0.1, 0.1, 0.9, 0.9])
+    labels = np.array([0, 0, 1, 0])
+    assert reliability(labels, p) == [[0.1, 0.0, 2], [0.9, 0.5, 2]]
+    assert expected_calibration_error(labels, p) == pytest.approx(0.5 * 0.1 + 0.5 * 0.4)
+
+
+def test_wide_init_starts_the_model_at_the_validated_regression(tmp_path):
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train import regression
+    from dlrmkit.train.trainer import Trainer
+
+    write_csv(tmp_path / "x.csv", 900)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100", "--val-rows", "150")
+    cfg = TrainConfig(
+        data=str(tmp_path / "d"), wide=True, wide_init="regression", numerical_transform="signed-log", progress=False
+    )
+    trainer = Trainer(cfg)
+    best, tried, lr = regression.select(
+        trainer.model_cfg.table_sizes, trainer.train_set, trainer.val_set, True, regression.C_GRID
+    )
+    assert trainer.wide_init["c"] == best["c"] and len(tried) == len(regression.C_GRID)
+    rows = trainer.val_set.read(0, len(trainer.val_set))
+    dense, ids = torch.tensor(np.array(rows.dense)), torch.from_numpy(rows.ids.astype(np.int64))
+    with torch.no_grad():
+        got = trainer.model.eval()(dense, ids).double()
+    assert torch.allclose(got, lr.logits(dense, ids), atol=1e-4)  # the deep part starts at 0
+
+
+def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_search(tmp_path, monkeypatch):
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    reads: list[str] = []
+    original = SplitBinaryDataset.read
+
+    def spy(self, start, end, check_ids=True):
+        reads.append(f"{self.mapping}:{end - start}")
+        return original(self, start, end, check_ids)
+
+    monkeypatch.setattr(SplitBinaryDataset, "read", spy)
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
+    assert r.code == 0, r.err
+    assert "search: 4 candidate recipes on the validation rows" in r.out, r.out
+    assert r.out.count("<- chosen") == 1 and "why:" in r.out
+    # every test read (a non-empty one) comes after the last train and validation read
+    nonempty = [x for x in reads if not x.endswith(":0")]
+    first_test = next(i for i, x in enumerate(nonempty) if x.startswith("test"))
+    assert all(x.startswith("test") for x in nonempty[first_test:]), nonempty[first_test - 3 :]
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["search-budget"] == 0 and cfg["calibration"] == "temperature"
+    chosen = [line for line in r.out.splitlines() if "<- chosen" in line][0]
+    m = json.load(open(run / "metrics.json"))
+    assert f"val AUC {m['val_auc']:.4f}" in chosen or cfg["calibration"] == "temperature"
+    assert 0.0 <= m["ece"] <= 1.0 and m["temperature"] > 0
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run2", "--no-progress")
+    assert r2.code == 0 and "search: off" in r2.out, r2.out + r2.err
+    assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
+
+
+@pytest.mark.skipif(not os.path.isdir(KDD12), reason="the KDD Cup 2012 sample is not at ../shared/data/kdd12")
+def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
+    pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import OneHotEncoder
+
+    cols = "url_hash,ad_id,advertiser_id,depth,position,query_id,keyword_id,title_id,description_id,user_id"
+    files = [os.path.join(KDD12, f"{n}.csv") for n in ("train", "valid", "test")]
+    r = run_cli(
+        "transcode", "--input", *files, "--out", tmp_path / "d", "--label", "click", "--numerical", "impression",
+        "--categorical", cols, "--test-rows", "3996", "--val-rows", "3994",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("baseline", "--data", tmp_path / "d", "--c-grid", "0.03,0.1,0.3,1")
+    assert r.code == 0, r.err
+    result = json.load(open(tmp_path / "d" / "baseline.json"))
+    from dlrmkit.data.split_binary import open_dataset, open_val
+
+    spec, train, test = open_dataset(str(tmp_path / "d"))
+    parts = [d.read(0, len(d)) for d in (train, open_val(spec), test)]
+    enc = OneHotEncoder(handle_unknown="ignore").fit(parts[0].ids)
+    signed = result["numerical_transform"] == "signed-log"
+    num = [np.log1p(p.dense.astype(np.float64)) if signed else p.dense.astype(np.float64) for p in parts]
+    x = [sp.hstack([enc.transform(p.ids), n]).tocsr() for p, n in zip(parts, num)]
+    mu, sd = x[0][:, -1].mean(), x[0][:, -1].toarray().std()
+    best = None
+    for c in (0.03, 0.1, 0.3, 1.0):
+        xs = [sp.hstack([xi[:, :-1], (xi[:, -1].toarray() - mu) / sd]).tocsr() for xi in x]
+        m = LogisticRegression(C=c, max_iter=5000).fit(xs[0], parts[0].labels)
+        val = roc_auc_score(parts[1].labels, m.predict_proba(xs[1])[:, 1])
+        if best is None or val > best[0]:
+            best = (val, c, roc_auc_score(parts[2].labels, m.predict_proba(xs[2])[:, 1]))
+    assert result["c"] == best[1], (result["c_tried"], best)
+    assert abs(result["test_auc"] - best[2]) < 0.005, (result["test_auc"], best)
