@@ -33,7 +33,13 @@ VARIANTS: dict[str, dict] = {
     "from-regression-lr-0.01": {"wide_init": "regression", "lr": 0.01},
     "from-regression-l2-0": {"wide_init": "regression", "embedding_weight_decay": 0.0},
     "from-regression-fm-dropout": {"wide_init": "regression", "fm": True, "dropout": 0.2},
-    "deepfm-adam-dropout": {"fm": True, "optimizer": "adam", "lr": 0.05, "embedding_weight_decay": 0.01, "dropout": 0.2},
+    "deepfm-adam-dropout": {
+        "fm": True,
+        "optimizer": "adam",
+        "lr": 0.05,
+        "embedding_weight_decay": 0.01,
+        "dropout": 0.2,
+    },
 }
 
 

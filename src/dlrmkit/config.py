@@ -306,10 +306,14 @@ class TrainConfig:
         None, "dropout after each hidden layer of the MLPs (default 0)", parse=ct.float_range(0.0, 1.0, hi_open=True)
     )
     dense_lr: float | None = option(
-        None, f"--optimizer adam/adamw: their peak LR (default {ADAM_LR}); --lr stays the tables'", parse=ct.learning_rate
+        None,
+        f"--optimizer adam/adamw: their peak LR (default {ADAM_LR}); --lr stays the tables'",
+        parse=ct.learning_rate,
     )
     dense_weight_decay: float | None = option(
-        None, "--optimizer adamw: decoupled weight decay; adam: L2 on the MLP weights (default 0)", parse=ct.nonneg_float
+        None,
+        "--optimizer adamw: decoupled weight decay; adam: L2 on the MLP weights (default 0)",
+        parse=ct.nonneg_float,
     )
     calibration: str | None = option(
         None,
@@ -325,8 +329,7 @@ class TrainConfig:
     )
     search_budget: int | None = option(
         None,
-        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; "
-        "default 4)",
+        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; default 4)",
         parse=ct.nonneg_int,
     )
 

@@ -193,9 +193,7 @@ def select(cfg: Any) -> str:
             else None
         )
         if why_not is None:
-            winner, tried = recipe_search.search(
-                cfg, base, budget, train.num_numerical, lambda c, r: apply(c, r)
-            )
+            winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, lambda c, r: apply(c, r))
             base.values.update(winner.values)
             base.name = f"small-data, {winner.name}"
             lines = recipe_search.describe(winner, tried, budget)

@@ -40,17 +40,15 @@ class Candidate:
 
 def candidates(num_numerical: int) -> list[Candidate]:
     """In the order tried (a smaller --search-budget keeps the first ones)."""
-    bottom16 = [32, 16] if num_numerical else []
     return [
-        Candidate("dlrm+wide", {}, "the DLRM with its wide term (the base recipe)"),
-        Candidate("wide", {"deep": False}, "the logistic regression inside the model (wide term alone)"),
-        Candidate("fm", {"deep": False, "fm": True}, "a factorization machine: wide + second-order term"),
         Candidate(
-            "dlrm+wide+fm, dropout",
-            {"fm": True, "dropout": 0.2, "embedding_dim": 16, "bottom_mlp": bottom16},
-            "DeepFM-like: the FM term beside the deep part, wider tables, dropout 0.2",
+            "regression",
+            {"deep": False, "wide_init": "regression", "patience": 1},
+            "the logistic regression inside the model (the wide term alone, C chosen on the validation rows)",
         ),
-        Candidate("dlrm+wide, batch 256", {"batch_size": 256}, "larger batches (fewer, smoother steps)"),
+        Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
+        Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
+        Candidate("dlrm+wide, dropout", {"dropout": 0.2}, "the DLRM with its wide term, dropout 0.2 in the MLPs"),
     ]
 
 

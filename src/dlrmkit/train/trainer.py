@@ -64,7 +64,7 @@ class Trainer:
         if not launched_by_torchrun():
             self.model.reset_parameters(cfg.seed)
         self.wide_init: dict[str, float] | None = None  # --wide-init regression: its C and figures
-        if cfg.wide_init == "regression":
+        if cfg.wide_init not in (None, "none"):
             self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
@@ -275,7 +275,11 @@ class Trainer:
             self.log({"event": "restore_best", "step": self.best.step, **val})
         if self.cfg.calibration == "temperature":  # on the validation rows, before the test read
             val = calibrate_run(self, val)
-        test = self.score(self.test_set, bins=True) if len(self.test_set) else {"auc": float("nan"), "logloss": float("nan")}
+        test = (
+            self.score(self.test_set, bins=True)
+            if len(self.test_set)
+            else {"auc": float("nan"), "logloss": float("nan")}
+        )
         self.log({"event": "test", "step": self.step, "mapping": "test", **test})
         self.test_ece = test.get("ece", float("nan"))
         return val, test
