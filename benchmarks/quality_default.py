@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,11 @@ def dlrmkit(*argv: str) -> str:
     if proc.returncode:
         raise SystemExit(f"dlrmkit {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     return proc.stdout
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str]) -> int:
@@ -37,9 +43,9 @@ def main(argv: list[str]) -> int:
             base = json.load(open(out))
             for seed in args.seeds.split(","):
                 run = os.path.join(tmp, f"run{seed}")
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), cpu_seconds()
                 text = dlrmkit("train", "--data", data, "--seed", seed, "--run-dir", run, "--no-progress")
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 m = json.load(open(os.path.join(run, "metrics.json")))
                 chosen = next((line.split()[0] for line in text.splitlines() if "<- chosen" in line), "none")
                 print(
@@ -57,6 +63,7 @@ def main(argv: list[str]) -> int:
                             "baseline_test_auc": base["test_auc"],
                             "baseline_test_logloss": base["test_logloss"],
                             "seconds": seconds,
+                            "cpu_seconds": cpu,  # user + system of the train process (shared machines)
                         }
                     ),
                     flush=True,

@@ -208,3 +208,23 @@ def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
             best = (val, c, roc_auc_score(parts[2].labels, m.predict_proba(xs[2])[:, 1]))
     assert result["c"] == best[1], (result["c_tried"], best)
     assert abs(result["test_auc"] - best[2]) < 0.005, (result["test_auc"], best)
+
+
+def test_report_plots_the_test_reliability_and_ignores_a_malformed_table(tmp_path):
+    pytest.importorskip("matplotlib", reason="report plots need matplotlib (the report extra)")
+    from dlrmkit.commands.report import reliability_bins, reliability_plot
+
+    good = [{"event": "test", "auc": 0.7, "reliability": [[0.1, 0.12, 50], [0.5, 0.4, 10]]}]
+    assert reliability_bins(good) == [(0.1, 0.12, 50), (0.5, 0.4, 10)]
+    assert reliability_plot(good, str(tmp_path)) == [str(tmp_path / "test_reliability.png")]
+    assert (tmp_path / "test_reliability.png").stat().st_size > 1000
+    for bad in (
+        [[0.1, 2.0, 5]],
+        [[0.1, 0.2]],
+        "x",
+        [[0.1, 0.2, "7"]],
+        [[float("nan"), 0.1, 3]],
+        [[0.1, 0.1, 1]] * 1001,
+    ):
+        assert reliability_bins([{"event": "test", "reliability": bad}]) == [], bad
+    assert reliability_plot([{"event": "eval", "auc": 0.6}], str(tmp_path / "none")) == []

@@ -96,7 +96,7 @@ def plots(records: list[dict[str, Any]], out: str) -> list[str]:
             (f"{m}_logloss.png", rows, "eval", "logloss", "samples_seen", f"{name} log loss"),
         ]
     wanted.append(("throughput.png", records, "train", "samples_per_s", "elapsed_s", "samples/s"))
-    written = []
+    written = reliability_plot(records, out)
     for name, rows, event, key, x, ylabel in wanted:
         xs, ys = series(rows, event, key, x)
         if xs:
@@ -105,6 +105,51 @@ def plots(records: list[dict[str, Any]], out: str) -> list[str]:
             _plot(path, xs, ys, xlabel, ylabel, ylabel)
             written.append(path)
     return written
+
+
+def reliability_bins(records: list[dict[str, Any]]) -> list[tuple[float, float, int]]:
+    """The test record's reliability table ([mean predicted, observed rate, rows] per bin, from
+    dlrmkit.train.calibration), each entry checked: a log is read as untrusted input."""
+    test = next((r for r in reversed(records) if r.get("event") == "test"), None)
+    table = test.get("reliability") if isinstance(test, dict) else None
+    if not isinstance(table, list) or len(table) > 1000:
+        return []
+    bins = []
+    for entry in table:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, (int, float)) for v in entry)):
+            return []
+        p, rate, n = entry
+        if not (0 <= p <= 1 and 0 <= rate <= 1 and n >= 0 and math.isfinite(p) and math.isfinite(rate)):
+            return []
+        bins.append((float(p), float(rate), int(n)))
+    return bins
+
+
+def reliability_plot(records: list[dict[str, Any]], out: str) -> list[str]:
+    """test_reliability.png: observed click rate against mean predicted probability per bin of the
+    test rows, beside the diagonal of perfect calibration; nothing when the log has no table."""
+    bins = reliability_bins(records)
+    if not bins:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfect calibration")
+    ax.plot([b[0] for b in bins], [b[1] for b in bins], marker="o", label="test rows")
+    ax.set_xlabel("mean predicted click probability (bin)")
+    ax.set_ylabel("observed click rate")
+    ax.set_title("reliability (test)")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out, "test_reliability.png")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return [path]
 
 
 def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
@@ -138,9 +183,16 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     final = test or end
     if final and ("auc" in final or "logloss" in final):
         lines.append(
-            f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))} "
-            "(the test mapping, scored once, after training)"
+            f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))}, "
+            f"expected calibration error {_num(final.get('ece'))} (the test mapping, scored once, after training)"
         )
+        calibration = next((r for r in records if r.get("event") == "calibration"), None)
+        if calibration:
+            lines.append(
+                f"- temperature {_num(calibration.get('temperature'))}, fitted on the validation rows "
+                f"(validation log loss {_num(calibration.get('val_logloss_before'))} -> "
+                f"{_num(calibration.get('val_logloss_after'))})"
+            )
         if end and "optimal_auc" in end:
             gap = end["optimal_auc"] - final["auc"] if "auc" in final else None
             lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (test gap {_num(gap)})")
