@@ -228,3 +228,13 @@ def test_report_plots_the_test_reliability_and_ignores_a_malformed_table(tmp_pat
     ):
         assert reliability_bins([{"event": "test", "reliability": bad}]) == [], bad
     assert reliability_plot([{"event": "eval", "auc": 0.6}], str(tmp_path / "none")) == []
+
+
+@pytest.mark.parametrize("field,value", [("fm", "yes"), ("deep", 1), ("dropout", "0.1"), ("dropout", 1.5)])
+def test_model_config_refuses_bad_quality_fields(field, value):
+    from dlrmkit.errors import DlrmkitError
+
+    cfg = ModelConfig(num_numerical=0, table_sizes=[3], embedding_dim=4, bottom_mlp=[], top_mlp=[1])
+    setattr(cfg, field, value)
+    with pytest.raises(DlrmkitError, match=field):
+        cfg.check()

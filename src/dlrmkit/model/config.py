@@ -46,6 +46,10 @@ class ModelConfig:
             raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose dot or cat)")
         if self.numerical_transform not in ("none", "signed-log"):
             raise DlrmkitError(f"unknown numerical transform '{self.numerical_transform}' (choose none or signed-log)")
+        if not isinstance(self.fm, bool) or not isinstance(self.deep, bool):
+            raise DlrmkitError(f"fm and deep must be true or false, got {self.fm!r}, {self.deep!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise DlrmkitError(f"dropout must be a number, got {str(self.dropout)[:40]!r}")
         if not self.deep and not (self.wide or self.fm):
             raise DlrmkitError("a model without its deep part needs the wide or the FM term (wide: true or fm: true)")
         if not 0 <= self.dropout < 1:
