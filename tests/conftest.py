@@ -45,7 +45,7 @@ def tiny_run(tiny_data, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("tiny-run") / "run"
     result = run_cli(
         "train", "--data", tiny_data, "--max-steps", 40, "--eval-every", 10, "--log-every", 5,
-        "--no-progress", "--run-dir", run,
+        "--no-progress", "--run-dir", run, "--search-budget", 0,
     )  # fmt: skip
     assert result.code == 0, result.err
     return run

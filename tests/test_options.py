@@ -49,8 +49,10 @@ def test_a_range_is_refused_with_the_same_message_from_the_command_line_and_a_fi
 
 
 def test_a_choice_outside_the_list_is_refused_from_a_file(tmp_path):
-    with pytest.raises(DlrmkitError, match=r"option 'optimizer': 'adam' is not one of sgd, adagrad, split-sgd, lamb"):
-        load_config(write(tmp_path, "optimizer: adam\n"))
+    with pytest.raises(
+        DlrmkitError, match=r"option 'optimizer': 'rmsprop' is not one of sgd, adagrad, split-sgd, lamb, adam, adamw"
+    ):
+        load_config(write(tmp_path, "optimizer: rmsprop\n"))
 
 
 def test_an_unknown_key_names_the_file_and_the_key(tmp_path):

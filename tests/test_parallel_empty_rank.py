@@ -17,7 +17,7 @@ from parallel_util import torchrun, torchrun_env  # noqa: E402
 
 pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
-ARGS = ["--batch-size", "240", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
+ARGS = ["--search-budget", "0", "--batch-size", "240", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from parallel_util import free_port, torchrun, torchrun_env  # noqa: E402
 
 pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
-ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
+ARGS = ["--search-budget", "0", "--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
 
 
 @pytest.fixture(scope="module")

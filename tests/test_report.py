@@ -126,6 +126,8 @@ def test_train_tensorboard_writes_events(tiny_data, tmp_path):
         "--log-every",
         5,
         "--no-progress",
+        "--search-budget",
+        0,
         "--run-dir",
         tmp_path / "R",
         "--tensorboard",

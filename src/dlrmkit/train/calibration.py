@@ -115,12 +115,23 @@ def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
     torchrun the wide column lies in shards): there, and without validation rows, it says so."""
     import sys
 
-    if trainer.val_set is None or trainer.par is not None:
+    from dlrmkit.precision import autocast
+
+    why = (
+        "no validation rows"
+        if trainer.val_set is None
+        else "one process only"
+        if trainer.par is not None
+        else "split-SGD keeps bf16 halves of the weights"
+        if trainer.cfg.optimizer == "split-sgd"
+        else None
+    )
+    if why is not None:
         if trainer.dist.rank == 0:
-            why = "no validation rows" if trainer.val_set is None else "one process only"
             print(f"calibration: skipped ({why}); temperature 1", file=sys.stderr)
         return val
-    fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.eval_batch_size, trainer.move)
+    with autocast(trainer.cfg.precision, trainer.device.type):
+        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.eval_batch_size, trainer.move)
     trainer.temperature = fitted["temperature"]
     trainer.log({"event": "calibration", "step": trainer.step, "mapping": "val", **fitted})
     return {**val, "logloss": fitted["val_logloss_after"]}

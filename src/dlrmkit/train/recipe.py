@@ -185,19 +185,20 @@ def select(cfg: Any) -> str:
     budget = cfg.search_budget if cfg.search_budget is not None else recipe_search.DEFAULT_BUDGET
     lines: list[str] = []
     if base.name == "small-data":
-        base.values["calibration"] = "temperature"
-        base.reasons.append("one temperature fitted on the validation rows after selection (calibrated probabilities)")
-        why_not = (
-            "under torchrun (search in one process, then repeat its config)"
-            if launched_by_torchrun()
-            else "no validation rows"
-            if validation_split(spec, train, cfg.val_fraction)[1] is None
-            else None
-        )
+        if launched_by_torchrun():
+            why_not = "under torchrun: search in one process, then repeat its config.yaml"
+        elif validation_split(spec, train, cfg.val_fraction)[1] is None:
+            why_not = "no validation rows"
+        elif budget == 0:
+            why_not = "--search-budget 0"
+        else:
+            why_not = None
         if why_not is None:
-            winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, lambda c, r: apply(c, r))
+            winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, apply)
             base.values.update(winner.values)
+            base.values["calibration"] = "temperature"
             base.name = f"small-data, {winner.name}"
+            base.reasons.append("one temperature fitted on the validation rows after selection")
             lines = recipe_search.describe(winner, tried, budget)
         else:
             lines = [f"search: off ({why_not}): the base recipe"]
