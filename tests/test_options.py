@@ -12,7 +12,7 @@ from conftest import run_cli
 from dlrmkit.cli import build_parser
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import spec_map, specs, to_mapping
+from dlrmkit.options import sections, spec_map, specs, to_mapping
 from dlrmkit.train.config_file import config_from_args, dump_config, load_config
 
 
@@ -93,15 +93,15 @@ def test_booleans_from_a_file(tmp_path):
 def test_flags_given_on_the_command_line_beat_the_file_and_the_file_beats_defaults(tmp_path):
     path = write(tmp_path, "data: D\nbatch-size: 128\nlr: 0.5\nno-shuffle: true\nkeep: 5\nbottom-mlp: [32, 8]\n")
     cfg = config_from_args(parse("train", "--config", path, "--lr", "0.25", "--keep", "2"))
-    assert cfg.lr == 0.25 and cfg.keep_checkpoints == 2  # flags win, even one equal to the default
-    assert cfg.batch_size == 128 and cfg.shuffle is False and cfg.bottom_mlp == [32, 8]  # from the file
-    assert cfg.eval_batch_size == 16384 and cfg.precision == "fp32"  # neither: the field's default
+    assert cfg.optimizer.lr == 0.25 and cfg.checkpoint.keep_checkpoints == 2  # flags win, even one equal to the default
+    assert cfg.schedule.batch_size == 128 and cfg.shuffle is False and cfg.model.bottom_mlp == [32, 8]  # from the file
+    assert cfg.selection.eval_batch_size == 16384 and cfg.device.precision == "fp32"  # neither: the field's default
     with pytest.raises(DlrmkitError, match="--data is required"):
         config_from_args(parse("train", "--lr", "0.1"))
 
 
 def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
-    cfg = TrainConfig(
+    cfg = TrainConfig.of(
         data="D",
         preset="small",
         batch_size=64,
@@ -125,16 +125,17 @@ def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
         threads=3,
     )
     path = tmp_path / "config.yaml"
-    dump_config(dataclasses.asdict(cfg), str(path))
+    dump_config(cfg, str(path))
     text = yaml.safe_load(path.read_text())
     assert text["no-shuffle"] is True and text["keep"] == 4 and text["no-final-checkpoint"] is True
-    assert TrainConfig(**load_config(path)) == cfg
+    assert TrainConfig.of(**load_config(path)) == cfg
     assert config_from_args(parse("train", "--config", path)) == cfg
 
 
 def test_every_train_field_is_an_option_checked_as_text():
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert set(spec_map(TrainConfig)) == names  # nothing in TrainConfig escapes the command line
+    names = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in sections(TrainConfig)}
+    names |= {f.name for inner in sections(TrainConfig).values() for f in dataclasses.fields(inner)}
+    assert set(spec_map(TrainConfig)) == names  # nothing in TrainConfig or its sections escapes the command line
     for s in specs(TrainConfig):
         assert s.option.help, s.name
         if s.kind == "value" and s.default is not None and s.option.choices is None and s.parse is not None:
@@ -179,7 +180,7 @@ def test_shared_options_keep_each_command_default_and_narrower_choices(capsys):
 def test_choices_kept_torch_free_agree_with_the_modules_that_use_them():
     """The parser is built before torch is imported, so a few choice lists live beside the
     fields; they must name exactly what the torch-side code accepts."""
-    from dlrmkit.config import SHARDINGS
+    from dlrmkit.parallel.options import SHARDINGS
     from dlrmkit.optim import build
     from dlrmkit.parallel.sharding import STRATEGIES
     from dlrmkit.precision import PRECISIONS

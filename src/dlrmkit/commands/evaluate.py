@@ -74,7 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
-        model, cfg, par = load_parallel_model(args.checkpoint, args, check)
+        from dlrmkit.options import build, given
+        from dlrmkit.parallel.options import ParallelOptions
+
+        opts = build(ParallelOptions, given(ParallelOptions, args))
+        model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
     metrics = (

@@ -99,29 +99,25 @@ def check_legacy(args: argparse.Namespace) -> None:
 def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object]:
     """(table sizes, dim, resolved TrainConfig) exactly as `train --data` resolves them: the same
     preset (`auto`: the recipe chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
-    from dataclasses import fields
-
     from dlrmkit.config import AUTO, TrainConfig, resolve_run
     from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.options import spec_map
     from dlrmkit.train import recipe
 
     spec, train, _ = open_dataset(args.data)
-    names = [f.name for f in fields(TrainConfig)]
-    chosen = argparse.Namespace(
-        **{
-            **dict.fromkeys(names),
-            "data": args.data,
-            "preset": args.preset or AUTO,
-            "batch_size": args.batch_size,
-            "optimizer": args.optimizer,
-            "embedding_optimizer": args.embedding_optimizer,
-            "embedding_dim": args.embedding_dim,
-            "sharding": args.sharding,
-        }
-    )
-    if chosen.preset == AUTO:
+    chosen = {
+        **dict.fromkeys(spec_map(TrainConfig)),
+        "data": args.data,
+        "preset": args.preset or AUTO,
+        "batch_size": args.batch_size,
+        "optimizer": args.optimizer,
+        "embedding_optimizer": args.embedding_optimizer,
+        "embedding_dim": args.embedding_dim,
+        "sharding": args.sharding,
+    }
+    if chosen["preset"] == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
-    cfg = TrainConfig(**{k: v for k, v in vars(chosen).items() if k in names and v is not None})
+    cfg = TrainConfig.of(**{k: v for k, v in chosen.items() if v is not None})
     cfg, model = resolve_run(cfg, spec.cardinalities, train.num_numerical)
     return model.table_sizes, model.table_dim, cfg
 
@@ -166,11 +162,11 @@ def run(args: argparse.Namespace) -> int:
     check_legacy(args)
     if args.data:
         rows, dim, cfg = resolved_from_data(args)
-        args.batch_size = cfg.batch_size
+        args.batch_size = cfg.schedule.batch_size
     else:
         rows, dim = table_shapes(args)
         args.batch_size = args.batch_size or LEGACY_BATCH
-        cfg = TrainConfig(
+        cfg = TrainConfig.of(
             data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer, embedding_dim=dim
         )
     state = table_state_per_weight(cfg)
@@ -194,12 +190,12 @@ def run(args: argparse.Namespace) -> int:
         replicate_memory=host_replica_budget(args.world_size) if memory is None else None,
     )
     if args.data:
-        emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
-        width = f" (table width {dim} with the wide term)" if dim != cfg.embedding_dim else ""
+        emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
+        width = f" (table width {dim} with the wide term)" if dim != cfg.model.embedding_dim else ""
         print(
             f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
-            f"{cfg.embedding_dim}{width}, "
-            f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state_words(state)})"
+            f"{cfg.model.embedding_dim}{width}, "
+            f"global batch {cfg.schedule.batch_size}, tables' optimizer {emb} ({state_words(state)})"
         )
     print(plan.report())
     if args.json:

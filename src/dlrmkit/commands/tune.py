@@ -201,8 +201,8 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
         run = os.path.join(out, f"trial_{trial.number}")
         os.makedirs(run, exist_ok=True)
         dump_config({k: v for k, v in opts.items() if v is not None}, os.path.join(run, "config.yaml"))
-        cfg = TrainConfig(**{k: v for k, v in opts.items() if v is not None})
-        cfg = replace(cfg, progress=False, log_jsonl=os.path.join(run, "log.jsonl"))
+        cfg = TrainConfig.of(**{k: v for k, v in opts.items() if v is not None})
+        cfg.output.progress, cfg.output.log_jsonl = False, os.path.join(run, "log.jsonl")
         try:
             trainer = TrialTrainer(cfg)
             trainer.trial = trial
