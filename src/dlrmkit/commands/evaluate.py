@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.config import TrainConfig
-from dlrmkit.options import add_options
+from dlrmkit.options import add_options, option
+from dlrmkit.parallel.options import ParallelOptions
+
+
+@dataclass
+class EvaluateOptions:
+    """evaluate's own options; the torchrun ones are train's (the parallel section)."""
+
+    data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
+    checkpoint: str = option(help="checkpoint folder, or a checkpoint dir with 'latest'", parse=ct.path, required=True)
+    mapping: str = option("test", "mapping to evaluate (default {default})")
+    batch_size: int = option(16384, "evaluation batch size (default {default})", parse=ct.batch_size)
+    metrics_json: str | None = option(None, "write {auc, logloss, rows, world_size} to this file", parse=ct.path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
-    p.add_argument(
-        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
-    )
-    p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
-    p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
-    p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows, world_size} to this file")
+    add_options(p, EvaluateOptions)
     add_options(
         p,
-        TrainConfig,
+        ParallelOptions,
         {  # the torchrun options, as train's
             "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
             "plan": {},
@@ -75,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
         from dlrmkit.options import build, given
-        from dlrmkit.parallel.options import ParallelOptions
 
         opts = build(ParallelOptions, given(ParallelOptions, args))
         model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)

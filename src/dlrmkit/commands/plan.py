@@ -6,50 +6,64 @@ same options, dlrmkit.config.resolve_run), so the plan is the one a torchrun job
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
+from dlrmkit.config import PRESETS
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+from dlrmkit.parallel.plan import PRESET_TABLES
 
 LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no training recipe to take it from)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from dlrmkit.config import PRESETS, TrainConfig
-    from dlrmkit.options import add_options
-    from dlrmkit.parallel.plan import PRESET_TABLES
+@dataclass
+class PlanOptions:
+    """plan's own options; the model and batch ones are train's (TrainConfig), with what they
+    mean for a plan. One of --data, --tables-preset, --tables is required (checked in run, after
+    --preset's hint)."""
 
-    src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
-    src.add_argument("--data", type=ct.path, help="dataset folder: the model and batch `train --data` would use")
-    src.add_argument("--tables-preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
-    src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
-    p.add_argument(
-        "--preset",
-        help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
+    data: str | None = option(
+        None, "dataset folder: the model and batch `train --data` would use", parse=ct.path, group="source"
+    )
+    tables_preset: str | None = option(
+        None, "table sizes of a known model", choices=tuple(PRESET_TABLES), group="source"
+    )
+    tables: str | None = option(None, "comma-separated ROWSxDIM, e.g. 40000000x128,3000x128", group="source")
+    preset: str | None = option(
+        None,
+        f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
         "train: auto, the recipe chosen from the dataset)",
     )
-    add_options(
-        p,
-        TrainConfig,
-        {
-            "embedding_dim": {
-                "aliases": ["--dim"],
-                "help": "with --data: embedding width (default: the preset's, as train)",
-            }
-        },
-    )
-    p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
-    p.add_argument(
-        "--device-memory",
-        type=ct.byte_size,
-        default=None,
-        help="memory per rank, e.g. 80GiB (default: a CPU job with its ranks on this host, where auto may "
+    world_size: int | None = option(None, "number of ranks (required unless --simulate)", parse=ct.world_size)
+    device_memory: int | None = option(
+        None,
+        "memory per rank, e.g. 80GiB (default: a CPU job with its ranks on this host, where auto may "
         "replicate every table, within half the host's memory shared by the ranks, at up to 256 samples "
         "per rank, as train does)",
+        parse=ct.byte_size,
     )
+    min_rows_sharded: int = option(
+        2048,
+        "replicate tables with fewer rows than this and than the global batch (default {default})",
+        parse=ct.nonneg_int,
+    )
+    json: str | None = option(None, "save the plan as JSON here (train --plan reads it)", parse=ct.path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
+
+    add_options(p, PlanOptions)
     add_options(
         p,
         TrainConfig,
         {  # as train's options, with what they mean for a plan
+            "embedding_dim": {
+                "aliases": ["--dim"],
+                "help": "with --data: embedding width (default: the preset's, as train)",
+            },
             "batch_size": {
                 "help": f"global batch size (default: with --data the preset's, as train; else {LEGACY_BATCH})"
             },
@@ -63,22 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
         },
     )
-    p.add_argument(
-        "--min-rows-sharded",
-        type=ct.nonneg_int,
-        default=2048,
-        help="replicate tables with fewer rows than this and than the global batch (default 2048)",
-    )
-    p.add_argument("--json", type=ct.path, help="save the plan as JSON here (train --plan reads it)")
-    from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
-
     add_simulate_arguments(p)
 
 
 def check_legacy(args: argparse.Namespace) -> None:
     """`--preset` names train's presets here too; table-size presets moved to --tables-preset."""
-    from dlrmkit.config import PRESETS
-    from dlrmkit.parallel.plan import PRESET_TABLES
 
     if args.preset is not None and args.data is None:
         hint = (
@@ -123,8 +126,6 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
 
 
 def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
-    from dlrmkit.parallel.plan import PRESET_TABLES
-
     if args.tables_preset:
         return PRESET_TABLES[args.tables_preset]
     rows, dims = [], set()

@@ -7,23 +7,31 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import dataclass
 from typing import Iterable
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import add_options
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class ConfigFile:
+    """train's one option outside TrainConfig: the file the others may come from."""
+
+    config: str | None = option(
+        None,
+        "YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
+        parse=ct.small_file,
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Train's options come from TrainConfig's fields; options not given stay off the namespace,
     so `--config` can fill them and flags given win (config_file.config_from_args)."""
     add_options(p, TrainConfig, unset_absent=True)
-    p.add_argument(
-        "--config",
-        type=ct.small_file,
-        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
-    )
+    add_options(p, ConfigFile)
 
 
 def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
@@ -37,14 +45,14 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     out, ck = cfg.output, cfg.checkpoint
 
     inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.parallel.plan}
-    for option, path in (
+    for flag, path in (
         ("--metrics-json", out.metrics_json),
         ("--log-jsonl", out.log_jsonl),
         ("--checkpoint-dir", ck.checkpoint_dir),
         ("--run-dir", out.run_dir),
         ("--tensorboard", out.tensorboard),
     ):
-        check_not_inside(path, option, inputs)
+        check_not_inside(path, flag, inputs)
     check_output_file(out.metrics_json, "--metrics-json")
     check_output_file(out.log_jsonl, "--log-jsonl", append=True)
     check_output_dir(ck.checkpoint_dir, "--checkpoint-dir")
@@ -122,9 +130,7 @@ def check_tables_fit(cfg: TrainConfig) -> None:
 
     res = cfg.resolved()
     if cfg.optimizer.lamb_lr is not None and res.optimizer.optimizer != "lamb":  # it would be ignored
-        raise DlrmkitError(
-            f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer.optimizer})"
-        )
+        raise DlrmkitError(f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer.optimizer})")
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
     state = 2 if "adagrad" in f"{res.optimizer.optimizer} {res.optimizer.embedding_optimizer}" else 1
     from dlrmkit.parallel.options import torchrun_env
