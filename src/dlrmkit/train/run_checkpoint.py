@@ -60,7 +60,11 @@ def save_final(trainer: Trainer) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
     with a line on screen."""
     cfg = trainer.cfg
-    if not cfg.checkpoint.checkpoint_dir or not cfg.checkpoint.final_checkpoint or trainer.last_saved_step == trainer.step:
+    if (
+        not cfg.checkpoint.checkpoint_dir
+        or not cfg.checkpoint.final_checkpoint
+        or trainer.last_saved_step == trainer.step
+    ):
         return
     t0 = time.monotonic()
     path = save(trainer)
@@ -98,5 +102,7 @@ def resume(trainer: Trainer, path: str) -> str:
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
     trainer.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
     saved_samples = meta.get("samples_seen")  # older checkpoints: every step a full batch
-    trainer.samples_seen = int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
+    trainer.samples_seen = (
+        int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
+    )
     return path

@@ -44,7 +44,9 @@ class Trainer:
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
         # model selection reads the validation rows only; the test mapping is scored once, at the end
-        self.train_set, self.val_set, self.val_source = validation_split(self.spec, self.train_set, cfg.selection.val_fraction)
+        self.train_set, self.val_set, self.val_source = validation_split(
+            self.spec, self.train_set, cfg.selection.val_fraction
+        )
         if self.val_set is None and cfg.selection.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
@@ -77,7 +79,9 @@ class Trainer:
             table_state_per_weight(cfg),
         )
         # large best weights wait in an unlinked file in the run's own output folder, not in memory
-        self.best = BestWeights(cfg.checkpoint.checkpoint_dir or cfg.output.run_dir, show=cfg.output.progress and self.dist.rank == 0)
+        self.best = BestWeights(
+            cfg.checkpoint.checkpoint_dir or cfg.output.run_dir, show=cfg.output.progress and self.dist.rank == 0
+        )
         device = self.dist.device if self.par is not None else resolve_device(cfg.device.device)
         self.device, self.placement, self.move = place_run(
             self.model, device, cfg.device.table_placement, table_state_per_weight(cfg) > 0, self.par is not None
@@ -91,7 +95,9 @@ class Trainer:
             cfg.optimizer.lamb_lr,
             cfg.optimizer.embedding_weight_decay or 0.0,
         )
-        self.schedule = LRSchedule(cfg.optimizer.lr, cfg.schedule.warmup_steps, cfg.schedule.decay_start, cfg.schedule.decay_steps)
+        self.schedule = LRSchedule(
+            cfg.optimizer.lr, cfg.schedule.warmup_steps, cfg.schedule.decay_start, cfg.schedule.decay_steps
+        )
         if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
             self.par.gate_early = cfg.schedule.skip_nonfinite > 0
         # the skip decision needs the loss on the host before the update: one process with
@@ -126,7 +132,9 @@ class Trainer:
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
-        self.log_path = cfg.output.log_jsonl or (os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None)
+        self.log_path = cfg.output.log_jsonl or (
+            os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
+        )
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
             if self.placement is not None:
@@ -237,7 +245,9 @@ class Trainer:
             return (
                 self.par.evaluate(dataset, self.cfg.selection.eval_batch_size)
                 if self.par
-                else evaluate_model(self.model, dataset, self.cfg.selection.eval_batch_size, self.move, self.eval_progress)
+                else evaluate_model(
+                    self.model, dataset, self.cfg.selection.eval_batch_size, self.move, self.eval_progress
+                )
             )
 
     def evaluate(self) -> dict[str, float]:
@@ -258,7 +268,10 @@ class Trainer:
         """Early stop: the target AUC reached, or --patience evaluations without improvement."""
         if self.cfg.selection.target_auc is not None and auc >= self.cfg.selection.target_auc:
             if self.dist.rank == 0:
-                print(f"target AUC {self.cfg.selection.target_auc} reached at step {self.step} (AUC {auc:.4f})", file=sys.stderr)
+                print(
+                    f"target AUC {self.cfg.selection.target_auc} reached at step {self.step} (AUC {auc:.4f})",
+                    file=sys.stderr,
+                )
             return True
         return bool(self.cfg.selection.patience) and self.best.since >= self.cfg.selection.patience
 
@@ -334,7 +347,8 @@ class Trainer:
                     if self.should_stop(auc):
                         stop = True
                 if cfg.checkpoint.checkpoint_dir and (
-                    (cfg.checkpoint.checkpoint_every and self.step % cfg.checkpoint.checkpoint_every == 0) or self.save_is_due()
+                    (cfg.checkpoint.checkpoint_every and self.step % cfg.checkpoint.checkpoint_every == 0)
+                    or self.save_is_due()
                 ):
                     train_time += time.perf_counter() - t0
                     self.save()
