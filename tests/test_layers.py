@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
         ("commands",),
         "one command each, built on training and its files; no layer below calls a command",
     ),
-    ("entry", ("cli", "__main__"), "the `dlrmkit` entry point, which dispatches to the commands"),
+    ("entry", ("cli", "__main__", "cli_reference"), "the `dlrmkit` entry point, which dispatches to the commands"),
 ]
 
 
