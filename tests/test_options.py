@@ -190,3 +190,36 @@ def test_choices_kept_torch_free_agree_with_the_modules_that_use_them():
     assert set(SHARDINGS) == {"auto", *STRATEGIES} and by_name["sharding"].option.choices == SHARDINGS
     assert by_name["optimizer"].option.choices == build.OPTIMIZERS
     assert by_name["embedding_optimizer"].option.choices == build.EMBEDDING_OPTIMIZERS
+
+
+@pytest.mark.parametrize(
+    "text, key, shape",
+    [
+        ("bottom-mlp: [[32], [8]]\n", "bottom-mlp", "a nested list or mapping"),  # not silently 32,8
+        ("top-mlp: [64, {a: 1}]\n", "top-mlp", "a nested list or mapping"),
+        ("batch-size: {a: 1}\n", "batch-size", "a mapping"),  # a mapping where a number goes
+        ("lr: [0.1, 0.2]\n", "lr", "a list"),  # a list where one number goes
+        ("data: [a, b]\n", "data", "a list"),  # a list where a string goes
+        ("optimizer: [sgd]\n", "optimizer", "a list"),
+        ("wide: [true]\n", "wide", "a list"),
+        ("bottom-mlp: {a: 1}\n", "bottom-mlp", "a mapping"),
+    ],
+)
+def test_a_value_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path, text, key, shape):
+    path = write(tmp_path, text)
+    with pytest.raises(DlrmkitError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: option '{key}': invalid value") and f"got {shape})" in message
+    assert "\n" not in message
+
+
+def test_a_wrong_shape_from_the_command_line_config_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, f"data: {tmp_path}\nbottom-mlp: [[32], [8]]\n")
+    cli = run_cli("train", "--config", path)
+    assert cli.code == 2 and f"{path}: option 'bottom-mlp'" in cli.err
+    assert len(cli.err.strip().splitlines()) == 1
+    assert load_config(write(tmp_path, "bottom-mlp: [32, 8]\ntop-mlp: 64,1\n")) == {
+        "bottom_mlp": [32, 8],
+        "top_mlp": [64, 1],
+    }  # a flat list or the flag's text: both fine
