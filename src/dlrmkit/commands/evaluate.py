@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import add_options, option
+from dlrmkit.options import add_options, build, given, option
 from dlrmkit.parallel.options import ParallelOptions
 
 
@@ -47,21 +47,14 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.commands.train import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
-    from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
+    from dlrmkit.parallel.options import changed_torchrun_options, refuse_outside_torchrun, torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
     check_plan_file(args.plan)  # a bad file is named first, as under torchrun
-    refuse_outside_torchrun(
-        (
-            (f"--sharding {args.sharding}", args.sharding != "auto"),
-            (f"--plan {args.plan}", args.plan is not None),
-            (f"--loader {args.loader}", args.loader != "exchange"),
-            (f"--backend {args.backend}", args.backend is not None),
-            ("--no-bind-cores", not args.bind_cores),
-        )
-    )
+    opts = build(ParallelOptions, given(ParallelOptions, args))  # the torchrun options, as train's
+    refuse_outside_torchrun(changed_torchrun_options(opts))
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)
@@ -80,9 +73,6 @@ def run(args: argparse.Namespace) -> int:
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
-        from dlrmkit.options import build, given
-
-        opts = build(ParallelOptions, given(ParallelOptions, args))
         model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)

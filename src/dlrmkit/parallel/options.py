@@ -127,3 +127,15 @@ class ParallelOptions:
 def torchrun_only() -> tuple[str, ...]:
     """The train options that act only under torchrun: the parallel section's."""
     return tuple(f.name for f in fields(ParallelOptions))
+
+
+def changed_torchrun_options(opts: ParallelOptions) -> list[tuple[str, bool]]:
+    """(the option as the command line gives it, whether it differs from its default) for each
+    field of `opts`: what `refuse_outside_torchrun` takes."""
+    from dlrmkit.options import specs
+
+    out = []
+    for s in specs(ParallelOptions):
+        value = s.get(opts)
+        out.append((s.flag if s.kind == "switch" else f"{s.flag} {value}", value != s.default))
+    return out
