@@ -29,7 +29,7 @@ LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size 
 @dataclass
 class BaselineOptions:
     data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
-    c: float = option(1.0, "inverse L2 strength, as scikit-learn's C (default 1.0)", parse=ct.positive_float)
+    c: float = option(1.0, "inverse L2 strength, as scikit-learn's C (default {default})", parse=ct.positive_float)
     val_fraction: float | None = option(
         None,
         "validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",

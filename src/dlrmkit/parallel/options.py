@@ -91,7 +91,7 @@ class ParallelOptions:
 
     sharding: str = option(
         "auto",
-        "under torchrun: how tables are sharded (default auto: the planner decides; on CPU it replicates "
+        "under torchrun: how tables are sharded (default {default}: the planner decides; on CPU it replicates "
         "every table that fits at up to 256 samples per rank)",
         choices=SHARDINGS,
     )
