@@ -336,12 +336,7 @@ def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tup
 
 
 def setup_parallel(
-    model: DLRM,
-    opts: ParallelOptions,
-    device: str,
-    batch_size: int,
-    seed: int | None,
-    optimizer_state: float = 0.0,
+    model: DLRM, opts: ParallelOptions, device: str, batch_size: int, seed: int | None, optimizer_state: float = 0.0
 ) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
     """For the trainer: under torchrun, a process group, a plan and the sharded model;
     otherwise (DistContext(), None, None) and training stays single-process. `opts`: the parallel
