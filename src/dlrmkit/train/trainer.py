@@ -29,7 +29,8 @@ from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
-from dlrmkit.train.step import ONE_PROCESS, training_step
+from dlrmkit.model.step import Step
+from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 
 
@@ -85,19 +86,16 @@ class Trainer:
             cfg.embedding_weight_decay or 0.0,
         )
         self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
-        if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
-            self.par.gate_early = cfg.skip_nonfinite > 0
         # the skip decision needs the loss on the host before the update: one process with
         # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
         check_each_step = self.par is not None or cfg.skip_nonfinite > 0
-        self.step_fn = training_step(
-            self.model,
-            self.optimizers,
-            cfg.precision,
-            move=self.par.to_device if self.par else self.move,
-            amp=lambda: autocast(cfg.precision, self.device.type),
-            loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None),
-            hooks=self.par or ONE_PROCESS,
+        loss_ok = functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None
+        amp = functools.partial(autocast, cfg.precision, self.device.type)
+        # the Step (dlrmkit.model.step): parallel/hybrid_step.py under torchrun, train/step.py otherwise
+        self.step_fn: Step = (
+            self.par.make_step(self.optimizers, amp, loss_ok=loss_ok, gate=cfg.skip_nonfinite > 0)
+            if self.par is not None
+            else OneProcessStep(self.model, self.optimizers, cfg.precision, amp, self.move, loss_ok)
         )
         self.loader = (
             self.par.loader(self.train_set, cfg)
