@@ -27,27 +27,26 @@ class FakeSharded:
     def one_hot_fast(self, ids) -> bool:
         return self.fast
 
-    def exchange_started(self, local, sizes, group=None, kind="ids"):
-        """The fast path: launched now (recorded), landed when the returned function runs."""
+    def exchange_started(self, local, sizes, transport=None, kind="ids"):
+        """The fast path: started now (recorded), landed when the returned function runs."""
         self.calls.append(local)
         self.threads.add(threading.current_thread().name)
-        return lambda: self.waited.append(local) or ("exchanged", local, group, kind)
+        return lambda: self.waited.append(local) or ("exchanged", local, transport, kind)
 
-    def exchange(self, ids, group=None, kind="ids"):
+    def exchange(self, ids, transport=None, kind="ids"):
         self.calls.append(ids)
         self.threads.add(threading.current_thread().name)
-        return ("exchanged", ids, group, kind)
+        return ("exchanged", ids, transport, kind)
 
 
 @dataclass
-class FakeCarried:
-    after: object
-    local: object
+class FakeNext:
+    ids: object
     received: object = None
 
     def deliver(self):
-        """What the carrying forward does: the exchanged ids arrive (a [2, 1] int tensor here)."""
-        self.received = torch.tensor([[self.local], [self.local + 100]])
+        """What the step's forward does: the ids arrive with its pooled all-to-all (a [2, 1] int tensor here)."""
+        self.received = torch.tensor([[self.ids.local], [self.ids.local + 100]])
 
 
 @dataclass
@@ -61,15 +60,15 @@ def ahead(fast: bool = False, rides: bool = False) -> tuple[IdsAhead, FakeSharde
     sharded = FakeSharded(fast, rides)
     a = IdsAhead(sharded)
 
-    def carry(after, ids):
-        """Ids ride in `after`'s pooled all-to-all when `rides` (the test plays the forward)."""
+    def coalesce(ids):
+        """Ids travel with the next step's pooled all-to-all when `rides` (the test plays the forward)."""
         if not rides:
             return None
-        sharded.carried.append(FakeCarried(after, ids.local))
+        sharded.carried.append(FakeNext(ids))
         return sharded.carried[-1]
 
-    a.carry = carry
-    a.group, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
+    a.coalesce = coalesce
+    a.transport, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
     return a, sharded
 
 
@@ -112,11 +111,11 @@ def test_one_hot_ids_are_launched_from_the_training_thread_one_ahead():
     a.close()
 
 
-def test_one_hot_ids_ride_in_the_previous_steps_pooled_all_to_all():
-    """Where the sharded module can carry them, the next batch's ids are registered to ride in
-    the pooled all-to-all of the batch just handed out (the very ids object the step will
-    start), with no collective of their own; a batch whose carrier never ran its forward is
-    exchanged when taken, and carried ids still pending are dropped, not waited for."""
+def test_one_hot_ids_travel_with_the_previous_steps_pooled_all_to_all():
+    """Where they can, the next batch's ids are registered to travel coalesced with the pooled
+    all-to-all of the step that takes the batch just handed out, with no collective of their
+    own; a batch whose step never ran its forward is exchanged when taken, and coalesced ids
+    still pending are dropped, not waited for."""
     a, sharded = ahead(fast=True, rides=True)
     batches = [FakeBatch(FakeIds(i)) for i in range(3)]
     for i, got in enumerate(a.pipeline(iter(batches))):
@@ -125,14 +124,14 @@ def test_one_hot_ids_ride_in_the_previous_steps_pooled_all_to_all():
         else:
             assert torch.equal(got.ids.global_ids, torch.tensor([[i], [i + 100]]))
         if i < 2:
-            assert sharded.carried[-1].after is got.ids and sharded.carried[-1].local == i + 1
+            assert sharded.carried[-1].ids is batches[i + 1].ids
             sharded.carried[-1].deliver()  # the step's forward
     assert sharded.calls == [0]
     assert a.pending is None
 
     a, sharded = ahead(fast=True, rides=True)
     b0, b1, b2 = (FakeBatch(FakeIds(i)) for i in range(3))
-    a.take(b0, b1)  # b1 registered to ride; no forward runs
+    a.take(b0, b1)  # b1 registered to travel with the next step; no forward runs
     assert a.take(b1).ids == ("exchanged", b1.ids, "group", "ids_ahead")  # exchanged when taken
     a.take(b2, b0)  # b0 registered; then an unexpected batch: b0 is dropped, nothing waited
     a.take(b1)
