@@ -67,7 +67,9 @@ def test_buckets_fill_in_backward_order_one_dtype_each():
     one = GradBuckets(params, bucket_bytes=1 << 20, transport=LocalCollectives())
     assert [[p.numel() for p in b] for b in one.buckets] == [[100, 100, 300, 300, 300]]
     mixed = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
-    assert len(GradBuckets(mixed, bucket_bytes=1 << 20, transport=LocalCollectives()).buckets) == 2  # one flat tensor each
+    assert (
+        len(GradBuckets(mixed, bucket_bytes=1 << 20, transport=LocalCollectives()).buckets) == 2
+    )  # one flat tensor each
 
 
 def test_small_batch_note_names_samples_per_rank_on_cpu_only():

@@ -91,7 +91,9 @@ class IdsAhead:
             self.drain()
             current = self._start(batch.ids)
         coalesced = following is not None and self.sharded.one_hot_fast(following.ids)
-        self.pending = (following, self._start(following.ids), None) if following is not None and not coalesced else None
+        self.pending = (
+            (following, self._start(following.ids), None) if following is not None and not coalesced else None
+        )
         out = with_ids(batch, current())
         if coalesced:  # with this batch's pooled all-to-all where they can, else on their own
             nxt = self.coalesce(following.ids)

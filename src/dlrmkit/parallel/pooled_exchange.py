@@ -28,7 +28,12 @@ class PooledAllToAll(torch.autograd.Function):
         recv_counts: list[int],
         deferred: bool,
     ):
-        ctx.transport, ctx.counts, ctx.shape, ctx.deferred = transport, (send_counts, recv_counts), pooled.shape, deferred
+        ctx.transport, ctx.counts, ctx.shape, ctx.deferred = (
+            transport,
+            (send_counts, recv_counts),
+            pooled.shape,
+            deferred,
+        )
         return received.view_as(received)
 
     @staticmethod

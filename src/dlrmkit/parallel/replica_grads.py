@@ -82,9 +82,7 @@ class ReplicaExchange:
     bytes, padded to the largest rank's, and `op`, the all-gather that brings every rank's;
     `finish(gathered)` sets the global gradient."""
 
-    def __init__(
-        self, p: torch.nn.Parameter, local: tuple[torch.Tensor, torch.Tensor], counts: list[int], rank: int
-    ):
+    def __init__(self, p: torch.nn.Parameter, local: tuple[torch.Tensor, torch.Tensor], counts: list[int], rank: int):
         """`local`: this rank's (rows, values) (take_local); `counts`: every rank's lookups."""
         self.p, self.counts, self.rank = p, counts, rank
         self.rows, self.values = local

@@ -145,7 +145,14 @@ class SharedMemorySum(Collectives):
 
 class SharedRequest:
     def __init__(self, owner: SharedMemorySum, half: int, ops, placed, through, request):
-        self.owner, self.half, self.ops, self.placed, self.through, self.request = owner, half, ops, placed, through, request
+        self.owner, self.half, self.ops, self.placed, self.through, self.request = (
+            owner,
+            half,
+            ops,
+            placed,
+            through,
+            request,
+        )
         self.result: list | None = None
 
     def wait(self) -> list:

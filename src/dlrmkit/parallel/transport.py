@@ -225,7 +225,9 @@ class TorchCollectives(Collectives):
         recv_parts = [[op.recv_counts[r] * k for op, k in zip(ops, size)] for r in range(self.world_size)]
         out = send.new_empty(sum(map(sum, recv_parts)))
         send_sizes = [sum(op.send_counts[r] * k for op, k in zip(ops, size)) for r in range(self.world_size)]
-        work = dist.all_to_all_single(out, send, list(map(sum, recv_parts)), send_sizes, group=self.group, async_op=True)
+        work = dist.all_to_all_single(
+            out, send, list(map(sum, recv_parts)), send_sizes, group=self.group, async_op=True
+        )
 
         def part(j: int) -> torch.Tensor:
             pieces = out.split([n for parts in recv_parts for n in parts])

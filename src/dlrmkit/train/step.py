@@ -45,6 +45,8 @@ class OneProcessStep:
         return loss.detach()
 
 
-def training_step(model: torch.nn.Module, optimizers: list, precision: str = "fp32", amp=None, move=None, loss_ok=None) -> Step:
+def training_step(
+    model: torch.nn.Module, optimizers: list, precision: str = "fp32", amp=None, move=None, loss_ok=None
+) -> Step:
     """The one-process step (OneProcessStep), as callers that only step build it."""
     return OneProcessStep(model, optimizers, precision, amp, move, loss_ok)
