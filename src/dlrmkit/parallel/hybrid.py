@@ -105,8 +105,9 @@ def make_transport(ctx: DistContext, pcfg: ParallelConfig, model: DLRM, sharded:
     return torch_ops
 
 
-# room in each rank's shared-memory slot for its large replicated tables' lookups (rows and
-# gradient rows: 256 a rank x 26 tables x 128 columns is 3.4 MB); more travels through gloo
+# room in each rank's shared-memory slot for its large replicated tables' lookups (row ids and
+# gradient rows, at the per-rank batches that replicate them: plan.REPLICATE_MAX_LOCAL_BATCH);
+# more travels through gloo
 REPLICA_LOOKUP_BYTES = 4 << 20
 
 
