@@ -56,7 +56,7 @@ for name in ("async", "blocking"):
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
-    par.close()  # the ids exchange started ahead lands before the next model's collectives
+    par.close()  # the ids exchange started ahead completes before the next model's collectives
     out[name] = {
         "launched": launched[before:],
         "init": init,
@@ -64,12 +64,12 @@ for name in ("async", "blocking"):
         "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
         "dense": [p.detach().clone() for p in model.dense_parameters()],
     }
-# one-hot ids: the next batch's travel coalesced with the pooled all-to-all ("carried") or go
+# one-hot ids: the next batch's travel coalesced with the pooled all-to-all ("coalesced") or go
 # alone ("own"); "no_buckets": overlapped, but no bucket's sum starts during backward
-for name in ("carried", "own", "no_buckets"):
+for name in ("coalesced", "own", "no_buckets"):
     model = DLRM(cfg)
     model.reset_parameters(0)
-    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "carried")
+    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "coalesced")
     par.buckets.overlap = name != "no_buckets"
     opts = build_optimizers(model, "sgd", 0.5)
     before = len(launched)

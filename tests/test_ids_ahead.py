@@ -1,7 +1,7 @@
 """IdsAhead (parallel/ids_ahead.py) without a process group: a fake sharded module records the
 exchanges. Batches come out in order, each with its own exchanged ids; the next batch's exchange
 is started before the current one is handed out; an unexpected batch is exchanged on the spot
-after the one in flight lands (so every rank issues the same collectives in the same order)."""
+after the one in flight completes (so every rank issues the same collectives in the same order)."""
 
 import threading
 from dataclasses import dataclass
@@ -17,8 +17,8 @@ class FakeBatch:
 
 
 class FakeSharded:
-    def __init__(self, fast: bool = False, rides: bool = False):
-        self.rides, self.carried = rides, []
+    def __init__(self, fast: bool = False, coalesces: bool = False):
+        self.coalesces, self.coalesced = coalesces, []
         self.calls: list = []
         self.threads: set = set()
         self.fast = fast
@@ -28,7 +28,7 @@ class FakeSharded:
         return self.fast
 
     def exchange_started(self, local, sizes, transport=None, kind="ids"):
-        """The fast path: started now (recorded), landed when the returned function runs."""
+        """The fast path: started now (recorded), completed when the returned function runs."""
         self.calls.append(local)
         self.threads.add(threading.current_thread().name)
         return lambda: self.waited.append(local) or ("exchanged", local, transport, kind)
@@ -56,16 +56,16 @@ class FakeIds:
     global_ids: object = None
 
 
-def ahead(fast: bool = False, rides: bool = False) -> tuple[IdsAhead, FakeSharded]:
-    sharded = FakeSharded(fast, rides)
+def ahead(fast: bool = False, coalesces: bool = False) -> tuple[IdsAhead, FakeSharded]:
+    sharded = FakeSharded(fast, coalesces)
     a = IdsAhead(sharded)
 
     def coalesce(ids):
-        """Ids travel with the next step's pooled all-to-all when `rides` (the test plays the forward)."""
-        if not rides:
+        """Ids travel with the next step's pooled all-to-all when `coalesces` (the test plays the forward)."""
+        if not coalesces:
             return None
-        sharded.carried.append(FakeNext(ids))
-        return sharded.carried[-1]
+        sharded.coalesced.append(FakeNext(ids))
+        return sharded.coalesced[-1]
 
     a.coalesce = coalesce
     a.transport, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
@@ -87,11 +87,11 @@ def test_pipeline_yields_every_batch_in_order_exchanged_one_ahead():
     a.close()
 
 
-def test_take_of_an_unexpected_batch_lands_the_pending_one_first():
+def test_take_of_an_unexpected_batch_completes_the_pending_one_first():
     a, sharded = ahead()
     b0, b1, other = FakeBatch("b0"), FakeBatch("b1"), FakeBatch("other")
     assert a.take(b0, b1).ids[1] == "b0"
-    assert a.take(other).ids[1] == "other"  # b1 was started ahead: it lands (unused), then `other`
+    assert a.take(other).ids[1] == "other"  # b1 was started ahead: it completes (unused), then `other`
     assert sharded.calls == ["b0", "b1", "other"]
     assert a.pending is None
     a.close()
@@ -106,7 +106,7 @@ def test_one_hot_ids_are_launched_from_the_training_thread_one_ahead():
     for i, got in enumerate(a.pipeline(iter(batches))):
         assert got.ids.global_ids == ("exchanged", i, "group", "ids_ahead")
         assert sharded.calls == list(range(min(i + 2, 4)))  # the next one already launched
-        assert sharded.waited == list(range(i + 1))  # this one landed, the next still in flight
+        assert sharded.waited == list(range(i + 1))  # this one completed, the next still in flight
     assert sharded.threads == {threading.current_thread().name}
     a.close()
 
@@ -116,20 +116,20 @@ def test_one_hot_ids_travel_with_the_previous_steps_pooled_all_to_all():
     all-to-all of the step that takes the batch just handed out, with no collective of their
     own; a batch whose step never ran its forward is exchanged when taken, and coalesced ids
     still pending are dropped, not waited for."""
-    a, sharded = ahead(fast=True, rides=True)
+    a, sharded = ahead(fast=True, coalesces=True)
     batches = [FakeBatch(FakeIds(i)) for i in range(3)]
     for i, got in enumerate(a.pipeline(iter(batches))):
-        if i == 0:  # the first batch has no carrier: exchanged on its own
+        if i == 0:  # the first batch follows no step: exchanged on its own
             assert got.ids.global_ids == ("exchanged", 0, "group", "ids_ahead")
         else:
             assert torch.equal(got.ids.global_ids, torch.tensor([[i], [i + 100]]))
         if i < 2:
-            assert sharded.carried[-1].ids is batches[i + 1].ids
-            sharded.carried[-1].deliver()  # the step's forward
+            assert sharded.coalesced[-1].ids is batches[i + 1].ids
+            sharded.coalesced[-1].deliver()  # the step's forward
     assert sharded.calls == [0]
     assert a.pending is None
 
-    a, sharded = ahead(fast=True, rides=True)
+    a, sharded = ahead(fast=True, coalesces=True)
     b0, b1, b2 = (FakeBatch(FakeIds(i)) for i in range(3))
     a.take(b0, b1)  # b1 registered to travel with the next step; no forward runs
     assert a.take(b1).ids == ("exchanged", b1.ids, "group", "ids_ahead")  # exchanged when taken

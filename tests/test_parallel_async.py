@@ -42,10 +42,10 @@ def test_async_backward_all_to_all_matches_blocking(sharding, world, tmp_path):
         # one-hot ids travel with the previous step's pooled all-to-all: only the first batch's go
         # alone, with the same bytes counted and the same training
         # (row-wise shards take bucketed ids: a worker thread exchanges them a batch ahead instead)
-        carried, own = got["carried"], got["own"]
-        assert carried["launched"].count("ids_ahead") == (0 if sharding == "row_wise" else 1)
-        assert carried["launched"].count("pooled_fwd") == 3
-        assert carried["ids_ahead_bytes"] > 0 and own["ids_ahead_bytes"] == 0
+        coalesced, own = got["coalesced"], got["own"]
+        assert coalesced["launched"].count("ids_ahead") == (0 if sharding == "row_wise" else 1)
+        assert coalesced["launched"].count("pooled_fwd") == 3
+        assert coalesced["ids_ahead_bytes"] > 0 and own["ids_ahead_bytes"] == 0
         for other in (own, got["no_buckets"]):
-            for a, b in zip(carried["tables"] + carried["dense"], other["tables"] + other["dense"]):
+            for a, b in zip(coalesced["tables"] + coalesced["dense"], other["tables"] + other["dense"]):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -188,7 +188,7 @@ class HybridParallel:
 
     def unsummed_optimizers(self, optimizers: list) -> list:
         """The optimizers whose parameters take no sum over ranks (the model-parallel tables'):
-        they may step before the gradients' sum lands. Kept per optimizer list, not found by
+        they may step before the gradients' sum completes. Kept per optimizer list, not found by
         walking every module's parameters each step (small steps feel Python's overhead)."""
         key = tuple(map(id, optimizers))
         if self._unsummed[0] != key:

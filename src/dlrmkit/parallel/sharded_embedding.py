@@ -1,14 +1,14 @@
 """The sharded replacement for `model.embeddings`: same input (one-hot [B, T] ids or multi-hot
 JaggedIds) and output [local batch, tables, dim], computed by hybrid parallelism. This module
 orchestrates; what differs between strategies (which ids a shard receives, where its columns
-land, local lookups of replicated tables) is each strategy's (dlrmkit.parallel.sharding).
+go, local lookups of replicated tables) is each strategy's (dlrmkit.parallel.sharding).
 
 Forward on each rank: (1) all-to-all of ids: each rank receives, for the global batch, the bags
 of ids of every (table, row range) it holds a shard of, as the table's strategy selects them
 (row-wise: only the ids in the range, with bag lengths: Strategy.select_ids); (2) sum-pooled
 lookups on local shards -> [global batch, local columns]; (3) one all-to-all that turns that
 into [local batch, columns of every shard]; (4) index_add adds each shard's columns at the
-output columns its strategy names (Strategy.columns: column slices land side by side, row-range
+output columns its strategy names (Strategy.columns: column slices side by side, row-range
 partial sums add up, a reduce-scatter built from all-to-all, as gloo has none). Tables of a
 strategy that is not model-parallel (replicated) are looked up on the local batch by that
 strategy's module (Strategy.local_lookup). Backward is autograd's: the reverse all-to-all
@@ -275,7 +275,7 @@ class ShardedEmbedding(IdExchange, nn.Module):
 
     def forward(self, ids: DistIds | Ids) -> torch.Tensor:
         started, self.started = self.started, None
-        if started is not None and started[0] is not ids:  # started for other ids: let it land, unused
+        if started is not None and started[0] is not ids:  # started for other ids: let it finish, unused
             if started[1][3] is not None:
                 started[1][3].wait()
             started = None
