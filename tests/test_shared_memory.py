@@ -11,6 +11,8 @@ import torch
 
 from parallel_util import ROOT, torchrun
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 SHM = "/dev/shm"
 
 

@@ -9,7 +9,7 @@ import torch
 from dlrmkit.data.loader import epoch_order
 from dlrmkit.checkpoint.save_load import latest_checkpoint
 
-from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
+from helpers import TINY_ROWS, TINY_TEST_ROWS, run_cli
 
 METRIC_KEYS = {
     "auc",
