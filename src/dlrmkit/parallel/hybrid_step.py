@@ -32,9 +32,9 @@ class GradientSum:
     def __init__(self, par):
         self.par = par
 
-    def start(self, loss_sum: torch.Tensor) -> tuple:
-        """Starts the sum of the loss and of every replicated and dense gradient; returns what
-        `wait` needs."""
+    def start(self, loss_sum: torch.Tensor, ids) -> tuple:
+        """Starts the sum of the loss and of every replicated and dense gradient (`ids`: the
+        batch's DistIds, every rank's batch size); returns what `wait` needs."""
         par, sharded = self.par, self.par.sharded
         total = loss_sum.detach().reshape(1).double()  # float64: no wire rounds the loss
         reps = sharded.replicated_parameters()
@@ -42,7 +42,8 @@ class GradientSum:
         exchanges = []
         for p, tables in sharded.exchanged_replicas():
             local = take_local(p)
-            counts = lookup_counts(sharded.batch_sizes, tables, sharded.one_hot, len(local[0]), sharded.ids_transport)
+            one_hot = isinstance(ids.local, torch.Tensor)
+            counts = lookup_counts(ids.batch_sizes, tables, one_hot, len(local[0]), sharded.ids_transport)
             exchanges.append(ReplicaExchange(p, local, counts, par.ctx.rank))
         extra = [AllReduce(total, "loss")] + [AllReduce(g) for g in grads] + [x.op for x in exchanges]
         par.buckets.start(extra)
@@ -88,18 +89,18 @@ class HybridStep:
             opt.zero_grad(set_to_none=True)
         loss.backward()
         stats.add("backward", 0, time.perf_counter() - t1)
-        return self.update(loss_sum, sum(batch.ids.batch_sizes))
+        return self.update(loss_sum, batch.ids)
 
-    def update(self, loss_sum: torch.Tensor, global_batch: int) -> torch.Tensor:
+    def update(self, loss_sum: torch.Tensor, ids) -> torch.Tensor:
         """Steps 5 and 6: the sums, then the optimizers. Returns the global mean loss."""
-        started = self.gradients.start(loss_sum)
+        started = self.gradients.start(loss_sum, ids)
         tables = self.par.unsummed_optimizers(self.optimizers) if self.par.overlapping and not self.gate else []
         t0 = time.perf_counter()
         if tables and bool(torch.isfinite(loss_sum)):  # a rank whose own loss is not finite leaves its tables
             for opt in tables:
                 opt.step()
         t1 = time.perf_counter()
-        loss = (self.gradients.wait(started) / global_batch).float()[0]
+        loss = (self.gradients.wait(started) / sum(ids.batch_sizes)).float()[0]
         t2 = time.perf_counter()
         if self.loss_ok is None or self.loss_ok(loss):
             for opt in self.optimizers:

@@ -153,8 +153,6 @@ class ShardedEmbedding(IdExchange, nn.Module):
         self.started: tuple | None = None  # (ids, started state) of start()
         self.next_ids: NextIds | None = None  # travels with start(ids) (IdsAhead.coalesce)
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
-        self.batch_sizes: list[int] = []  # every rank's local batch, and whether its ids are one-hot,
-        self.one_hot = True  # as of the last forward (replicated tables' gradient exchange)
 
     @property
     def device(self) -> torch.device:
@@ -289,7 +287,6 @@ class ShardedEmbedding(IdExchange, nn.Module):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
         local, sizes = ids.local, ids.batch_sizes
-        self.batch_sizes, self.one_hot = sizes, isinstance(local, torch.Tensor)
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
         if not any(self.widths):
