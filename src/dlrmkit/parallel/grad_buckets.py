@@ -34,14 +34,14 @@ class GradBuckets:
         size = 0
         for p in reversed(params):
             last = self.buckets[-1]
-            if last and (size >= bucket_bytes or last[-1].dtype != p.dtype):  # a bucket is one flat tensor
+            if last and (size >= bucket_bytes or last[-1].dtype != p.dtype):  # one dtype: one flat sum
                 self.buckets.append([])
                 size = 0
             self.buckets[-1].append(p)
             size += p.numel() * p.element_size()
         self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
         self.ready = [0] * len(self.buckets)
-        self.requests: list = []  # (buckets, request) in start order
+        self.requests: list = []  # (buckets, how many gradients, request) in start order
         self.overlap = True
         for p in params:
             p.register_post_accumulate_grad_hook(self._hook)
@@ -55,14 +55,13 @@ class GradBuckets:
             self._start([b])
 
     def _start(self, buckets: list[int], extra: list[Op] = ()) -> None:
-        ops = [AllReduce(self.flat(b)) for b in buckets] + list(extra)
+        """Starts the sums of `buckets`' gradients, one AllReduce each, coalesced with `extra`."""
+        ops = [
+            AllReduce(p.grad if p.grad is not None else torch.zeros_like(p)) for b in buckets for p in self.buckets[b]
+        ]
         for b in buckets:
             self.ready[b] = -1  # started
-        self.requests.append((buckets, self.transport.start(ops)))
-
-    def flat(self, b: int) -> torch.Tensor:
-        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.buckets[b]]
-        return torch.cat(grads)
+        self.requests.append((buckets, len(ops), self.transport.start(ops + list(extra))))
 
     def start(self, extra: list[Op] = ()) -> None:
         """Starts the buckets not started yet, with `extra` (after backward)."""
@@ -72,13 +71,11 @@ class GradBuckets:
         """Waits for every started sum; the summed gradients become the parameters' `.grad`.
         Returns the results of the last `start`'s extra ops."""
         extra: list = []
-        for buckets, request in self.requests:
+        for buckets, n, request in self.requests:
             results = request.wait()
-            for b, total in zip(buckets, results):
-                at = 0
-                for p in self.buckets[b]:
-                    p.grad = total[at : at + p.numel()].view_as(p)
-                    at += p.numel()
-            extra = results[len(buckets) :]
+            params = [p for b in buckets for p in self.buckets[b]]
+            for p, total in zip(params, results):
+                p.grad = total.view_as(p)
+            extra = results[n:]
         self.requests, self.ready = [], [0] * len(self.buckets)
         return extra

@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
 from dlrmkit.faults import fault_point
-from dlrmkit.parallel.transport import AllGather, AllToAll, Collectives, Op, Request, Transport, sent_bytes
+from dlrmkit.parallel.transport import AllReduce, AllToAll, Collectives, Op, Request, Transport, add_sent
 
 ALIGN = 64  # bytes: each region starts on a cache line
 HEADER = ALIGN  # bytes at a slot's head: its owner's nonce
@@ -118,38 +119,66 @@ class SharedMemorySum(Collectives):
         return cls(inner, slots) if slots is not None else None
 
     def start(self, ops: Sequence[Op]) -> Request:
-        placed, through, at = [], [], 0
-        for i, op in enumerate(ops):  # the same choice on every rank: sizes agree
-            room = aligned(op.tensor.numel() * op.tensor.element_size())
-            if isinstance(op, AllToAll) or at + room > self.slots.nbytes:
-                through.append(i)
-            else:
-                placed.append((i, at))
-                at += room
-        if not placed:  # nothing in the slots: not one of this transport's requests
+        blocks, through, at = self.place(ops)
+        if not blocks:  # nothing in the slots: not one of this transport's requests
             return self.inner.start(ops)
         if self.previous is not None:
             self.previous.wait()  # its half is read before the other half's request starts
         half, self.count = self.count % 2, self.count + 1
-        for i, at in placed:
-            t = ops[i].tensor.reshape(-1)
-            self.slots.region(half, at, t.numel(), t.dtype).copy_(t)
-            self.stats.add(ops[i].kind, sent_bytes(ops[i], self.rank, self.world_size))
+        for block in blocks:
+            tensors = [ops[i].tensor.reshape(-1) for i in block.ops]
+            torch.cat(tensors, out=self.slots.region(half, block.offset, block.numel, block.dtype))
+        add_sent(self.stats, [ops[i] for block in blocks for i in block.ops], self.rank, self.world_size)
         inner_ops = [ops[i] for i in through]
         if not inner_ops:  # a collective whose completion says that every rank's slot is written
             ones = [1] * self.world_size
             inner_ops = [AllToAll(torch.zeros(self.world_size), ones, ones, "allreduce")]
-        self.previous = SharedRequest(self, half, ops, placed, through, self.inner.start(inner_ops))
+        self.previous = SharedRequest(self.slots, half, ops, blocks, through, self.inner.start(inner_ops))
         return self.previous
+
+    def place(self, ops: Sequence[Op]) -> tuple[list["Block"], list[int], int]:
+        """Where each op goes (the same on every rank: sizes agree): blocks in the slots (an
+        all-gather alone; consecutive sums of one dtype packed together, added in one go), and
+        the ops for `inner`."""
+        blocks: list[Block] = []
+        through: list[int] = []
+        at = 0
+        for i, op in enumerate(ops):
+            t = op.tensor
+            last = blocks[-1] if blocks else None
+            if isinstance(op, AllReduce) and last is not None and last.sums and last.dtype == t.dtype:
+                end = last.offset + (last.numel + t.numel()) * t.element_size()
+                if end <= self.slots.nbytes:
+                    last.ops.append(i)
+                    last.numel += t.numel()
+                    at = aligned(end)
+                    continue
+            if isinstance(op, AllToAll) or at + t.numel() * t.element_size() > self.slots.nbytes:
+                through.append(i)
+                continue
+            blocks.append(Block(at, t.dtype, isinstance(op, AllReduce), [i], t.numel()))
+            at = aligned(at + t.numel() * t.element_size())
+        return blocks, through, at
+
+
+@dataclass
+class Block:
+    """Ops side by side at byte `offset` of every rank's slot: sums of one dtype, or an all-gather."""
+
+    offset: int
+    dtype: torch.dtype
+    sums: bool
+    ops: list[int]
+    numel: int
 
 
 class SharedRequest:
-    def __init__(self, owner: SharedMemorySum, half: int, ops, placed, through, request):
-        self.owner, self.half, self.ops, self.placed, self.through, self.request = (
-            owner,
+    def __init__(self, slots: SharedSlots, half: int, ops, blocks: list[Block], through: list[int], request):
+        self.slots, self.half, self.ops, self.blocks, self.through, self.request = (
+            slots,
             half,
             ops,
-            placed,
+            blocks,
             through,
             request,
         )
@@ -162,16 +191,21 @@ class SharedRequest:
         out: list = [None] * len(self.ops)
         for i, r in zip(self.through, got):
             out[i] = r
-        slots = self.owner.slots
-        for i, at in self.placed:
-            t = self.ops[i].tensor
-            parts = [slots.region(self.half, at, t.numel(), t.dtype, r) for r in range(len(slots.slots))]
-            if isinstance(self.ops[i], AllGather):
-                out[i] = torch.cat(parts)
-            else:  # in rank order: every rank adds the same values in the same order
-                total = torch.add(parts[0], parts[1])
-                for p in parts[2:]:
-                    total.add_(p)
-                out[i] = total.view_as(t)
+        slots = self.slots
+        for block in self.blocks:
+            parts = [
+                slots.region(self.half, block.offset, block.numel, block.dtype, r) for r in range(len(slots.slots))
+            ]
+            if not block.sums:
+                out[block.ops[0]] = torch.cat(parts)
+                continue
+            total = torch.add(parts[0], parts[1])  # in rank order: every rank adds the same values alike
+            for p in parts[2:]:
+                total.add_(p)
+            at = 0
+            for i in block.ops:
+                t = self.ops[i].tensor
+                out[i] = total[at : at + t.numel()].view_as(t)
+                at += t.numel()
         self.result = out
         return out

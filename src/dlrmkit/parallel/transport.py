@@ -120,6 +120,15 @@ def sent_bytes(op: Op, rank: int, world_size: int) -> int:
     return (sum(op.send_counts) - op.send_counts[rank]) * t.element_size()
 
 
+def add_sent(stats: "CommStats", ops: Sequence[Op], rank: int, world_size: int) -> None:
+    """Counts the bytes `ops` send, by kind."""
+    sent: dict[str, int] = {}
+    for op in ops:
+        sent[op.kind] = sent.get(op.kind, 0) + sent_bytes(op, rank, world_size)
+    for kind, n in sent.items():
+        stats.add(kind, n)
+
+
 class Done:
     """A request that is already complete."""
 
@@ -179,8 +188,7 @@ class TorchCollectives(Collectives):
     def start(self, ops: Sequence[Op]) -> Request:
         if not ops:
             return Done([])
-        for op in ops:
-            self.stats.add(op.kind, sent_bytes(op, self.rank, self.world_size))
+        add_sent(self.stats, ops, self.rank, self.world_size)
         works, finish = [], [None] * len(ops)
         sums: dict[torch.dtype, list[int]] = {}
         for i, op in enumerate(ops):
