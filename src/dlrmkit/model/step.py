@@ -4,12 +4,13 @@ the loss it back-propagates."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
 
+@runtime_checkable
 class Step(Protocol):
     """One training step: forward, loss, backward, the optimizers' updates (all of them or, for
     a non-finite loss that may be skipped, none). Returns the global batch's mean loss, detached
