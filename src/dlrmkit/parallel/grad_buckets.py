@@ -43,15 +43,16 @@ class GradBuckets:
         self.ready = [0] * len(self.buckets)
         self.requests: list = []  # (buckets, how many gradients, request) in start order
         self.overlap = True
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._hook)
+        for p in params:  # the last bucket starts after backward: its parameters need no hook
+            if self.bucket_of[id(p)] != len(self.buckets) - 1:
+                p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, p: torch.nn.Parameter) -> None:
         if not self.overlap:
             return
         b = self.bucket_of[id(p)]
         self.ready[b] += 1
-        if self.ready[b] == len(self.buckets[b]) and b != len(self.buckets) - 1:
+        if self.ready[b] == len(self.buckets[b]):
             self._start([b])
 
     def _start(self, buckets: list[int], extra: list[Op] = ()) -> None:

@@ -31,16 +31,19 @@ class GradientSum:
 
     def __init__(self, par):
         self.par = par
+        # the replicated weights: small ones sum a dense gradient, large ones gather lookups
+        self.reps = par.sharded.replicated_parameters()
+        self.exchanged = par.sharded.exchanged_replicas()
 
     def start(self, loss_sum: torch.Tensor, ids) -> tuple:
         """Starts the sum of the loss and of every replicated and dense gradient (`ids`: the
         batch's DistIds, every rank's batch size); returns what `wait` needs."""
         par, sharded = self.par, self.par.sharded
         total = loss_sum.detach().reshape(1).double()  # float64: no wire rounds the loss
-        reps = sharded.replicated_parameters()
+        reps = self.reps
         grads = [p.grad.to_dense() if p.grad is not None else torch.zeros_like(p) for p in reps]
         exchanges = []
-        for p, tables in sharded.exchanged_replicas():
+        for p, tables in self.exchanged:
             local = take_local(p)
             one_hot = isinstance(ids.local, torch.Tensor)
             counts = lookup_counts(ids.batch_sizes, tables, one_hot, len(local[0]), sharded.ids_transport)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.faults import fault_point
-from dlrmkit.parallel.transport import AllReduce, AllToAll, Collectives, Op, Request, Transport, add_sent
+from dlrmkit.parallel.transport import AllReduce, AllToAll, Collectives, Op, Request, Transport, sent_bytes
 
 ALIGN = 64  # bytes: each region starts on a cache line
 HEADER = ALIGN  # bytes at a slot's head: its owner's nonce
@@ -112,6 +112,7 @@ class SharedMemorySum(Collectives):
         self.inner, self.slots, self.stats = inner, slots, inner.stats
         self.rank, self.world_size = inner.rank, inner.world_size
         self.count, self.previous = 0, None  # requests started; the last one
+        self.places: dict[tuple, tuple] = {}  # place()'s answer by the ops' types, dtypes and sizes
 
     @classmethod
     def create(cls, inner: Transport, nbytes: int, group=None) -> "SharedMemorySum | None":
@@ -119,7 +120,12 @@ class SharedMemorySum(Collectives):
         return cls(inner, slots) if slots is not None else None
 
     def start(self, ops: Sequence[Op]) -> Request:
-        blocks, through, at = self.place(ops)
+        key = tuple((type(op), op.tensor.dtype, op.tensor.numel()) for op in ops)
+        if key not in self.places:  # a step starts the same ops every time: placed once
+            if len(self.places) > 64:  # sizes that vary (jagged lookups' gathers) are placed anew
+                self.places.clear()
+            self.places[key] = self.place(ops)
+        blocks, through, sent = self.places[key]
         if not blocks:  # nothing in the slots: not one of this transport's requests
             return self.inner.start(ops)
         if self.previous is not None:
@@ -128,7 +134,8 @@ class SharedMemorySum(Collectives):
         for block in blocks:
             tensors = [ops[i].tensor.reshape(-1) for i in block.ops]
             torch.cat(tensors, out=self.slots.region(half, block.offset, block.numel, block.dtype))
-        add_sent(self.stats, [ops[i] for block in blocks for i in block.ops], self.rank, self.world_size)
+        for kind, n in sent.items():
+            self.stats.add(kind, n)
         inner_ops = [ops[i] for i in through]
         if not inner_ops:  # a collective whose completion says that every rank's slot is written
             ones = [1] * self.world_size
@@ -136,10 +143,10 @@ class SharedMemorySum(Collectives):
         self.previous = SharedRequest(self.slots, half, ops, blocks, through, self.inner.start(inner_ops))
         return self.previous
 
-    def place(self, ops: Sequence[Op]) -> tuple[list["Block"], list[int], int]:
+    def place(self, ops: Sequence[Op]) -> tuple[list["Block"], list[int], dict[str, int]]:
         """Where each op goes (the same on every rank: sizes agree): blocks in the slots (an
-        all-gather alone; consecutive sums of one dtype packed together, added in one go), and
-        the ops for `inner`."""
+        all-gather alone; consecutive sums of one dtype packed together, added in one go), the
+        ops for `inner`, and the bytes the slots' ops count as sent, by kind."""
         blocks: list[Block] = []
         through: list[int] = []
         at = 0
@@ -158,7 +165,10 @@ class SharedMemorySum(Collectives):
                 continue
             blocks.append(Block(at, t.dtype, isinstance(op, AllReduce), [i], t.numel()))
             at = aligned(at + t.numel() * t.element_size())
-        return blocks, through, at
+        sent: dict[str, int] = {}
+        for i in (i for block in blocks for i in block.ops):
+            sent[ops[i].kind] = sent.get(ops[i].kind, 0) + sent_bytes(ops[i], self.rank, self.world_size)
+        return blocks, through, sent
 
 
 @dataclass
