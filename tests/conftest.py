@@ -56,7 +56,8 @@ def pytest_runtest_setup(item) -> None:
     """Every test (its fixtures too), and every process it starts without a `cwd` of its own, runs
     in the scratch folder: a command's default outputs (`runs/<timestamp>`) never land in the checkout."""
     os.chdir(scratch_cwd())
-    if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+    gpu_only = item.get_closest_marker("gpu") is not None and item.get_closest_marker("skipif") is None
+    if gpu_only and not torch.cuda.is_available():  # helpers.needs_gpu gives its own reason
         pytest.skip("needs a CUDA GPU; none here")
 
 

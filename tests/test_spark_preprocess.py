@@ -10,6 +10,8 @@ import pytest
 
 from helpers import run_cli
 
+pytestmark = pytest.mark.slow  # starts Spark
+
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
 HEAD6K = CRITEO / "criteo_kaggle_head6k.tsv"
 

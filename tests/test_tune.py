@@ -15,6 +15,8 @@ pytest.importorskip("optuna", reason="tune needs optuna (pip install 'dlrmkit[tu
 
 from helpers import run_cli  # noqa: E402
 
+pytestmark = pytest.mark.slow  # several training trials
+
 SPACE = {
     "lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True},
     "batch-size": {"type": "categorical", "choices": [256, 512]},
