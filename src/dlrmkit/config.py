@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, replace
 
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.model.config import ModelConfig
+from dlrmkit.model.config import INTERACTIONS, ModelConfig
 from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family, resolve_embedding_optimizer
 from dlrmkit.options import option
 
@@ -27,6 +27,10 @@ class Preset:
     decay_start: int = 0  # 0: no decay
     decay_steps: int = 0
     interaction: str = "dot"
+    # the dcn interaction's cross network: layers and rank (None: full rank)
+    dcn_layers: int = 3
+    dcn_rank: int | None = None
+    evals_per_epoch: int = 0  # 0: evaluate at each epoch end (or every --eval-every steps)
 
 
 PRESETS: dict[str, Preset] = {
@@ -48,7 +52,24 @@ PRESETS: dict[str, Preset] = {
         decay_start=49315,
         decay_steps=27772,
     ),
+    # MLPerf Training v3.0+ DLRM-DCNv2 (mlcommons/training recommendation_v2/torchrec_dlrm, docs/MLPERF.md):
+    # multi-hot Criteo 1TB, a 3-layer rank-512 cross network, Adagrad at 0.005 with no warm-up or
+    # decay, global batch 65,536, evaluated every 0.05 epoch; target AUC 0.80275
+    "mlperf-dcnv2": Preset(
+        128,
+        [512, 256, 128],
+        [1024, 1024, 512, 256, 1],
+        batch_size=65536,
+        lr=0.005,
+        optimizer="adagrad",
+        epochs=1,
+        interaction="dcn",
+        dcn_layers=3,
+        dcn_rank=512,
+        evals_per_epoch=20,
+    ),
 }
+MLPERF_DCNV2_TARGET_AUC = 0.80275
 
 
 # an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer.
@@ -91,6 +112,8 @@ def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> 
         bottom_mlp=list(preset.bottom_mlp) if num_numerical else [],
         top_mlp=list(preset.top_mlp),
         interaction=preset.interaction,
+        dcn_layers=preset.dcn_layers,
+        dcn_rank=preset.dcn_rank,
     )
 
 
@@ -106,6 +129,11 @@ RECIPE_FIELDS = (
     "embedding_dim",
     "bottom_mlp",
     "top_mlp",
+    # the interaction's block
+    "interaction",
+    "dcn_layers",
+    "dcn_rank",
+    "evals_per_epoch",
 )
 
 
@@ -295,6 +323,27 @@ class TrainConfig:
         negate=True,
     )
 
+    # ---- the interaction (dlrmkit.model.interaction) ----------------------------------------------
+    interaction: str | None = option(
+        None,
+        "feature interaction: dot, cat or dcn (DCNv2's cross network) (default: the preset's)",
+        choices=INTERACTIONS,
+    )
+    dcn_layers: int | None = option(
+        None, "with --interaction dcn: cross layers (default: the preset's, else 3)", parse=ct.positive_int
+    )
+    dcn_rank: int | None = option(
+        None,
+        "with --interaction dcn: rank of each cross layer's U V (default: the preset's, else full rank)",
+        parse=ct.positive_int,
+    )
+    evals_per_epoch: int | None = option(
+        None,
+        "evaluate on the validation rows N times per epoch, unless --eval-every is given (default: the preset's; "
+        "mlperf-dcnv2: 20, every 0.05 epoch)",
+        parse=ct.nonneg_int,
+    )
+
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
@@ -327,7 +376,11 @@ class TrainConfig:
         p = get_preset(self.preset)
         return replace(
             p,
-            **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp") if getattr(self, k) is not None},
+            **{
+                k: getattr(self, k)
+                for k in ("embedding_dim", "bottom_mlp", "top_mlp", "interaction", "dcn_layers", "dcn_rank")
+                if getattr(self, k) is not None
+            },
         )
 
 
