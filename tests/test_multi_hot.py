@@ -208,3 +208,24 @@ def test_fixed_bags_match_the_table_major_layout():
     jag = fixed_bags(ids, [1, 2, 3])
     assert jag.values.tolist() == [0, 6, 1, 2, 7, 8, 3, 4, 5, 9, 10, 11]
     assert jag.offsets.tolist() == [0, 1, 2, 4, 6, 9, 12]
+
+
+def test_synth_terabyte_multi_hot_keeps_the_optimal_auc(tmp_path):
+    """`synth --preset terabyte --multi-hot mlperf` at a small --scale: MLPerf's 26 bag sizes, and
+    the one-hot dataset's teacher, labels and optimal AUC (the bag's first id is the teacher's)."""
+    from dlrmkit.data.multi_hot import MLPERF_MULTI_HOT_SIZES
+
+    common = ("--preset", "terabyte", "--scale", "1e-4", "--rows", 3000, "--test-rows", 2000, "--no-progress")
+    assert run_cli("synth", "--out", tmp_path / "one", *common).code == 0
+    r = run_cli("synth", "--out", tmp_path / "multi", *common, "--multi-hot", "mlperf")
+    assert r.code == 0, r.err
+    one, multi = FeatureSpec.from_yaml(str(tmp_path / "one")), FeatureSpec.from_yaml(str(tmp_path / "multi"))
+    assert multi.hotness == MLPERF_MULTI_HOT_SIZES and multi.cardinalities == one.cardinalities
+    assert multi.metadata["optimal_auc"] == one.metadata["optimal_auc"]
+    a, b = SplitBinaryDataset(one, "test").read(0, 2000), SplitBinaryDataset(multi, "test").read(0, 2000)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    firsts = np.concatenate([[0], np.cumsum(MLPERF_MULTI_HOT_SIZES)[:-1]])
+    np.testing.assert_array_equal(b.ids[:, firsts], a.ids)
+    assert not os.listdir(tmp_path / "multi" / "train") == [] and not any(
+        "lookup" in f for f in os.listdir(tmp_path / "multi")
+    )
