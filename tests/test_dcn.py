@@ -66,7 +66,7 @@ def test_cross_layer_without_numerical_features_crosses_the_embeddings_alone():
 @pytest.mark.parametrize("rank", [None, 5])
 def test_cross_layer_matches_torchrec_given_the_same_weights(rank):
     crossnet = pytest.importorskip(
-        "torchrec.modules.crossnet", reason="torchrec is not installed (benchmarks/bench_dcn_torchrec.py installs it)"
+        "torchrec.modules.crossnet", reason="torchrec is not installed (a scratch virtualenv has it: benchmarks/bench_dcn_torchrec.py says how)"
     )
     layers, n = 3, 16
     ours = CrossInteraction(4, 4, layers, rank)
