@@ -12,7 +12,7 @@ from dlrmkit.model.config import ModelConfig
 from dlrmkit.model.dlrm import DLRM, flops_per_sample
 from dlrmkit.model.interaction import CrossInteraction
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def plain_cross(x0: torch.Tensor, mats: list[torch.Tensor], biases: list[torch.Tensor]) -> torch.Tensor:
@@ -66,7 +66,8 @@ def test_cross_layer_without_numerical_features_crosses_the_embeddings_alone():
 @pytest.mark.parametrize("rank", [None, 5])
 def test_cross_layer_matches_torchrec_given_the_same_weights(rank):
     crossnet = pytest.importorskip(
-        "torchrec.modules.crossnet", reason="torchrec is not installed (a scratch virtualenv has it: benchmarks/bench_dcn_torchrec.py says how)"
+        "torchrec.modules.crossnet",
+        reason="torchrec is not installed (a scratch virtualenv has it: benchmarks/bench_dcn_torchrec.py says how)",
     )
     layers, n = 3, 16
     ours = CrossInteraction(4, 4, layers, rank)
@@ -183,6 +184,7 @@ def test_mlperf_dcnv2_preset_is_the_reference_recipe():
     assert (model.interaction, model.dcn_layers, model.dcn_rank, cfg.evals_per_epoch) == ("dcn", 3, 64, 20)
 
 
+@pytest.mark.slow  # trains the scaled-down recipe for two epochs (about 35 s on 2 cores)
 def test_mlperf_dcnv2_recipe_scaled_down_reaches_the_optimal_auc(tmp_path):
     """Multi-hot bags (MLPerf's expansion) from a cross-network teacher; the mlperf-dcnv2 preset's
     recipe (3 cross layers, Adagrad, 20 evaluations per epoch) at a small width, batch and LR

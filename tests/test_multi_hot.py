@@ -18,7 +18,7 @@ from dlrmkit.data.multi_hot import materialize
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.errors import DatasetError
 
-from conftest import TINY_TABLES, run_cli
+from helpers import TINY_TABLES, run_cli
 
 SIZES = [3, 2, 1, 5, 4]
 
@@ -120,7 +120,7 @@ def test_memory_is_bounded_by_the_block(tmp_path):
     """Peak Python/numpy allocations follow --block-rows, not the dataset: 10x the rows at the
     same block size, about the same peak (a fixed few MB of buffers); the peak stays below the
     ids of the whole dataset."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from dlrmkit.data.synthetic import generate
 

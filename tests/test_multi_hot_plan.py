@@ -9,7 +9,7 @@ import pytest
 
 from dlrmkit.parallel.plan import make_plan
 
-from conftest import run_cli
+from helpers import run_cli
 
 BAGS = [3, 1, 7, 2]
 
