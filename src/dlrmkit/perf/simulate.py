@@ -177,8 +177,12 @@ def simulate(plan, hw: HardwareProfile, precision: str = "fp32", cross: tuple[in
     for st in stats:
         local = g // n + (1 if st["rank"] < g % n else 0)
         compute = local * flops / peak + local * acts * act_bytes * 6 / mem
-        # forward reads pooled rows; backward reads gradient rows, reads and writes table rows
-        lookups = st["lookups"] * dim * 4 * 4 / mem
+        # forward reads pooled rows; backward reads gradient rows, reads and writes table rows: each
+        # id of a bag, at its shard's width (a column slice reads its columns only)
+        rows_cols = sum(
+            (g if plan.tables[t].model_parallel else local) * plan.tables[t].bag * s.cols for t, s in st["shards"]
+        )
+        lookups = rows_cols * 4 * 4 / mem
         a2a = st["sent_bytes"] * (act_bytes / 4) / link if n > 1 else 0.0
         allreduce = 2 * (n - 1) / n * params * 4 / ring if n > 1 else 0.0
         latency = (4 + math.ceil(params * 4 / (25 << 20))) * hw.latency_s * (1 + math.log2(max(n, 1))) if n > 1 else 0.0
