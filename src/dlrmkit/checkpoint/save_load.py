@@ -313,7 +313,9 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             )
     show = show and _rank() == 0
     reader = (
-        legacy.LegacyReader(path) if manifest.get("format") == LEGACY_FORMAT else storage.RawReader(path, show=show)
+        legacy.LegacyReader(path)
+        if manifest.get("format") == LEGACY_FORMAT
+        else storage.RawReader(path, show=show)
     )
     reader.read_metadata()  # refused here, in one line, before DCP (which would log and retry)
     with _quiet():
