@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.multi_hot import MLPERF_MULTI_HOT_SIZES, materialize, parse_sizes
     from dlrmkit.resources import check_disk
 
+    from dlrmkit.atomic_io import check_not_inside
+
+    check_not_inside(args.out, "--out", {"--data": args.data})  # never replaces the dataset it reads
     spec = FeatureSpec.from_yaml(args.data)
     tables = len(spec.categorical_names)
     if args.multi_hot_sizes == "mlperf":
