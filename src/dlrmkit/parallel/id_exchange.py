@@ -142,8 +142,9 @@ class IdExchange:
         order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
         return got_val, got_len, order.reshape(-1)
 
-    def dense_bags(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        """The general path's (values, lengths, order) from loader-delivered one-hot global ids."""
+    def dense_bags(self, global_ids: Ids) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The general path's (values, lengths, order) from loader-delivered global ids (one-hot,
+        or a multi-hot dataset's JaggedIds)."""
         col = {t: j for j, t in enumerate(self.id_tables)}
         v, l = self.key_bags(global_ids, self.keys, [col[t] for t, _, _ in self.keys])
         empty = torch.zeros(0, dtype=torch.int64)
