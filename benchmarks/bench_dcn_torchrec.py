@@ -6,7 +6,10 @@ batches of multi-hot ids, Adagrad on MLPs and tables. TorchRec runs the way its 
 DistributedModelParallel (gloo, one rank) with FBGEMM's fused table-batched embeddings and the
 tables' Adagrad applied in backward; dlrmkit runs its own step (sparse row gradients, its Adagrad).
 Each library's steps are timed in alternating rounds (the machine is shared); the script prints
-the median step time and samples/s of each. docs/BENCHMARKS.md holds the figures.
+the median step time and samples/s of each. With --ranks N each round is one torchrun job of N
+ranks (1 thread each) per library, every rank stepping its share of the global batch: dlrmkit's
+HybridParallel on its planner's plan, TorchRec's DistributedModelParallel on its planner's.
+docs/BENCHMARKS.md holds the figures.
 
 Needs torchrec and fbgemm-gpu-cpu, which dlrmkit does not depend on: a scratch virtualenv,
   python3 -m venv /work/scratch-dcn
@@ -46,24 +49,50 @@ def batches(rows: list[int], bags: list[int], batch: int, count: int, seed: int 
     return out
 
 
-def dlrmkit_step(rows: list[int], lr: float):
+def local_share(batch, rank: int, world: int):
+    """Samples [a, b) of a global batch of fixed-size bags (each rank its slice)."""
+    dense, lengths, values, labels = batch
+    g = len(labels)
+    a, b = rank * g // world, (rank + 1) * g // world
+    starts = np.concatenate([[0], np.cumsum([g * k for k in MLPERF_BAGS])])
+    vals = torch.cat([values[starts[t] + a * k : starts[t] + b * k] for t, k in enumerate(MLPERF_BAGS)])
+    return dense[a:b], torch.tensor(MLPERF_BAGS, dtype=torch.int64).repeat_interleave(b - a), vals, labels[a:b]
+
+
+def dlrmkit_step(rows: list[int], lr: float, world: int = 1, global_batch: int = 0):
     from dlrmkit.model.dlrm import DLRM, ModelConfig
     from dlrmkit.model.embedding import JaggedIds
     from dlrmkit.optim.build import build_optimizers
 
     cfg = ModelConfig(13, rows, DIM, BOTTOM, TOP, "dcn", dcn_layers=LAYERS, dcn_rank=RANK)
-    model = DLRM(cfg)
-    model.reset_parameters(0)
+    par = None
+    if world > 1:
+        from dlrmkit.parallel.dist import batch_split, init_distributed
+        from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
+        from dlrmkit.parallel.plan import make_plan
+        from dlrmkit.parallel.sharded_embedding import DistIds
+
+        ctx = init_distributed()
+        model = DLRM(cfg, embedding_device="meta")
+        plan = make_plan(rows, DIM, world, "auto", None, global_batch, optimizer_state=1)
+        par = HybridParallel(model, plan, ctx, ParallelConfig(sharding="auto"), seed=0)
+        sizes = batch_split(global_batch, world)
+    else:
+        model = DLRM(cfg)
+        model.reset_parameters(0)
     opts = build_optimizers(model, "adagrad", lr)
 
     def step(dense, lengths, values, labels) -> float:
         offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
         torch.cumsum(lengths, 0, out=offsets[1:])
-        logits = model(dense, JaggedIds(values, offsets, len(labels)))
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        ids = JaggedIds(values, offsets, len(labels))
         for o in opts:
             o.zero_grad()
-        loss.backward()
+        if par is not None:
+            loss = par.loss_backward(model(dense, DistIds(ids, sizes)), labels, global_batch)
+        else:
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+            loss.backward()
         for o in opts:
             o.step()
         return float(loss)
@@ -85,7 +114,8 @@ def torchrec_step(rows: list[int], lr: float):
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29731")
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     keys = [f"cat_{t}" for t in range(len(rows))]
     tables = [
         EmbeddingBagConfig(name=f"t_{k}", embedding_dim=DIM, num_embeddings=n, feature_names=[k])
@@ -116,11 +146,53 @@ def torchrec_step(rows: list[int], lr: float):
         kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
         loss, _ = dmp(Batch(dense_features=dense, sparse_features=kjt, labels=labels))
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # DistributedModelParallel's DDP averages the dense gradients over ranks
         opt.step()
         return float(loss)
 
     return step
+
+
+def worker(args) -> None:
+    """One torchrun rank of one library: warm-up, then `--steps` timed steps; rank 0 prints the
+    mean step time as `STEP_S <seconds>`."""
+    torch.set_num_threads(1)
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    rows = [max(1, int(n * args.scale)) for n in MLPERF_ROWS]
+    data = [local_share(b, rank, world) for b in batches(rows, MLPERF_BAGS, args.batch, args.steps + 2)]
+    step = dlrmkit_step(rows, args.lr, world, args.batch) if args.worker == "dlrmkit" else torchrec_step(rows, args.lr)
+    for b in data[:2]:
+        step(*b)
+    import torch.distributed as dist
+
+    dist.barrier()
+    t0 = time.perf_counter()
+    for b in data[2:]:
+        step(*b)
+    dist.barrier()
+    if rank == 0:
+        print(f"STEP_S {(time.perf_counter() - t0) / args.steps}", flush=True)
+    dist.destroy_process_group()
+
+
+def launch(args, library: str) -> float:
+    """One torchrun job of `args.ranks` ranks running `library`; its mean step seconds."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks)]
+    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(port), __file__, "--worker", library]
+    cmd += ["--scale", str(args.scale), "--batch", str(args.batch), "--steps", str(args.steps), "--lr", str(args.lr)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("STEP_S ")]
+    if proc.returncode or not lines:
+        raise SystemExit(f"{library} with {args.ranks} ranks failed:\n{proc.stderr[-3000:]}")
+    return float(lines[-1].split()[1])
 
 
 def main() -> None:
@@ -131,7 +203,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's)")
     p.add_argument("--lr", type=float, default=0.005)
+    p.add_argument(
+        "--ranks", type=int, default=1, help="torchrun ranks per library, 1 thread each (default 1: in process)"
+    )
+    p.add_argument("--worker", choices=("dlrmkit", "torchrec"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.ranks > 1:
+        times = {"dlrmkit": [], "torchrec": []}
+        for _ in range(args.rounds):
+            for name in times:
+                times[name].append(launch(args, name))
+        report(args, times, f"{args.ranks} ranks x 1 thread", sum(max(1, int(n * args.scale)) for n in MLPERF_ROWS))
+        return None
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [max(1, int(n * args.scale)) for n in MLPERF_ROWS]
@@ -147,15 +232,22 @@ def main() -> None:
             for b in data[2:]:
                 step(*b)
             times[name].append((time.perf_counter() - t0) / args.steps)
+    report(args, times, f"{torch.get_num_threads()} threads", sum(rows))
+
+
+def report(args, times: dict[str, list[float]], how: str, rows: int) -> None:
     print(
-        f"DLRM-DCNv2 step on CPU ({torch.get_num_threads()} threads), tables MLPerf x {args.scale:g} "
-        f"({sum(rows):,} rows, dim {DIM}), {sum(MLPERF_BAGS)} ids per sample, batch {args.batch}, "
+        f"DLRM-DCNv2 step on CPU ({how}), tables MLPerf x {args.scale:g} "
+        f"({rows:,} rows, dim {DIM}), {sum(MLPERF_BAGS)} ids per sample, global batch {args.batch}, "
         f"median of {args.rounds} alternating rounds of {args.steps} steps"
     )
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"  {name:<9} {med * 1e3:9.1f} ms/step  {args.batch / med:10,.0f} samples/s  (rounds: "
-              + ", ".join(f"{t * 1e3:.0f}" for t in ts) + " ms)")
+        print(
+            f"  {name:<9} {med * 1e3:9.1f} ms/step  {args.batch / med:10,.0f} samples/s  (rounds: "
+            + ", ".join(f"{t * 1e3:.0f}" for t in ts)
+            + " ms)"
+        )
     ratio = statistics.median(times["torchrec"]) / statistics.median(times["dlrmkit"])
     print(f"  torchrec / dlrmkit step time: {ratio:.2f}")
 
