@@ -180,8 +180,9 @@ def test_mlperf_dcnv2_preset_is_the_reference_recipe():
     assert (p.interaction, p.dcn_layers, p.dcn_rank) == ("dcn", 3, 512)
     assert (p.optimizer, p.lr, p.batch_size, p.evals_per_epoch) == ("adagrad", 0.005, 65536, 20)
     assert (p.warmup_steps, p.decay_start, p.decay_steps) == (0, 0, 0)
-    cfg, model = resolve_run(TrainConfig(data="x", preset="mlperf-dcnv2", dcn_rank=64), [10, 20], 13)
-    assert (model.interaction, model.dcn_layers, model.dcn_rank, cfg.evals_per_epoch) == ("dcn", 3, 64, 20)
+    cfg, model = resolve_run(TrainConfig.of(data="x", preset="mlperf-dcnv2", dcn_rank=64), [10, 20], 13)
+    assert (model.interaction, model.dcn_layers, model.dcn_rank) == ("dcn", 3, 64)
+    assert cfg.selection.evals_per_epoch == 20 and cfg.optimizer.lr == 0.005
 
 
 @pytest.mark.slow  # trains the scaled-down recipe for two epochs (about 35 s on 2 cores)

@@ -1,41 +1,46 @@
 """Materialize MLPerf DLRM-DCNv2's synthetic multi-hot dataset from a one-hot FeatureSpec dataset:
 the same rows, numerical features and labels; each categorical id i of a table becomes the bag
 [i, k - 1 uniform ids drawn once per id] (mlcommons/training recommendation_v2/torchrec_dlrm's
-`materialize_synthetic_multihot_dataset.py --multi_hot_distribution_type uniform`, docs/MLPERF.md).
+`materialize_synthetic_multihot_dataset.py --multi_hot_distribution_type uniform`, docs/RECIPES.md).
 Streams in blocks (memory bounded by --block-rows); the same input and seed give the same bytes."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit import cli_types
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class MultihotOptions:
+    data: str = option(help="one-hot dataset folder (feature_spec.yaml)", parse=cli_types.path, required=True)
+    out: str = option(help="output dataset folder", parse=cli_types.path, required=True)
+    multi_hot_sizes: str = option(
+        "mlperf",
+        "ids per bag of each table, or mlperf: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1 (default)",
+        parse=cli_types.text,
+        metavar="K1,K2,...",
+    )
+    num_embeddings: str | None = option(
+        None,
+        "rows of each output table; ids are taken modulo them (MLPerf: 40M-row caps) (default: the dataset's)",
+        parse=cli_types.cardinalities,
+        metavar="N1,N2,...",
+    )
+    seed: int = option(0, "seed of the lookup draws (default {default}, as MLPerf's)", parse=cli_types.seed)
+    block_rows: int = option(
+        1 << 15,
+        "rows read, expanded and written at a time: bounds memory (default {default})",
+        parse=cli_types.positive_int,
+    )
+    force: bool = option(False, "replace an existing dataset (or empty folder) at --out")
+    no_progress: bool = option(False, "no progress bar")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=cli_types.path, help="one-hot dataset folder (feature_spec.yaml)")
-    p.add_argument("--out", required=True, type=cli_types.path, help="output dataset folder")
-    p.add_argument(
-        "--multi-hot-sizes",
-        metavar="K1,K2,...",
-        type=cli_types.text,
-        default="mlperf",
-        help="ids per bag of each table, or mlperf: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1 (default)",
-    )
-    p.add_argument(
-        "--num-embeddings",
-        metavar="N1,N2,...",
-        type=cli_types.cardinalities,
-        help="rows of each output table; ids are taken modulo them (MLPerf: 40M-row caps) (default: the dataset's)",
-    )
-    p.add_argument("--seed", type=cli_types.seed, default=0, help="seed of the lookup draws (default 0, as MLPerf's)")
-    p.add_argument(
-        "--block-rows",
-        type=cli_types.positive_int,
-        default=1 << 15,
-        help="rows read, expanded and written at a time: bounds memory (default 32768)",
-    )
-    p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_options(p, MultihotOptions)
 
 
 def run(args: argparse.Namespace) -> int:
