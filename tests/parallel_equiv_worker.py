@@ -23,6 +23,10 @@ from dlrmkit.optim.build import build_optimizers
 
 TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
+# plans named dcn_*: a DCNv2 cross network (low rank, or full rank in *_full_rank) and fixed-size
+# bags per table, as a multi-hot dataset's loader yields them
+CFG_DCN = ModelConfig(4, TABLES, 16, [16], [16, 1], interaction="dcn", dcn_layers=2, dcn_rank=8)
+FIXED_BAGS = [3, 2, 1, 5, 4]
 GLOBAL_BATCH, STEPS = 50, 4
 LR = {"sgd": 0.5, "adagrad": 0.05}
 PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"])
@@ -37,14 +41,29 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     # (replica_grads): an all-gather started with the dense gradients' sum
     "replicated_rows": ("data_parallel", "sgd", False, True, "exchanged"),
     "replicated_rows_multi_hot": ("data_parallel", "adagrad", True, False, "exchanged"),
+    "dcn_table_wise": ("table_wise", "adagrad", "fixed", False),
+    "dcn_column_wise": ("column_wise", "sgd", "fixed", True),
+    "dcn_row_wise": ("row_wise", "adagrad", "fixed", True),
+    "dcn_auto_full_rank": ("auto", "sgd", "fixed", False),
+    "replicated_dcn": ("data_parallel", "adagrad", "fixed", False),
 }
 
 
-def data(step: int, multi_hot: bool = False):
-    """(dense, ids, labels) of the global batch; ids [G, T], or (lengths [T, G], per-table values)."""
+def config_of(name: str) -> ModelConfig:
+    if "dcn" not in name:
+        return CFG
+    return ModelConfig(**{**CFG_DCN.__dict__, "dcn_rank": None}) if name.endswith("full_rank") else CFG_DCN
+
+
+def data(step: int, multi_hot: bool | str = False):
+    """(dense, ids, labels) of the global batch; ids [G, T], or (lengths [T, G], per-table values):
+    bags of 0..4 ids, or of FIXED_BAGS[t] ids with multi_hot "fixed"."""
     g = torch.Generator().manual_seed(1000 + step)
     dense = torch.rand(GLOBAL_BATCH, 4, generator=g)
-    if multi_hot:
+    if multi_hot == "fixed":
+        lengths = torch.tensor(FIXED_BAGS).unsqueeze(1).expand(-1, GLOBAL_BATCH).contiguous()
+        ids = (lengths, [torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(TABLES)])
+    elif multi_hot:
         lengths = torch.randint(0, 5, (len(TABLES), GLOBAL_BATCH), generator=g)
         ids = (lengths, [torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(TABLES)])
     else:
@@ -106,7 +125,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     strategy, opt_name, multi_hot, overlap, *exchanged = PLANS[name]
     losses = []
     if not distributed:
-        model = DLRM(CFG)
+        model = DLRM(config_of(name))
         model.reset_parameters(7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         for step in range(STEPS):
@@ -122,7 +141,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
             losses.append(float(loss.detach()))
         tables = [w.detach().clone() for w in _tables(model.embeddings)]
     else:
-        model = DLRM(CFG, embedding_device="meta")  # no full tables: shards are initialized in place
+        model = DLRM(config_of(name), embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
         par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap, bool(exchanged)), seed=7)
         opts = build_optimizers(model, opt_name, LR[opt_name])

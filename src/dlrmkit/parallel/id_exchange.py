@@ -20,14 +20,14 @@ Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank need
 @dataclass
 class DistIds:
     """Ids as a rank sees them: its local samples' ids of every table (one-hot [L, T] or
-    JaggedIds), the local batch size of every rank, and optionally the global batch's one-hot
-    ids [G, len(id_tables[rank])] of this rank's sharded tables (when the loader already
+    JaggedIds), the local batch size of every rank, and optionally the global batch's ids of this
+    rank's sharded tables, one-hot [G, len(id_tables[rank])] or JaggedIds (when the loader already
     delivered them, so the id all-to-all is skipped), or the general path's exchanged bags (when
     the exchange ran a batch ahead, dlrmkit.parallel.ids_ahead)."""
 
     local: Ids
     batch_sizes: list[int]
-    global_ids: torch.Tensor | None = None
+    global_ids: Ids | None = None
     bags: tuple | None = None  # (values, lengths, order) already exchanged (ShardedEmbedding.exchange)
 
 
@@ -129,8 +129,9 @@ class IdExchange:
         order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
         return got_val, got_len, order.reshape(-1)
 
-    def dense_bags(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        """The general path's (values, lengths, order) from loader-delivered one-hot global ids."""
+    def dense_bags(self, global_ids: Ids) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The general path's (values, lengths, order) from loader-delivered global ids (one-hot,
+        or a multi-hot dataset's JaggedIds)."""
         col = {t: j for j, t in enumerate(self.id_tables)}
         v, l = self.key_bags(global_ids, self.keys, [col[t] for t, _, _ in self.keys])
         empty = torch.zeros(0, dtype=torch.int64)

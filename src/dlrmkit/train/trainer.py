@@ -121,6 +121,9 @@ class Trainer:
                 pin_memory=self.device.type == "cuda",
             )
         )
+        sel = cfg.selection
+        if not sel.eval_every and sel.evals_per_epoch:  # the preset's cadence (mlperf-dcnv2: every 0.05 epoch)
+            sel.eval_every = max(1, len(self.loader) // sel.evals_per_epoch)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
