@@ -53,11 +53,11 @@ def run_one(data: str, seed: int, values: dict) -> dict:
     from dlrmkit.train.calibration import expected_calibration_error, fit_scale, logits_of
     from dlrmkit.train.trainer import Trainer
 
-    cfg = TrainConfig(data=data, seed=seed, progress=False, final_checkpoint=False, threads=1, **values)
+    cfg = TrainConfig.of(data=data, seed=seed, progress=False, final_checkpoint=False, threads=1, **values)
     spec, train, _ = open_dataset(data)
     base = recipe.choose(spec, train)
     base.values.pop("calibration", None)
-    recipe.apply(cfg, base)
+    recipe.fill(cfg, base)
     t0 = time.perf_counter()
     trainer = Trainer(cfg)
     test = trainer.test_set

@@ -118,7 +118,7 @@ def test_test_mapping_is_read_only_after_training(tmp_path, monkeypatch):
 
     def run(data):
         reads.clear()
-        cfg = TrainConfig(
+        cfg = TrainConfig.of(
             data=str(data),
             preset="tiny",
             epochs=4,
@@ -266,7 +266,7 @@ def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
     ref = min((s for s in scores if s[0] >= top - 0.001), key=lambda s: s[1])
     assert result["c"] == ref[2], (result["c_tried"], scores)
     assert abs(result["test_auc"] - ref[3]) < 0.002, (result, ref)
-    assert 0.5 < result["val_auc"] <= 1.0 and len(result["c_tried"]) == 7
+    assert 0.5 < result["val_auc"] <= 1.0 and len(result["c_tried"]) <= 6  # coarse to fine, not all 7
     t = run_cli(
         "train", "--data", str(tmp_path / "d"), "--run-dir", str(tmp_path / "run"), "--no-progress", "--epochs", "2"
     )

@@ -13,42 +13,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 from dlrmkit.train.baseline_result import RESULT_FILE
-from dlrmkit.train.regression import C_GRID, fit
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
-    p.add_argument(
-        "--val-fraction",
-        type=ct.float_range(0.0, 1.0, hi_open=True),
-        help="validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",
-    )
-    p.add_argument(
-        "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
-    )
-    p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
-    p.add_argument(
-        "--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)"
-    )
-    # ---- the regularization strength: chosen on the validation rows unless given
-    p.add_argument(
-        "--c",
-        type=ct.positive_float,
-        help="inverse L2 strength, as scikit-learn's C (default: chosen on the validation rows from --c-grid)",
-    )
-    p.add_argument(
-        "--c-grid",
-        type=c_values,
-        help="the C values tried on the validation rows, comma-separated (default "
-        + ",".join(f"{c:g}" for c in C_GRID)
-        + ")",
-    )
+from dlrmkit.train.regression import C_COARSE, C_GRID, fit
 
 
 def c_values(text: str) -> list[float]:
@@ -59,6 +31,40 @@ def c_values(text: str) -> list[float]:
     return [ct.positive_float(x) for x in items]
 
 
+@dataclass
+class BaselineOptions:
+    data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
+    val_fraction: float | None = option(
+        None,
+        "validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",
+        parse=ct.float_range(0.0, 1.0, hi_open=True),
+    )
+    max_iter: int = option(200, "L-BFGS iterations at most (default {default})", parse=ct.int_range(1, 100_000))
+    batch_size: int = option(65536, "rows per streamed batch (default {default})", parse=ct.batch_size)
+    out: str | None = option(
+        None, f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)", parse=ct.path
+    )
+    # ---- the regularization strength: chosen on the validation rows unless given
+    c: float | None = option(
+        None,
+        "inverse L2 strength, as scikit-learn's C (default: chosen on the validation rows from --c-grid)",
+        parse=ct.positive_float,
+    )
+    c_grid: list[float] | None = option(
+        None,
+        "the C values tried on the validation rows, comma-separated (default: "
+        + ",".join(f"{c:g}" for c in C_COARSE)
+        + " until the validation AUC falls, then the best one's neighbours among "
+        + ",".join(f"{c:g}" for c in C_GRID)
+        + ")",
+        parse=c_values,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_options(p, BaselineOptions)
+
+
 def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
@@ -67,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         check_not_inside(out, "--out", {"--data": args.data})  # <data>/baseline.json is the one file allowed
     if out != "none":
         check_output_file(out, "--out")  # before the fit: a bad path is found now
-    result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size, args.c_grid or C_GRID)
+    result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size, args.c_grid)
     fmt = lambda x: "n/a" if math.isnan(x) else f"{x:.4f}"  # noqa: E731
     if len(result["c_tried"]) > 1:
         for t in result["c_tried"]:

@@ -123,15 +123,15 @@ def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
         else "one process only"
         if trainer.par is not None
         else "split-SGD keeps bf16 halves of the weights"
-        if trainer.cfg.optimizer == "split-sgd"
+        if trainer.cfg.optimizer.optimizer == "split-sgd"
         else None
     )
     if why is not None:
         if trainer.dist.rank == 0:
             print(f"calibration: skipped ({why}); temperature 1", file=sys.stderr)
         return val
-    with autocast(trainer.cfg.precision, trainer.device.type):
-        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.eval_batch_size, trainer.move)
+    with autocast(trainer.cfg.device.precision, trainer.device.type):
+        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
     trainer.temperature = fitted["temperature"]
     trainer.log({"event": "calibration", "step": trainer.step, "mapping": "val", **fitted})
     return {**val, "logloss": fitted["val_logloss_after"]}

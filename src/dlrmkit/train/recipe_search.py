@@ -71,9 +71,10 @@ def train_candidate(cfg: Any) -> dict[str, float]:
     """One candidate: the trainer of `cfg` (outputs off) to its early stop; validation figures."""
     from dlrmkit.train.trainer import Trainer
 
-    quiet = copy.copy(cfg)
-    for key, value in QUIET.items():
-        setattr(quiet, key, value)
+    from dlrmkit.options import assign
+
+    quiet = copy.deepcopy(cfg)
+    assign(quiet, QUIET)
     t0 = time.perf_counter()
     trainer = Trainer(quiet)
     trainer.test_set = trainer.test_set.window(0, 0, "test")  # selection never reads the test rows
@@ -88,17 +89,19 @@ def train_candidate(cfg: Any) -> dict[str, float]:
 
 
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
-    """Tries the first `budget` candidates (each as `apply` fills a copy of `cfg` from the base
+    """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
     candidates that come out the same are tried once). Returns (winner, tried)."""
+    from dlrmkit.options import flatten
     from dlrmkit.train.recipe import Recipe
 
     tried: list[Candidate] = []
     seen: list[dict] = []
     for cand in candidates(num_numerical)[: max(budget, 1)]:
-        trial = copy.copy(cfg)
+        trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
         apply(trial, Recipe(base.name, {**base.values, **cand.values}))
-        shape = {k: getattr(trial, k) for k in (*base.values, *cand.values)}
+        values = flatten(trial)
+        shape = {k: values[k] for k in (*base.values, *cand.values)}
         if shape in seen:
             continue
         seen.append(shape)

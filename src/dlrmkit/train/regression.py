@@ -3,9 +3,9 @@ DLRM's wide term from: one-hot categorical features plus the numerical features,
 same splits as `train`. The objective is scikit-learn's LogisticRegression (L2): sum of log losses
 + ||w||^2 / (2C), bias unpenalized, minimized full-batch with L-BFGS; the gradient of each step
 streams over the training rows, so memory is the weights (one float per id), not the data. C is
-chosen on the validation rows from a small grid, as LogisticRegressionCV chooses it (best
-validation AUC, near-ties by log loss). Numerical features are standardized with the training
-rows' mean and deviation (after sign(x) log(1+|x|) when they are raw, as `train`'s recipe does)."""
+chosen on the validation rows from a small log grid, coarse to fine (`select`), as
+LogisticRegressionCV chooses it (best validation AUC, near-ties by log loss). Numerical features
+are standardized with the training rows' mean and deviation (after sign(x) log(1+|x|) when they are raw, as `train`'s recipe does)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import numpy as np
 from dlrmkit.errors import DlrmkitError
 
 LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size each)
-C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # strong to weak: each fit starts from the last one
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # the C values `select` may try, strong to weak
+C_COARSE = C_GRID[::2]  # tried first; then the best one's neighbours in C_GRID
 GRAD_TOL = 1e-5  # stop when every gradient entry of the mean loss is below this (scikit-learn: 1e-4)
 NEAR_TIE_AUC = 0.001  # validation AUCs this close are a tie, broken by the lower log loss
 
@@ -155,20 +156,41 @@ def select(
     train,
     val,
     signed: bool,
-    grid,
+    grid=None,
     batch_size: int = 65536,
     max_iter: int = 200,
 ) -> tuple[dict[str, float], list[dict[str, float]], LogisticRegression]:
     """(the chosen C's entry, every C tried with its validation figures, the regression of the
-    chosen C fitted on `train`). Without validation rows: the grid's one value, or C=1."""
-    grid = sorted(grid) if val is not None else [grid[0] if len(grid) == 1 else 1.0]
-    tried, models, model = [], {}, None
-    for value in grid:
-        model = train_on(cards, train, value, signed, batch_size, max_iter, model)
-        models[value] = model
-        tried.append({"c": value, **{f"val_{k}": v for k, v in score(model, val, batch_size).items()}})
+    chosen C fitted on `train`). `grid`: every one of these values; None: C_GRID coarse to fine
+    (C_COARSE from strong to weak, stopping past the validation peak, then C_GRID's neighbours of
+    the best). Each fit starts from the fit of the nearest stronger C. Without validation rows:
+    the grid's one value, or C=1."""
+    if val is None:
+        grid = [grid[0] if grid is not None and len(grid) == 1 else 1.0]
+    fitted: dict[float, tuple[dict[str, float], LogisticRegression]] = {}
+
+    def run(value: float) -> dict[str, float]:
+        stronger = [c for c in fitted if c < value]
+        start = fitted[max(stronger)][1] if stronger else None
+        model = train_on(cards, train, value, signed, batch_size, max_iter, start)
+        entry = {"c": value, **{f"val_{k}": v for k, v in score(model, val, batch_size).items()}}
+        fitted[value] = (entry, model)
+        return entry
+
+    if grid is not None:
+        for value in sorted(grid):
+            run(value)
+    else:
+        for value in C_COARSE:  # weaker C past the peak only fits the train rows closer (and slower)
+            if run(value)["val_auc"] < choose([e for e, _ in fitted.values()])["val_auc"] - NEAR_TIE_AUC:
+                break
+        i = C_GRID.index(choose([e for e, _ in fitted.values()])["c"])
+        for value in C_GRID[max(i - 1, 0) : i + 2]:
+            if value not in fitted:
+                run(value)
+    tried = [fitted[c][0] for c in sorted(fitted)]
     best = choose(tried)
-    return best, tried, models[best["c"]]
+    return best, tried, fitted[best["c"]][1]
 
 
 def fit(
@@ -177,7 +199,7 @@ def fit(
     val_fraction: float | None = None,
     max_iter: int = 200,
     batch_size: int = 65536,
-    c_grid: tuple[float, ...] | list[float] = C_GRID,
+    c_grid: tuple[float, ...] | list[float] | None = None,
 ) -> dict[str, Any]:
     """`dlrmkit baseline`: C chosen on the validation rows (or `c`); the test rows scored once
     with that C's fit on the train rows. No refit on train + validation rows: `train` fits on the
@@ -193,6 +215,8 @@ def fit(
     if max_iter < 1 or batch_size < 1:
         raise DlrmkitError("--max-iter and --batch-size must be >= 1")
     spec, train, test = open_dataset(data)
+    if train.multi_hot:
+        raise DlrmkitError(f"{data}: multi-hot (bags of {spec.hotness} ids); the baseline reads one-hot datasets")
     if len(train) == 0:
         raise DlrmkitError(f"{data}: the train mapping has no rows")
     ids = sum(spec.cardinalities)  # one float64 weight each, plus L-BFGS's gradient and history
@@ -252,7 +276,7 @@ def init_wide(model, train, val, data: str = "", batch_size: int = 65536) -> dic
     cards = list(model.cfg.table_sizes)
     key = (data, len(train), len(val) if val is not None else 0, signed, tuple(cards))
     if key not in _CHOSEN:
-        best, _, fitted = select(cards, train, val, signed, C_GRID, batch_size)
+        best, _, fitted = select(cards, train, val, signed, None, batch_size)
         _CHOSEN[key] = (best, fitted)
     best, lr = _CHOSEN[key]
     (table,) = model.embeddings.tables  # one width: the wide column is every row's last
@@ -280,4 +304,6 @@ def start_from_regression(model, train, val, cfg) -> dict[str, float]:
         raise DlrmkitError("--wide-init regression runs in one process (the tables are sharded under torchrun)")
     if not model.cfg.wide:
         raise DlrmkitError("--wide-init regression needs the wide term (--wide true)")
-    return init_wide(model, train, val, cfg.data, cfg.eval_batch_size)
+    if train.multi_hot:
+        raise DlrmkitError("--wide-init regression reads one-hot datasets (this one has bags of ids)")
+    return init_wide(model, train, val, cfg.data, cfg.selection.eval_batch_size)

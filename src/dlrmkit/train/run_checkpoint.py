@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import save_load as ckpt
+from dlrmkit.options import flatten
 
 if TYPE_CHECKING:
     from dlrmkit.train.trainer import Trainer
@@ -20,12 +21,12 @@ if TYPE_CHECKING:
 def save(trainer: Trainer) -> str:
     """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder."""
     cfg = trainer.cfg
-    assert cfg.checkpoint_dir
+    assert cfg.checkpoint.checkpoint_dir
     trainer.check_loss()  # never a checkpoint of weights a non-finite loss has updated
     tensors, extras = ckpt.model_state(trainer.model, trainer.optimizers)
     meta = ckpt.checkpoint_meta(
         trainer.model_cfg,
-        cfg,
+        flatten(cfg),  # the options flat, as manifests have always held them
         epoch=trainer.epoch,
         batch_in_epoch=trainer.batch_in_epoch,
         best_auc=trainer.best_auc,
@@ -35,7 +36,12 @@ def save(trainer: Trainer) -> str:
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
     )
     path = ckpt.save_checkpoint(
-        cfg.checkpoint_dir, trainer.step, tensors, meta, keep=cfg.keep_checkpoints, show=cfg.progress
+        cfg.checkpoint.checkpoint_dir,
+        trainer.step,
+        tensors,
+        meta,
+        keep=cfg.checkpoint.keep_checkpoints,
+        show=cfg.output.progress,
     )
     trainer.last_save_time, trainer.last_saved_step = time.monotonic(), trainer.step
     return path
@@ -54,7 +60,11 @@ def save_final(trainer: Trainer) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
     with a line on screen."""
     cfg = trainer.cfg
-    if not cfg.checkpoint_dir or not cfg.final_checkpoint or trainer.last_saved_step == trainer.step:
+    if (
+        not cfg.checkpoint.checkpoint_dir
+        or not cfg.checkpoint.final_checkpoint
+        or trainer.last_saved_step == trainer.step
+    ):
         return
     t0 = time.monotonic()
     path = save(trainer)
@@ -72,7 +82,7 @@ def resume(trainer: Trainer, path: str) -> str:
     checking its checksums, that it holds this run's model, and that it was trained on this --data."""
     cfg = trainer.cfg
     path = ckpt.resolve_checkpoint(path)
-    meta = ckpt.verify_checkpoint(path, show=cfg.progress)
+    meta = ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
     if saved != trainer.model_cfg:
         raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
@@ -87,10 +97,12 @@ def resume(trainer: Trainer, path: str) -> str:
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
-    ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.progress)
+    ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.output.progress)
     trainer.step, trainer.epoch, trainer.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
     trainer.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
     saved_samples = meta.get("samples_seen")  # older checkpoints: every step a full batch
-    trainer.samples_seen = int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.batch_size
+    trainer.samples_seen = (
+        int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
+    )
     return path
