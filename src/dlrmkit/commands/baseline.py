@@ -2,8 +2,8 @@
 numerical features of the same dataset, same loader and same splits as `train` (the same
 validation rows), so a user sees what the deep model adds. The model and its fit:
 dlrmkit.train.regression (scikit-learn's L2 LogisticRegression, L-BFGS). C is chosen on the
-validation rows from a small grid, as LogisticRegressionCV chooses it (best validation AUC,
-near-ties by log loss), so the figure is the regression at its best, not at a fixed C=1. The test
+validation rows from a small log grid, coarse to fine, as LogisticRegressionCV chooses it (best
+validation AUC, near-ties by log loss), so the figure is the regression at its best, not at a fixed C=1. The test
 figure is that C's fit on the train rows, the rows `train` fits its model on (not refitted on train
 + validation rows): the lift `train` prints compares two models that saw the same rows, each
 selected on the same validation rows. The result is written to <data>/baseline.json."""
