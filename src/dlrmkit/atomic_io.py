@@ -195,6 +195,36 @@ def atomic_write(path: str, mode: str = "w") -> Iterator[IO[Any]]:
             f.flush()
 
 
+@contextlib.contextmanager
+def removed_if_interrupted(folder: str | None) -> Iterator[None]:
+    """Run the block with SIGTERM (and SIGHUP) raising SystemExit(128 + signal) instead of ending
+    the process where it stands, and remove the temporary `folder` (None: nothing of ours) when the
+    block ends by any exception, an interrupt (SIGINT) or such a signal included: a process
+    stopped while saving leaves nothing behind. (SIGKILL cannot be caught: the next save removes
+    what it leaves, saying so.) Handlers are set only in the main thread, and restored after."""
+    import shutil
+    import signal
+    import threading
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    except BaseException:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -244,3 +274,90 @@ def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
 def write_text(path: str, text: str) -> None:
     with atomic_write(path) as f:
         f.write(text)
+
+
+# ---- one writer per output ----------------------------------------------------------------------------
+STREAMS = ("-", "/dev/stdout")  # outputs that mean standard output: written there, never replaced
+
+
+def is_stdout(path: str | None) -> bool:
+    return path is not None and (path in STREAMS or os.path.abspath(path) in ("/dev/stdout", "/proc/self/fd/1"))
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()[:64]
+    except OSError:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def output_lock(out: str, option: str = "--out") -> Iterator[None]:
+    """Hold `<out>.lock` (flock) for the whole write: a second process writing the same output stops
+    at once with one line naming the holder. The lock file records the holder (pid and boot id) and is
+    removed when the block ends; a file left by a holder that died (flock is released with its
+    process) is taken over, saying so. Standard output (`-`) takes no lock."""
+    if is_stdout(out):
+        yield
+        return
+    absolute = os.path.abspath(out)
+    if not os.path.basename(absolute):
+        raise DlrmkitError(f"{option} {out}: the root folder cannot be an output; choose a new folder")
+    path = absolute.rstrip(os.sep) + ".lock"
+    make_dirs(os.path.dirname(path), option)
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise DlrmkitError(f"{option} {out}: cannot create lock file {path} ({os_error_text(exc)})") from None
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = f" (pid {holder[1][:12]})" if len(holder) > 1 and holder[0] == "pid" else ""
+            raise DlrmkitError(
+                f"{option} {out}: another dlrmkit process{who} is writing it (lock {path} is held); wait for it or choose another {option}"
+            ) from None
+        try:  # the holder before us may have removed the file after we opened it: lock the current one
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    left = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+    if len(left) >= 4 and left[0] == "pid" and left[2] == "boot":
+        import sys
+
+        on = "" if left[3] == _boot_id() else " before the machine restarted"
+        print(f"took over the lock {path} left by process {left[1]}{on}, which is no longer running", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} boot {_boot_id()}\n".encode(), 0)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)
+
+
+_held: list[contextlib.ExitStack] = []
+
+
+def hold_output_lock(out: str, option: str) -> None:
+    """output_lock held until release_output_locks() (the CLI calls it when a command ends): for a
+    command whose outputs are set up in one function and written until it returns."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(output_lock(out, option))
+    _held.append(stack)
+
+
+def release_output_locks() -> None:
+    while _held:
+        _held.pop().close()
+

@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
         tell_torchrun(line)
         return code
+    finally:
+        from dlrmkit.atomic_io import release_output_locks
+
+        release_output_locks()  # locks a command held on its outputs (dlrmkit.atomic_io.output_lock)
 
 
 SIGPIPE_EXIT = 141  # what a shell reports for a program killed by SIGPIPE (128 + 13), as `cat` is

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
+from dlrmkit.atomic_io import hold_output_lock, make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.options import torchrun_env
@@ -95,6 +95,20 @@ def check_fresh_log(path: str | None, option: str, folder: str | None = None) ->
     )
 
 
+def lock_outputs(cfg: TrainConfig, run: RunDir) -> None:
+    """One writer per folder: rank 0 holds `<folder>.lock` on --run-dir and on the checkpoint folder
+    until the command ends (dlrmkit.atomic_io.output_lock), so a second `train` (or a --resume of
+    the same run) writing either stops with one line before any work. A run folder made fresh
+    (runs/<time>) is this process's alone already."""
+    if not is_rank_zero():
+        return
+    if cfg.run_dir:
+        hold_output_lock(run.path, "--run-dir")
+    if run.checkpoint_dir:
+        make_dirs(os.path.dirname(os.path.abspath(run.checkpoint_dir)) or ".", "--checkpoint-dir")
+        hold_output_lock(run.checkpoint_dir, "--checkpoint-dir")
+
+
 def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
@@ -132,6 +146,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
             os.path.join(cfg.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
         )
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
+    lock_outputs(cfg, run)
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():

@@ -133,11 +133,7 @@ class Trainer:
         if cfg.resume:
             if not cfg.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
-            if ckpt.latest_checkpoint(cfg.checkpoint_dir):
-                path = self.load(cfg.checkpoint_dir)
-                said = f"resumed from {path} (step {self.step}, epoch {self.epoch})"
-            else:
-                said = f"no checkpoint in {cfg.checkpoint_dir} yet: starting fresh"
+            said = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
                 print(said, file=sys.stderr)
 
