@@ -88,8 +88,9 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
     /dev/null (written to once, empty, to prove it), or a link to an existing file; one that is
     replaced by rename may not be a device (the rename would replace the device itself; a link is
     replaced, never the file it names)."""
-    if not path:
+    if not path or is_stdout(path):
         return
+    _check_pseudo(path, what)
     _check_link(path, what, follow=append)
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
@@ -102,6 +103,35 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
         raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
     _check_parent(path, what)
     _check_space(path, what)
+    _probe_folder(path, what)
+
+
+PSEUDO = ("/proc", "/sys")  # kernel file systems: nothing a command writes belongs there
+
+
+def _check_pseudo(path: str, what: str) -> None:
+    real = os.path.realpath(path)
+    if any(real == p or real.startswith(p + os.sep) for p in PSEUDO):
+        top = os.sep + real.split(os.sep)[1]
+        raise DlrmkitError(f"{what} {path}: is in {top}, a kernel file system; choose another path")
+
+
+def _probe_folder(path: str, what: str) -> None:
+    """Create and remove an empty file (exclusive, not following links) in the folder that will
+    hold `path`, when it exists: what permission bits cannot tell (root, a read-only mount, a
+    file system that refuses new files) is found before the work, not after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return
+    probe = os.path.join(folder, f".dlrmkit-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.remove(probe)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise DlrmkitError(f"{what} {path}: cannot write in {folder} ({os_error_text(exc)})") from None
 
 
 def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> None:
@@ -109,6 +139,7 @@ def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> N
     `allow_root` (the parent of an output, checked for writing)."""
     if not path:
         return
+    _check_pseudo(path, what)
     _check_link(path, what, follow=True)
     if not allow_root and os.path.abspath(path) == os.path.abspath(os.sep):
         raise DlrmkitError(f"{what} {path}: the root folder cannot be an output; choose a new folder")
@@ -264,9 +295,23 @@ def nonfinite_keys(obj: dict[str, Any]) -> list[str]:
     return [k for k, v in obj.items() if isinstance(v, float) and not math.isfinite(v)]
 
 
-def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
-    """Strict JSON (no NaN tokens), written atomically."""
+@contextlib.contextmanager
+def output_text(path: str) -> Iterator[IO[Any]]:
+    """A text file to write `path` through: standard output itself for `-` or /dev/stdout (never
+    replaced by a file of that name), else atomic_write."""
+    if is_stdout(path):
+        import sys
+
+        yield sys.stdout
+        sys.stdout.flush()
+        return
     with atomic_write(path) as f:
+        yield f
+
+
+def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
+    """Strict JSON (no NaN tokens), written atomically (or to standard output: output_text)."""
+    with output_text(path) as f:
         json.dump(strict_json(obj), f, indent=indent, allow_nan=False)
         f.write("\n")
 

@@ -225,28 +225,18 @@ def write_metrics_json(path: str, metrics: dict[str, Any]) -> None:
 
 
 def read_run(path: str) -> dict[str, Any]:
-    """run.json plus config.yaml of a run folder (for `report`)."""
-    import yaml
-
-    from dlrmkit.errors import DlrmkitError
+    """run.json plus config.yaml of a run folder (for `report`), read as untrusted files."""
+    from dlrmkit.untrusted import load_json, load_yaml
 
     info_path = os.path.join(path, "run.json")
-    if not os.path.isfile(info_path):
+    if not os.path.lexists(info_path):
         raise DlrmkitError(f"{path}: not a run folder (no run.json; `dlrmkit train --run-dir` writes one)")
-    try:
-        with open(info_path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise DlrmkitError(f"{info_path}: not valid JSON") from None
+    info = load_json(info_path, "run description", 1 << 20)  # regular file, bounded: a FIFO never blocks
     if not isinstance(info, dict) or not isinstance(info.get("log_jsonl"), str):
         raise DlrmkitError(f'{info_path}: not a run description (needs a "log_jsonl" path)')
     cfg_path = os.path.join(path, "config.yaml")
     info["config"] = {}
-    if os.path.isfile(cfg_path):
-        try:
-            with open(cfg_path, encoding="utf-8") as f:
-                cfg = yaml.safe_load(f)
-        except (yaml.YAMLError, UnicodeDecodeError):
-            raise DlrmkitError(f"{cfg_path}: not valid YAML") from None
+    if os.path.lexists(cfg_path):
+        cfg = load_yaml(cfg_path, "run config", 1 << 20)
         info["config"] = cfg if isinstance(cfg, dict) else {}
     return info

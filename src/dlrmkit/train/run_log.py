@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.untrusted import open_regular
 
 NUMERIC = (
     "time",
@@ -23,6 +24,7 @@ NUMERIC = (
     "best_auc",
     "optimal_auc",
 )
+MAX_RECORD = 1 << 20  # characters of one log line (a record is a few hundred)
 MAPPING = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a mapping names report files (`val_auc.png`): no path parts
 
 
@@ -32,8 +34,10 @@ def read_log(path: str) -> list[dict[str, Any]]:
     Anything else is one line naming file:line."""
     records = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+        with open_regular(path, "run log", "r", encoding="utf-8") as f:  # a FIFO or /dev/zero: refused
+            for n, line in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), ""), 1):
+                if len(line) > MAX_RECORD:
+                    raise DlrmkitError(f"{path}:{n}: a line longer than {MAX_RECORD >> 20} MiB, not a log record")
                 if line.strip():
                     try:
                         r = json.loads(line)
