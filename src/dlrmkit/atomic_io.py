@@ -256,6 +256,24 @@ def removed_if_interrupted(folder: str | None) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def create_new(path: str, mode: str = "w") -> IO[Any]:
+    """A new file at `path`, never written through a link: whatever is there (a stale temporary
+    file, or a link planted to a file elsewhere) is removed first, not followed, and the file is
+    created exclusively (O_EXCL | O_NOFOLLOW)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def append_no_follow(path: str, text: str) -> None:
+    """Append `text` to the file `path` inside an output folder, created if missing; a symbolic
+    link there is refused (ELOOP), never appended through."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

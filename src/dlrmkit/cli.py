@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     args._argv = args_in  # `train --config` re-parses with YAML defaults
     try:
+        from dlrmkit.faults import check_environment
+
+        check_environment()  # a malformed DLRMKIT_FAULT is one line before any work
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a reader gone before the last buffered line is seen here, not at exit
         return code

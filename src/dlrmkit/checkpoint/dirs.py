@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from dlrmkit.atomic_io import create_new
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint.storage import os_error
 from dlrmkit.untrusted import read_text
@@ -66,7 +67,7 @@ def check_writable_directory(directory: str) -> None:
     probe = os.path.join(directory, f".write-probe-{os.getpid()}")
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(probe, "w", encoding="utf-8") as f:
+        with create_new(probe) as f:  # not through a link planted there
             f.write("ok")
         os.remove(probe)
     except OSError as exc:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dlrmkit.atomic_io import removed_if_interrupted
+from dlrmkit.atomic_io import create_new, removed_if_interrupted
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import storage as storage
 from dlrmkit.checkpoint import legacy, state as ckpt_state
@@ -282,7 +282,7 @@ def _save(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any]
 
 def _publish(directory: str, name: str, tmp: str, final: str, manifest: dict[str, Any]) -> None:
     """Manifest (fsynced), rename the folder into place, then point `latest` at it (atomic rename)."""
-    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+    with create_new(os.path.join(tmp, MANIFEST)) as f:
         json.dump(manifest, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
@@ -292,7 +292,7 @@ def _publish(directory: str, name: str, tmp: str, final: str, manifest: dict[str
     fault_point("save:before-latest")
     pointer_tmp = os.path.join(directory, f".{LATEST}.tmp")
     try:
-        with open(pointer_tmp, "w", encoding="utf-8") as f:
+        with create_new(pointer_tmp) as f:  # never through a link planted there
             f.write(name)
             f.flush()
             os.fsync(f.fileno())

@@ -43,6 +43,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.atomic_io import create_new
 from dlrmkit.checkpoint import coverage
 from dlrmkit.checkpoint.manifest import DTYPES, MAX_INT, MAX_NDIM
 from dlrmkit.untrusted import load_json
@@ -159,7 +160,7 @@ class RawWriter(StorageWriter):
             if i.type != WriteItemType.BYTE_IO
         )
         results, digest = [], hashlib.sha256()
-        with open(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
+        with create_new(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
                     raise DlrmkitError(f"checkpoint state '{item.index.fqn}' is not a tensor; only tensors are saved")
@@ -203,7 +204,7 @@ class RawWriter(StorageWriter):
                 ],
             }
         tmp = os.path.join(self.path, METADATA + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with create_new(tmp) as f:
             json.dump({"format": STORAGE_FORMAT, "tensors": tensors}, f)
             f.flush()
             os.fsync(f.fileno())

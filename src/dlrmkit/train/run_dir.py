@@ -147,6 +147,13 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         )
     run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
     lock_outputs(cfg, run)
+    log_folder = os.path.dirname(os.path.abspath(run.log_jsonl))
+    inside = log_folder in {os.path.abspath(p) for p in (path, run.checkpoint_dir) if p}
+    if inside and os.path.islink(run.log_jsonl):  # appended without following links (run_log.append_record)
+        raise DlrmkitError(
+            f"{run.log_jsonl}: is a symbolic link; a log inside an output folder is never written through one "
+            f"(remove the link)"
+        )
     if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():

@@ -64,6 +64,30 @@ def read_log(path: str) -> list[dict[str, Any]]:
     return records
 
 
+def append_record(path: str, line: str, output_folders: tuple[str | None, ...]) -> None:
+    """Append one JSON line to the run log. A log inside an output folder (the run folder's or the
+    checkpoint folder's own `log.jsonl`) is never written through a symbolic link (one planted
+    there is refused); a --log-jsonl the user named may be a link or a stream they chose."""
+    import errno
+    import os
+
+    from dlrmkit.atomic_io import append_no_follow
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if any(f and os.path.abspath(f) == folder for f in output_folders):
+        try:
+            append_no_follow(path, line)
+        except OSError as exc:
+            link = exc.errno == errno.ELOOP
+            why = "is a symbolic link; a log inside an output folder is never written through one" if link else exc.strerror
+            if not link:
+                raise
+            raise DlrmkitError(f"{path}: {why}") from None
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
 def summary_writer_class() -> Any:
     """torch's SummaryWriter (needs `tensorboard`) or tensorboardX's; a one-line error without either."""
     try:

@@ -27,6 +27,7 @@ from dlrmkit.precision import autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
+from dlrmkit.train.run_log import append_record
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.train.step import ONE_PROCESS, training_step
@@ -216,8 +217,7 @@ class Trainer:
             record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
                 os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
+                append_record(self.log_path, json.dumps(record) + "\n", (self.cfg.checkpoint_dir, self.cfg.run_dir))
             except OSError as exc:
                 raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
