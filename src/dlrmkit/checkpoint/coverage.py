@@ -85,13 +85,19 @@ def check_byte_ranges(
         end = 0
         for offset, length, fqn in sorted(spans):
             if offset < end:
-                raise DlrmkitError(f"{fp}: the bytes of tensor '{fqn}' at {offset} overlap another chunk's; refused")
+                raise DlrmkitError(
+                    f"{fp}: the chunk of tensor '{fqn}' at byte {offset} overlaps the bytes of another chunk; refused"
+                )
             if exact and offset != end:
-                raise DlrmkitError(f"{fp}: bytes {end}..{offset} belong to no chunk; refused")
+                raise DlrmkitError(
+                    f"{fp}: the chunk of tensor '{fqn}' starts at byte {offset}, leaving bytes {end}..{offset} that "
+                    f"no chunk names (the metadata and the file disagree); refused"
+                )
             end = offset + length
         if end > sizes[name]:
             raise DlrmkitError(
-                f"{fp}: {sizes[name]} bytes, but its metadata places chunks up to byte {end} (truncated); refused"
+                f"{fp}: {sizes[name]} bytes, but the metadata places the chunk of tensor '{spans[-1][2]}' up to "
+                f"byte {end} (truncated); refused"
             )
         if exact and end != sizes[name]:
             raise DlrmkitError(f"{fp}: {sizes[name]} bytes, but its chunks hold {end}; refused")
@@ -101,9 +107,7 @@ def check_byte_ranges(
                 raise DlrmkitError(f"{folder}/{name}: {sizes[name]} bytes that no chunk names; refused")
 
 
-def check_against_manifest(
-    fp: str, described: dict[str, tuple[str, list[int]]], manifest: dict[str, Any]
-) -> None:
+def check_against_manifest(fp: str, described: dict[str, tuple[str, list[int]]], manifest: dict[str, Any]) -> None:
     """The tensors the storage metadata describes ({name: (dtype, size)}) are exactly the
     manifest's, each with the same dtype and shape; else one line naming the tensor."""
     listed = manifest.get("tensors", {})
