@@ -163,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or args.run
     check_output_dir(out, "--out")
     check_output_dir(args.tensorboard, "--tensorboard")
-    info = read_run(args.run)
     with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
+        info = read_run(args.run)
         records = read_log(info["log_jsonl"])
         if len(eval_mappings(records)) > MAX_MAPPINGS:
             raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
