@@ -60,6 +60,7 @@ class PredictReport:
     rows_read: int = 0
     rows_scored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    empty_lines: int = 0  # of a CSV/TSV input: skipped, not rows
     first_bad_rows: list[str] = field(default_factory=list)
     unlabeled_shaped: int = 0  # rows of blocks with no valid row that have a label-less row's 39 fields
 
@@ -171,6 +172,7 @@ def _table_batches(
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
+    report.empty_lines = tr.empty_lines
 
 
 def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictReport) -> Iterator[Scored]:
@@ -263,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
     msg = f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""
     )
+    msg += f"  empty lines skipped {report.empty_lines:,}" if report.empty_lines else ""
     err = sys.stderr if not output else sys.stdout  # keep stdout pure CSV when it carries the scores
     print(msg, file=err)
     for pos in report.first_bad_rows:
