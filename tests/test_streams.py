@@ -51,6 +51,7 @@ def test_metrics_json_dash_writes_json_to_standard_output(transcoded, tmp_path):
     assert os.listdir(tmp_path) == []  # no file named '-', no lock
 
 
+@pytest.mark.skipif(not os.path.islink("/dev/stdout"), reason="/dev/stdout is not the usual link here")
 def test_dev_stdout_is_written_not_replaced(transcoded, tmp_path):  # noqa: F811
     ds, c, csv = transcoded
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
@@ -58,7 +59,11 @@ def test_dev_stdout_is_written_not_replaced(transcoded, tmp_path):  # noqa: F811
     proc = subprocess.run(list(map(str, argv)), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("row,label,probability\n") and len(proc.stdout.splitlines()) == 601
-    assert os.path.islink("/dev/stdout") or not os.path.isfile("/dev/stdout")
+    assert os.path.islink("/dev/stdout")  # the system's link, not replaced by a file
+    for link in ("/dev/stderr", "/dev/fd/2"):  # another stream's link: refused, never replaced
+        r = run_cli("predict", "--checkpoint", c, "--input", csv, "--output", link)
+        assert r.code == 2 and "--output" in r.err, r.err
+        assert os.path.islink("/dev/stderr")
 
 
 def test_predict_output_dash_is_standard_output(transcoded, tmp_path):  # noqa: F811

@@ -91,6 +91,11 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
     if not path or is_stdout(path):
         return
     _check_pseudo(path, what)
+    if not append and _in_system_folder(path):
+        raise DlrmkitError(
+            f"{what} {path}: is in /dev, where a file would replace a device or the system's link; "
+            f"`-` (or /dev/stdout) writes to standard output"
+        )
     _check_link(path, what, follow=append)
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
@@ -101,6 +106,12 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
         if append and os.access(path, os.W_OK):
             return
         raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
+    if not append and os.path.islink(path) and os.path.exists(path) and not os.path.isfile(path):
+        # e.g. /dev/stderr, /dev/fd/N: a rename would replace the link (the system's) with a file
+        raise DlrmkitError(
+            f"{what} {path}: is a link to a device or stream, not a file; `-` (or /dev/stdout) writes to "
+            f"standard output"
+        )
     _check_parent(path, what)
     _check_space(path, what)
     _probe_folder(path, what)
@@ -109,11 +120,20 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
 PSEUDO = ("/proc", "/sys")  # kernel file systems: nothing a command writes belongs there
 
 
+def _under(path: str, tops: tuple[str, ...]) -> str | None:
+    return next((t for t in tops if path == t or path.startswith(t + os.sep)), None)
+
+
+def _in_system_folder(path: str) -> bool:
+    """`path` (as given, or after links) names something in /dev, /proc or /sys."""
+    return any(_under(p, ("/dev", *PSEUDO)) for p in (os.path.abspath(path), os.path.realpath(path)))
+
+
 def _check_pseudo(path: str, what: str) -> None:
-    real = os.path.realpath(path)
-    if any(real == p or real.startswith(p + os.sep) for p in PSEUDO):
-        top = os.sep + real.split(os.sep)[1]
-        raise DlrmkitError(f"{what} {path}: is in {top}, a kernel file system; choose another path")
+    for p in (os.path.abspath(path), os.path.realpath(path)):
+        top = _under(p, PSEUDO)
+        if top:
+            raise DlrmkitError(f"{what} {path}: is in {top}, a kernel file system; choose another path")
 
 
 def _probe_folder(path: str, what: str) -> None:
@@ -195,6 +215,8 @@ def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside `path` for a library that writes by name (torch.save, savefig,
     onnx); renamed over `path` when the block ends without error, removed otherwise."""
     path = os.fspath(path)
+    if _in_system_folder(path):  # a rename there would replace a device or the system's link (/dev/stderr)
+        raise DlrmkitError(f"{path}: is in a system folder (/dev, /proc, /sys); not replaced by a file")
     folder = os.path.dirname(os.path.abspath(path))
     make_dirs(folder)
     try:
