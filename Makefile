@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` and `make test`. Both create .venv if missing and
+# The README's two commands: `make demo` and `make test` (`make test-fast`: the quick part). Both create .venv if missing and
 # install the package with constraints.txt, which pins torch==2.13.0 (never another torch).
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install -c constraints.txt
 DEMO_DATA ?= data/synthetic-tiny
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
+
+# everything but multi-rank, GPU and slow tests (markers in pyproject.toml): a few minutes on 2 cores
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q -m "not slow and not multirank and not gpu"
 
 clean:
 	rm -rf $(VENV) data/synthetic-tiny runs

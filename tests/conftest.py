@@ -1,38 +1,24 @@
-"""Shared fixtures: a tiny synthetic dataset and helpers that run the `dlrmkit` CLI."""
+"""Fixtures shared by the tests: a tiny synthetic dataset, one trained tiny run, and the CLI
+runners. Helpers that tests import (run_cli, tiny_config, ...) live in helpers.py.
+
+Markers (pyproject.toml): `multirank` (launches ranks with torchrun), `gpu` (needs a CUDA GPU;
+skipped here, saying why), `slow` (trains a whole recipe). `make test-fast` leaves out all three."""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import io
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from dlrmkit.cli import main as cli_main
-from dlrmkit.data.synthetic import SynthConfig, generate
+from dlrmkit.data.synthetic import generate
+from helpers import run_cli, run_cli_subprocess, scratch_cwd, tiny_config
 
 # The test machines have 2 cores; one intra-op thread keeps the small models fast and the
 # results independent of the machine's core count.
 torch.set_num_threads(1)
-
-# Small enough to write in well under a second, large enough for 16 batches of 256.
-TINY_TABLES = [3, 8, 20, 50, 120]
-TINY_NUMERICAL = 4
-TINY_ROWS, TINY_TEST_ROWS = 4000, 1000
-
-
-def tiny_config(**overrides) -> SynthConfig:
-    kw = dict(table_sizes=list(TINY_TABLES), num_numerical=TINY_NUMERICAL, rows=TINY_ROWS, test_rows=TINY_TEST_ROWS)
-    kw.update(overrides)
-    return SynthConfig(**kw)
 
 
 @pytest.fixture(scope="session")
@@ -51,23 +37,18 @@ def dataset_copy(tiny_data, tmp_path) -> Path:
     return dst
 
 
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
-_scratch: list[str] = []
-
-
-def scratch_cwd() -> str:
-    """A throw-away working directory for CLI runs, so whatever a command writes relative to the
-    current directory (e.g. a default `runs/<timestamp>` folder) never lands in the repository."""
-    if not _scratch:
-        _scratch.append(tempfile.mkdtemp(prefix="dlrmkit-cli-cwd-"))
-        atexit.register(shutil.rmtree, _scratch[0], True)
-    return _scratch[0]
+@pytest.fixture(scope="session")
+def tiny_run(tiny_data, tmp_path_factory) -> Path:
+    """One finished run on `tiny_data`, trained once for every test that reads a run folder
+    (read-only: copy it before changing it): 40 steps, evaluated every 10, the loss logged every 5,
+    checkpoints in <run>/checkpoints."""
+    run = tmp_path_factory.mktemp("tiny-run") / "run"
+    result = run_cli(
+        "train", "--data", tiny_data, "--max-steps", 40, "--eval-every", 10, "--log-every", 5,
+        "--no-progress", "--run-dir", run,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    return run
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -75,33 +56,9 @@ def pytest_runtest_setup(item) -> None:
     """Every test (its fixtures too), and every process it starts without a `cwd` of its own, runs
     in the scratch folder: a command's default outputs (`runs/<timestamp>`) never land in the checkout."""
     os.chdir(scratch_cwd())
-
-
-def run_cli(*argv: str, cwd: str | os.PathLike | None = None) -> CliResult:
-    """`dlrmkit ARGV` in this process (dlrmkit.cli.main returns the exit code). Pass absolute paths:
-    the command runs in `cwd` (default: a scratch folder)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd or scratch_cwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli_main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code if isinstance(exc.code, int) else 1
-    return CliResult(code, out.getvalue(), err.getvalue())
-
-
-def run_cli_subprocess(*argv: str, cwd: str | os.PathLike | None = None, timeout: float = 120) -> CliResult:
-    """`python -m dlrmkit ARGV` in a fresh interpreter, as a user runs it (in `cwd`, default: a
-    scratch folder; pass absolute paths)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "dlrmkit", *[str(a) for a in argv]],
-        cwd=cwd or scratch_cwd(),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    gpu_only = item.get_closest_marker("gpu") is not None and item.get_closest_marker("skipif") is None
+    if gpu_only and not torch.cuda.is_available():  # helpers.needs_gpu gives its own reason
+        pytest.skip("needs a CUDA GPU; none here")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from conftest import CliResult, run_cli
+from helpers import CliResult, run_cli
 
 
 @dataclass

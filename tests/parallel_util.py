@@ -40,6 +40,6 @@ def torchrun(
         *(extra or []),
         *map(str, args),
     ]
-    from conftest import scratch_cwd  # a default `runs/` lands there, never in the checkout
+    from helpers import scratch_cwd  # a default `runs/` lands there, never in the checkout
 
     return subprocess.run(cmd, env=torchrun_env(), cwd=scratch_cwd(), capture_output=True, text=True, timeout=timeout)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_TABLES, run_cli, run_cli_subprocess
+from helpers import TINY_TABLES, run_cli, run_cli_subprocess
 from dlrmkit.checkpoint import save_load as ckpt
 
 

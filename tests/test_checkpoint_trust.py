@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_cli, scratch_cwd, tiny_config
+from helpers import run_cli, scratch_cwd, tiny_config
 from dlrmkit.data.synthetic import generate
 from dlrmkit.checkpoint import save_load as ckpt
 
@@ -388,6 +388,7 @@ def test_final_checkpoint_is_announced_and_can_be_skipped(tiny_data, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_3"
 
 
+@pytest.mark.multirank
 def test_final_checkpoint_under_torchrun_without_run_dir(tiny_data, tmp_path):
     """The same default as one process: the ranks checkpoint into rank 0's run folder."""
     sys.path.insert(0, os.path.dirname(__file__))

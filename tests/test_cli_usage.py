@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.cli import SIGPIPE_EXIT
 
 

@@ -5,7 +5,7 @@ import json
 
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def train(*argv):

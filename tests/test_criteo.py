@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.data.encoder import Vocabulary
 from dlrmkit.data.split_binary import open_dataset
 

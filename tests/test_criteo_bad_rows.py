@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.data.split_binary import open_dataset
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli
+from helpers import needs_gpu, run_cli
 from dlrmkit.errors import DlrmkitError
 from dlrmkit import device as dev
 from dlrmkit.perf import gpu_step as gpu
@@ -15,7 +15,7 @@ from dlrmkit.perf import gpu_step as gpu
 TINY_CFG = dict(num_numerical=13, table_sizes=[1000] * 4, embedding_dim=16, bottom_mlp=[32, 16], top_mlp=[32, 1])
 
 
-NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU step needs a CUDA GPU; none here")
+NEEDS_GPU = needs_gpu("the GPU step needs a CUDA GPU; none here")
 
 
 def test_resolve_device():

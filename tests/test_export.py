@@ -6,7 +6,7 @@ import torch
 
 from dlrmkit.commands.export import example_inputs, load_model
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def test_torchscript_and_pt_exports_match_checkpoint(tiny_data, tmp_path):

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.split_binary import open_dataset
 

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from hostile_util import Accepted, run_accepted, summarized
 from test_hostile_inputs import (  # noqa: F401 - ws and trained_run are fixtures
     SPEC,
@@ -285,7 +285,7 @@ def test_own_features_loader_checks_every_row_of_its_tables(dataset_copy):
 def test_a_fifo_named_like_a_spec_is_never_read(dataset_copy, tmp_path, command):
     """A FIFO blocks its reader until someone writes: refused as not a regular file, without
     opening it (a subprocess with a timeout, so a regression fails instead of hanging)."""
-    from conftest import run_cli_subprocess
+    from helpers import run_cli_subprocess
 
     (dataset_copy / SPEC).unlink()
     os.mkfifo(dataset_copy / SPEC)

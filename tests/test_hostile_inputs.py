@@ -1,7 +1,7 @@
 """Hostile and bad input, one table row each: the command line, the exit code, a phrase of the
 one-line error, and the promise that nothing on disk changed (every file and folder of the
 probe's workspace is hashed before and after). Every command is covered; stderr must be exactly
-one line and never a traceback. Runs in-process (tests/conftest.py run_cli) on tiny data."""
+one line and never a traceback. Runs in-process (tests/helpers.py run_cli) on tiny data."""
 
 from __future__ import annotations
 
@@ -18,18 +18,16 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 
 SPEC = "feature_spec.yaml"
 
 
 # ---- the workspace every probe runs in -------------------------------------------------------
 @pytest.fixture(scope="module")
-def trained_run(tiny_data, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hostile") / "run"
-    r = run_cli("train", "--data", tiny_data, "--no-progress", "--max-steps", 3, "--run-dir", root)
-    assert r.code == 0, r.err
-    return root
+def trained_run(tiny_run) -> Path:
+    """The shared finished run (conftest.py `tiny_run`): `ws` copies it."""
+    return tiny_run
 
 
 def criteo_rows(n: int = 40) -> bytes:

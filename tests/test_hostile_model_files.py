@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pytest
 
 import test_hostile_inputs as hostile
-from conftest import run_cli
+from helpers import run_cli
 from test_checkpoint_trust import relist, to_first_format, transcoded  # noqa: F401 (fixture)
 from test_hostile_inputs import Probe, both, snapshot, write_bytes
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import test_hostile_inputs as hostile
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_output_dir
 from dlrmkit.errors import DlrmkitError, describe_error

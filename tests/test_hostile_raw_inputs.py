@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from conftest import CliResult, run_cli
+from helpers import CliResult, run_cli
 from hostile_util import Accepted, run_accepted, summarized
 from test_hostile_inputs import (  # noqa: F401 - ws and trained_run are fixtures
     SPEC,

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 
 ARGS = ("--max-steps", "2", "--batch-size", "64", "--no-progress")
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.cli import build_parser
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError

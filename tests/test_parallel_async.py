@@ -13,6 +13,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parallel_util import ROOT, torchrun  # noqa: E402
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 
 @pytest.mark.parametrize("sharding,world", [("table_wise", 2), ("row_wise", 2), ("table_wise", 3)])
 def test_async_backward_all_to_all_matches_blocking(sharding, world, tmp_path):

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_cli, scratch_cwd  # noqa: E402
+from helpers import run_cli, scratch_cwd  # noqa: E402
 from parallel_util import torchrun, torchrun_env  # noqa: E402
+
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
 ARGS = ["--batch-size", "240", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
 

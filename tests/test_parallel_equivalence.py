@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import parallel_equiv_worker as worker  # noqa: E402
 from parallel_util import ROOT, torchrun  # noqa: E402
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 
 @pytest.fixture(scope="module")
 def reference() -> dict:

@@ -7,6 +7,8 @@ import torch
 
 from parallel_util import ROOT, torchrun
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 
 def buffers(n: int, seed: int, world: int) -> list[torch.Tensor]:
     return [torch.randn(n, generator=torch.Generator().manual_seed(seed + r)) for r in range(world)]

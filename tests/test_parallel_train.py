@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import scratch_cwd  # noqa: E402
+from helpers import scratch_cwd  # noqa: E402
 from parallel_util import free_port, torchrun, torchrun_env  # noqa: E402
+
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
 ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
 

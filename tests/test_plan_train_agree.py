@@ -65,6 +65,7 @@ def test_old_preset_usage_names_the_new_flag(cli):
     assert ok.code == 0 and "global batch 65536" in ok.out
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
 def test_planned_bytes_match_a_torchrun_job(cli, wide_data, tmp_path, optimizer):
     plan_json = tmp_path / "plan.json"
@@ -112,6 +113,7 @@ def test_table_state_in_words():
     assert state_words(1 / 16) == "1/16 state value per weight (one per row)"
 
 
+@pytest.mark.multirank
 def test_ranks_that_plan_differently_stop_with_one_line(tmp_path):
     """Every rank plans alone; plans that differ (hosts with different memory) would hang or
     corrupt the exchanges, so each rank names the problem and the fix instead."""

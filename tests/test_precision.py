@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from dlrmkit.errors import DlrmkitError
+from helpers import needs_gpu
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.precision import autocast, check_precision, enable_tf32, grad_scaler
 
@@ -44,7 +45,7 @@ def test_bad_precision_and_fp16_on_cpu_are_user_errors():
     assert not enable_tf32("cpu")
 
 
-@pytest.mark.skipif(not CUDA, reason="fp16 autocast and loss scaling need a CUDA GPU; none here")
+@needs_gpu("fp16 autocast and loss scaling need a CUDA GPU; none here")
 def test_fp16_on_cuda_with_dynamic_loss_scaling():
     model = DLRM(CFG).cuda()
     model.reset_parameters(0)
@@ -67,7 +68,7 @@ def test_fp16_on_cuda_with_dynamic_loss_scaling():
     assert not torch.equal(before, model.top_mlp[0].weight.detach())
 
 
-@pytest.mark.skipif(not CUDA, reason="TF32 needs a CUDA GPU; none here")
+@needs_gpu("TF32 needs a CUDA GPU; none here")
 def test_tf32_enabled_on_ampere_and_newer():
     major, _ = torch.cuda.get_device_capability()
     saved = torch.backends.cuda.matmul.allow_tf32

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 @pytest.mark.parametrize(

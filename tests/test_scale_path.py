@@ -10,6 +10,8 @@ import pytest
 
 from parallel_util import ROOT, torchrun_env
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 STAGES_RAW = ("generate", "preprocess", "validate", "train+save", "evaluate", "resume+save")
 
 

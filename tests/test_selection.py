@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset, open_val
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "criteo", "criteo_kaggle_head6k.tsv")

@@ -9,6 +9,8 @@ import torch
 
 from parallel_util import ROOT, torchrun
 
+pytestmark = pytest.mark.multirank  # launches ranks with torchrun
+
 
 def values(n: int, seed: int, r: int) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(seed + 100 * r))

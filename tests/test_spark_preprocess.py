@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
+
+pytestmark = pytest.mark.slow  # starts Spark
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
 HEAD6K = CRITEO / "criteo_kaggle_head6k.tsv"

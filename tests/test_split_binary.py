@@ -11,7 +11,7 @@ from dlrmkit.data.split_binary import SplitBinaryDataset, SplitBinaryWriter, ope
 from dlrmkit.data.synthetic import generate
 from dlrmkit.errors import DatasetError
 
-from conftest import tiny_config
+from helpers import tiny_config
 
 CARDS = [5, 300, 40_000]  # -> int8, int16, int32
 NUM = 3

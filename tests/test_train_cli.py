@@ -9,7 +9,7 @@ import torch
 from dlrmkit.data.loader import epoch_order
 from dlrmkit.checkpoint.save_load import latest_checkpoint
 
-from conftest import TINY_ROWS, TINY_TEST_ROWS, run_cli
+from helpers import TINY_ROWS, TINY_TEST_ROWS, run_cli
 
 METRIC_KEYS = {
     "auc",
@@ -100,6 +100,7 @@ def tiny_preset_run(tmp_path_factory):
     return synth, result, data, metrics
 
 
+@pytest.mark.slow  # the tiny preset's whole recipe on 150,000 rows
 def test_synth_tiny_preset(tiny_preset_run):
     synth, _, data, _ = tiny_preset_run
     assert "150000 train + 20000 test rows" in synth.out
@@ -107,6 +108,7 @@ def test_synth_tiny_preset(tiny_preset_run):
     assert not os.path.exists(str(data) + ".tmp")
 
 
+@pytest.mark.slow  # the tiny preset's whole recipe on 150,000 rows
 def test_train_default_recipe_reaches_optimal_auc(tiny_preset_run):
     _, result, data, metrics_path = tiny_preset_run
     assert result.code == 0, result.err

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from helpers import needs_gpu, run_cli
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.dist import check_backend
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parallel_util import torchrun  # noqa: E402
 
 ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
-NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="training on a GPU needs a CUDA GPU; none here")
+NEEDS_GPU = needs_gpu("training on a GPU needs a CUDA GPU; none here")
 
 
 def test_the_device_picks_the_backend():
@@ -44,6 +44,7 @@ def test_option_errors_name_the_option(tiny_data):
         assert r.code != 0 and "--device cuda needs a CUDA GPU" in r.err
 
 
+@pytest.mark.multirank
 def test_nccl_on_cpu_is_refused_under_torchrun(tiny_data):
     proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--backend", "nccl")
     assert proc.returncode != 0
@@ -100,6 +101,7 @@ def test_train_on_the_gpu_matches_the_cpu(tiny_data, tmp_path, placement, monkey
     assert again["steps"] == 8  # a GPU checkpoint loads back onto the GPU and training goes on
 
 
+@pytest.mark.multirank
 @NEEDS_GPU
 @pytest.mark.parametrize(
     "world,sharding,extra",

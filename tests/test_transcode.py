@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.data.encoder import Vocabulary
 from dlrmkit.data.split_binary import open_dataset
 

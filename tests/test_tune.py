@@ -13,7 +13,9 @@ import yaml
 
 pytest.importorskip("optuna", reason="tune needs optuna (pip install 'dlrmkit[tune]')")
 
-from conftest import run_cli  # noqa: E402
+from helpers import run_cli  # noqa: E402
+
+pytestmark = pytest.mark.slow  # several training trials
 
 SPACE = {
     "lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True},

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import run_cli
+from helpers import run_cli
 
 CARDS = [3, 200, 40000]  # int8, int16, int32 under NVIDIA's "cardinality < dtype max" rule
 DTYPES = ["int8", "int16", "int32"]

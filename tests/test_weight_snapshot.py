@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train import snapshot
 from dlrmkit.train.snapshot import WeightSnapshot
