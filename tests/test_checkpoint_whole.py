@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from helpers import run_cli
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.errors import DlrmkitError
 from test_checkpoint_trust import assert_one_line_error, relist, to_first_format

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, scratch_cwd
+from helpers import run_cli, scratch_cwd
 from dlrmkit.data.feature_spec import FeatureSpec
 from test_checkpoint_trust import assert_one_line_error, transcoded  # noqa: F401 (fixture)
 
@@ -137,6 +137,7 @@ def criteo_rows(n: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+@pytest.mark.slow  # parses 16 MiB of empty lines
 def test_preprocess_reads_empty_lines_in_bounded_memory(tmp_path):
     src = tmp_path / "rows.tsv"
     src.write_bytes(criteo_rows(200) + b"\n" * EMPTY_LINES)
@@ -158,6 +159,7 @@ def test_preprocess_reads_empty_lines_in_bounded_memory(tmp_path):
     assert rep["rows_written"] == 200 and sum(rep["rows_skipped"].values()) == EMPTY_LINES
 
 
+@pytest.mark.slow  # parses 16 MiB of empty lines twice
 def test_transcode_and_predict_read_a_gzip_of_empty_lines_in_bounded_memory(transcoded, tmp_path):  # noqa: F811
     ds, c, csv = transcoded
     src = tmp_path / "rows.csv.gz"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, scratch_cwd
+from helpers import run_cli, scratch_cwd
 from dlrmkit.checkpoint import save_load as ckpt
 from test_checkpoint_trust import assert_one_line_error
 
@@ -205,6 +205,7 @@ def test_a_signal_during_a_save_removes_its_temporary_folder(tiny_data, tmp_path
     assert not [n for n in os.listdir(c) if n.startswith(".tmp-")], os.listdir(c)
 
 
+@pytest.mark.slow  # three runs saving at every step
 def test_sigterm_at_random_moments_never_leaves_a_temporary_folder(tiny_data, tmp_path):
     import random
 
