@@ -299,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
     if db:  # a file (any sqlite dialect spelling): never inside the dataset, and written by one process
         check_not_inside(db, "--storage", {"--data": args.data})
         check_output_file(db, "--storage")
+        if not args.storage and os.path.islink(db):  # SQLite would write through a link planted in --out
+            raise DlrmkitError(f"--out {out}: its study.db is a symbolic link; remove it (the study is written there)")
     check_output_dir(out, "--out")
     check_tune_dir(out)
     if not os.path.isdir(args.data):
