@@ -24,11 +24,15 @@ BASE_METADATA = 1 << 20  # metadata bytes allowed whatever the model
 
 def metadata_limit(manifest: dict[str, Any], hard_limit: int) -> int:
     """Bytes a checkpoint's storage metadata may have: room for 64 chunks per tensor per rank
-    that wrote it (a shard per rank is the common case), never more than `hard_limit`."""
+    that wrote it (a shard per rank is the common case), but never more chunks than the tensors
+    have values (each chunk but an empty tensor's holds one at least), nor more than `hard_limit`
+    bytes: a manifest claiming many ranks cannot buy a large parse for a small model."""
     tensors = manifest.get("tensors") if isinstance(manifest.get("tensors"), dict) else {}
     world = manifest.get("world_size")
-    world = world if isinstance(world, int) and not isinstance(world, bool) and 0 < world < 1 << 16 else 1
-    return min(hard_limit, BASE_METADATA + CHUNK_BYTES * 64 * max(1, len(tensors)) * world)
+    world = world if isinstance(world, int) and not isinstance(world, bool) and 0 < world <= 1 << 16 else 1
+    values = sum(math.prod(t.get("shape") or [1]) for t in tensors.values() if isinstance(t, dict))
+    chunks = min(64 * max(1, len(tensors)) * world, values + len(tensors))
+    return min(hard_limit, BASE_METADATA + CHUNK_BYTES * chunks)
 
 
 def check_tiling(where: str, size: Sequence[int], chunks: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
