@@ -125,8 +125,12 @@ def _under(path: str, tops: tuple[str, ...]) -> str | None:
 
 
 def _in_system_folder(path: str) -> bool:
-    """`path` (as given, or after links) names something in /dev, /proc or /sys."""
-    return any(_under(p, ("/dev", *PSEUDO)) for p in (os.path.abspath(path), os.path.realpath(path)))
+    """`path` (as given, or after links) names something in /dev (but /dev/shm, a plain tmpfs),
+    /proc or /sys."""
+    return any(
+        _under(p, ("/dev", *PSEUDO)) and not _under(p, ("/dev/shm",))
+        for p in (os.path.abspath(path), os.path.realpath(path))
+    )
 
 
 def _check_pseudo(path: str, what: str) -> None:
@@ -259,7 +263,7 @@ def removed_if_interrupted(folder: str | None) -> Iterator[None]:
     import signal
     import threading
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: Any) -> None:  # noqa: ARG001
         raise SystemExit(128 + signum)
 
     previous = {}
@@ -370,11 +374,9 @@ def is_stdout(path: str | None) -> bool:
 
 
 def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip()[:64]
-    except OSError:
-        return "unknown"
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        return f.read().strip()[:64]
+    return "unknown"
 
 
 @contextlib.contextmanager
@@ -431,18 +433,15 @@ def output_lock(out: str, option: str = "--out") -> Iterator[None]:
         os.close(fd)
 
 
-_held: list[contextlib.ExitStack] = []
+_held = contextlib.ExitStack()
 
 
 def hold_output_lock(out: str, option: str) -> None:
     """output_lock held until release_output_locks() (the CLI calls it when a command ends): for a
     command whose outputs are set up in one function and written until it returns."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(output_lock(out, option))
-    _held.append(stack)
+    _held.enter_context(output_lock(out, option))
 
 
 def release_output_locks() -> None:
-    while _held:
-        _held.pop().close()
+    _held.close()
 
