@@ -90,7 +90,8 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
     replaced, never the file it names)."""
     if not path or is_stdout(path):
         return
-    _check_pseudo(path, what)
+    if not append:  # a log may be appended to a stream the caller opened (/dev/stderr, /dev/fd/N)
+        _check_pseudo(path, what)
     if not append and _in_system_folder(path):
         raise DlrmkitError(
             f"{what} {path}: is in /dev, where a file would replace a device or the system's link; "
