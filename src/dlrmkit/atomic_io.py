@@ -115,7 +115,8 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
         )
     _check_parent(path, what)
     _check_space(path, what)
-    _probe_folder(path, what)
+    if not append:
+        _probe_folder(path, what)
 
 
 PSEUDO = ("/proc", "/sys")  # kernel file systems: nothing a command writes belongs there
