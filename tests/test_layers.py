@@ -26,9 +26,14 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("model", ("model",), "the DLRM for one device: it knows nothing of files, ranks or optimizers"),
     ("optim", ("optim",), "optimizers for the model's fused tables and MLPs; they need no data or ranks"),
     ("data", ("data",), "datasets on disk and their batches; reading or writing them needs no model code"),
-    ("device", ("device",), "puts the model's tables and the data's batches on a CPU or GPU"),
+    ("device", ("device", "device_options"), "puts the model's tables and the data's batches on a CPU or GPU"),
     ("parallel", ("parallel",), "runs one model over ranks as a plan says; the single-device layers know no ranks"),
-    ("config", ("config",), "TrainConfig: every train option once, with presets naming model and optimizer choices"),
+    (
+        "config",
+        ("config", "train.options"),
+        "TrainConfig: every train option once, in sections (the training loop's own in train.options), "
+        "with presets naming model and optimizer choices",
+    ),
     (
         "checkpoint",
         ("checkpoint",),
@@ -41,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
         ("commands",),
         "one command each, built on training and its files; no layer below calls a command",
     ),
-    ("entry", ("cli", "__main__"), "the `dlrmkit` entry point, which dispatches to the commands"),
+    ("entry", ("cli", "__main__", "cli_reference"), "the `dlrmkit` entry point, which dispatches to the commands"),
 ]
 
 

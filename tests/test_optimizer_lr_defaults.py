@@ -4,11 +4,10 @@ LR of its own, and the recipe shows the LR it filled in."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from dlrmkit.config import ADAGRAD_LR, LAMB_LR, TrainConfig
+from dlrmkit.config import TrainConfig
+from dlrmkit.optim.options import ADAGRAD_LR, LAMB_LR, OptimizerOptions
 from dlrmkit.train import recipe
 
 
@@ -27,26 +26,28 @@ from dlrmkit.train import recipe
     ],
 )
 def test_lr_belongs_to_the_optimizer(preset, optimizer, embedding_optimizer, lr, want):
-    cfg = TrainConfig(
-        data="d", preset=preset, optimizer=optimizer, embedding_optimizer=embedding_optimizer, lr=lr
-    ).resolved()
-    assert cfg.lr == want
+    opt = OptimizerOptions(optimizer=optimizer, embedding_optimizer=embedding_optimizer, lr=lr)
+    cfg = TrainConfig(data="d", preset=preset, optimizer=opt).resolved()
+    assert cfg.optimizer.lr == want
 
 
 def test_lamb_has_its_own_peak_lr():
-    assert TrainConfig(data="d", optimizer="lamb").resolved().lamb_lr == LAMB_LR
-    assert TrainConfig(data="d", optimizer="lamb", lamb_lr=0.002).resolved().lamb_lr == 0.002
-    assert TrainConfig(data="d", optimizer="sgd").resolved().lamb_lr is None
+    def lamb_lr(**kw):
+        return TrainConfig(data="d", optimizer=OptimizerOptions(**kw)).resolved().optimizer.lamb_lr
+
+    assert lamb_lr(optimizer="lamb") == LAMB_LR
+    assert lamb_lr(optimizer="lamb", lamb_lr=0.002) == 0.002
+    assert lamb_lr(optimizer="sgd") is None
 
 
 def test_recipe_shows_the_lr_it_fills_for_a_chosen_optimizer():
     chosen = recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0, "batch_size": 256})
-    args = SimpleNamespace(optimizer="adagrad", embedding_optimizer=None, lr=None, batch_size=None)
+    args = dict(optimizer="adagrad", embedding_optimizer=None, lr=None, batch_size=None)
     filled = recipe.apply(args, chosen)
-    assert args.lr == ADAGRAD_LR and "lr" in filled
+    assert args["lr"] == ADAGRAD_LR and "lr" in filled
     text = recipe.describe(chosen, filled)
     assert f"lr {ADAGRAD_LR}" in text and "--optimizer adagrad without --lr" in text
     # the recipe's own optimizer: its LR, as before
-    args = SimpleNamespace(optimizer=None, embedding_optimizer=None, lr=None, batch_size=None)
+    args = dict(optimizer=None, embedding_optimizer=None, lr=None, batch_size=None)
     recipe.apply(args, recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0}))
-    assert args.lr == 1.0
+    assert args["lr"] == 1.0

@@ -12,7 +12,7 @@ from helpers import run_cli
 from dlrmkit.cli import build_parser
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import spec_map, specs, to_mapping
+from dlrmkit.options import sections, spec_map, specs, to_mapping
 from dlrmkit.train.config_file import config_from_args, dump_config, load_config
 
 
@@ -93,15 +93,15 @@ def test_booleans_from_a_file(tmp_path):
 def test_flags_given_on_the_command_line_beat_the_file_and_the_file_beats_defaults(tmp_path):
     path = write(tmp_path, "data: D\nbatch-size: 128\nlr: 0.5\nno-shuffle: true\nkeep: 5\nbottom-mlp: [32, 8]\n")
     cfg = config_from_args(parse("train", "--config", path, "--lr", "0.25", "--keep", "2"))
-    assert cfg.lr == 0.25 and cfg.keep_checkpoints == 2  # flags win, even one equal to the default
-    assert cfg.batch_size == 128 and cfg.shuffle is False and cfg.bottom_mlp == [32, 8]  # from the file
-    assert cfg.eval_batch_size == 16384 and cfg.precision == "fp32"  # neither: the field's default
+    assert cfg.optimizer.lr == 0.25 and cfg.checkpoint.keep_checkpoints == 2  # flags win, even one equal to the default
+    assert cfg.schedule.batch_size == 128 and cfg.shuffle is False and cfg.model.bottom_mlp == [32, 8]  # from the file
+    assert cfg.selection.eval_batch_size == 16384 and cfg.device.precision == "fp32"  # neither: the field's default
     with pytest.raises(DlrmkitError, match="--data is required"):
         config_from_args(parse("train", "--lr", "0.1"))
 
 
 def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
-    cfg = TrainConfig(
+    cfg = TrainConfig.of(
         data="D",
         preset="small",
         batch_size=64,
@@ -125,16 +125,17 @@ def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
         threads=3,
     )
     path = tmp_path / "config.yaml"
-    dump_config(dataclasses.asdict(cfg), str(path))
+    dump_config(cfg, str(path))
     text = yaml.safe_load(path.read_text())
     assert text["no-shuffle"] is True and text["keep"] == 4 and text["no-final-checkpoint"] is True
-    assert TrainConfig(**load_config(path)) == cfg
+    assert TrainConfig.of(**load_config(path)) == cfg
     assert config_from_args(parse("train", "--config", path)) == cfg
 
 
 def test_every_train_field_is_an_option_checked_as_text():
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert set(spec_map(TrainConfig)) == names  # nothing in TrainConfig escapes the command line
+    names = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in sections(TrainConfig)}
+    names |= {f.name for inner in sections(TrainConfig).values() for f in dataclasses.fields(inner)}
+    assert set(spec_map(TrainConfig)) == names  # nothing in TrainConfig or its sections escapes the command line
     for s in specs(TrainConfig):
         assert s.option.help, s.name
         if s.kind == "value" and s.default is not None and s.option.choices is None and s.parse is not None:
@@ -179,7 +180,7 @@ def test_shared_options_keep_each_command_default_and_narrower_choices(capsys):
 def test_choices_kept_torch_free_agree_with_the_modules_that_use_them():
     """The parser is built before torch is imported, so a few choice lists live beside the
     fields; they must name exactly what the torch-side code accepts."""
-    from dlrmkit.config import SHARDINGS
+    from dlrmkit.parallel.options import SHARDINGS
     from dlrmkit.optim import build
     from dlrmkit.parallel.sharding import STRATEGIES
     from dlrmkit.precision import PRECISIONS
@@ -189,3 +190,36 @@ def test_choices_kept_torch_free_agree_with_the_modules_that_use_them():
     assert set(SHARDINGS) == {"auto", *STRATEGIES} and by_name["sharding"].option.choices == SHARDINGS
     assert by_name["optimizer"].option.choices == build.OPTIMIZERS
     assert by_name["embedding_optimizer"].option.choices == build.EMBEDDING_OPTIMIZERS
+
+
+@pytest.mark.parametrize(
+    "text, key, shape",
+    [
+        ("bottom-mlp: [[32], [8]]\n", "bottom-mlp", "a nested list or mapping"),  # not silently 32,8
+        ("top-mlp: [64, {a: 1}]\n", "top-mlp", "a nested list or mapping"),
+        ("batch-size: {a: 1}\n", "batch-size", "a mapping"),  # a mapping where a number goes
+        ("lr: [0.1, 0.2]\n", "lr", "a list"),  # a list where one number goes
+        ("data: [a, b]\n", "data", "a list"),  # a list where a string goes
+        ("optimizer: [sgd]\n", "optimizer", "a list"),
+        ("wide: [true]\n", "wide", "a list"),
+        ("bottom-mlp: {a: 1}\n", "bottom-mlp", "a mapping"),
+    ],
+)
+def test_a_value_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path, text, key, shape):
+    path = write(tmp_path, text)
+    with pytest.raises(DlrmkitError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: option '{key}': invalid value") and f"got {shape})" in message
+    assert "\n" not in message
+
+
+def test_a_wrong_shape_from_the_command_line_config_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, f"data: {tmp_path}\nbottom-mlp: [[32], [8]]\n")
+    cli = run_cli("train", "--config", path)
+    assert cli.code == 2 and f"{path}: option 'bottom-mlp'" in cli.err
+    assert len(cli.err.strip().splitlines()) == 1
+    assert load_config(write(tmp_path, "bottom-mlp: [32, 8]\ntop-mlp: 64,1\n")) == {
+        "bottom_mlp": [32, 8],
+        "top_mlp": [64, 1],
+    }  # a flat list or the flag's text: both fine

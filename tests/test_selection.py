@@ -118,7 +118,7 @@ def test_test_mapping_is_read_only_after_training(tmp_path, monkeypatch):
 
     def run(data):
         reads.clear()
-        cfg = TrainConfig(
+        cfg = TrainConfig.of(
             data=str(data),
             preset="tiny",
             epochs=4,

@@ -56,7 +56,7 @@ class HostReads(torch.Tensor):
 
 
 def watched_trainer(data, **kw) -> Trainer:
-    cfg = TrainConfig(
+    cfg = TrainConfig.of(
         data=str(data),
         preset="tiny",
         batch_size=64,

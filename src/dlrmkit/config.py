@@ -3,13 +3,20 @@ the table sizes always come from the dataset (or from the benchmark's own shape)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import copy
+from dataclasses import dataclass, replace
+from typing import Any
 
 from dlrmkit import cli_types as ct
+from dlrmkit.device_options import TABLE_PLACEMENTS, DeviceOptions
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
-from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS, lr_family, resolve_embedding_optimizer
-from dlrmkit.options import option
+from dlrmkit.model.options import ModelOptions
+from dlrmkit.optim.names import lr_family, resolve_embedding_optimizer
+from dlrmkit.optim.options import ADAGRAD_LR, LAMB_LR, OptimizerOptions
+from dlrmkit.options import build, option, section, spec_map
+from dlrmkit.parallel.options import ParallelOptions
+from dlrmkit.train.options import CheckpointOptions, OutputOptions, ScheduleOptions, SelectionOptions
 
 
 @dataclass
@@ -51,15 +58,6 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-# an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer.
-# On `synth --preset small`, one epoch: Adagrad (MLPs and tables) at tiny's SGD 1.0 stayed at AUC
-# 0.50, at 0.05 (the small-data recipe's) 0.726; SGD MLPs with Adagrad or row-wise Adagrad tables at
-# 1.0: 0.504 / 0.509, at 0.05: 0.718 / 0.719. LAMB's own peak LR: 0.005 (docs/PRECISION.md; at batch
-# 256 there 0.002 and 0.01 came within 0.003 AUC, 0.05 stuck at 0.50, and tiny's 1.0 gave a NaN loss)
-ADAGRAD_LR = 0.05
-LAMB_LR = 0.005
-
-
 def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Preset") -> float | None:
     """The LR for optimizers chosen without --lr whose kind of LR (optim.names.lr_family) is not the
     preset's; None where the preset's LR fits."""
@@ -68,10 +66,6 @@ def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Pres
 
 
 AUTO = "auto"  # `train`'s default: a recipe chosen from the dataset (dlrmkit.train.recipe)
-# the sharding strategies `--sharding` offers (dlrmkit.parallel.sharding, which imports torch)
-SHARDINGS = ("auto", "table_wise", "column_wise", "row_wise", "data_parallel")
-# process-group backends torch.distributed ships (dlrmkit.parallel.dist checks the device pairing)
-BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 
 def get_preset(name: str) -> Preset:
@@ -94,7 +88,7 @@ def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> 
     )
 
 
-# TrainConfig fields a preset (or the recipe `auto` picks) fills when the command line leaves them unset
+# TrainConfig options (flat names) a preset (or the recipe `auto` picks) fills when the command line leaves them unset
 RECIPE_FIELDS = (
     "batch_size",
     "epochs",
@@ -111,9 +105,12 @@ RECIPE_FIELDS = (
 
 @dataclass
 class TrainConfig:
-    """Everything `dlrmkit train` needs, and the one definition of its options: each field's
-    `option(...)` gives its flag, help, validator and choices (dlrmkit.options builds the parser
-    and checks `--config` files from them). Unset recipe fields fall back to the preset's."""
+    """Everything `dlrmkit train` needs, and the one definition of its options: a few of its own
+    and one section per component (model, optimizer, schedule, selection, checkpoint, output,
+    device, parallel), each a dataclass of `option(...)` fields giving flag, help, validator and
+    choices (dlrmkit.options builds the parser and checks `--config` files from them). Unset
+    recipe fields fall back to the preset's. `TrainConfig.of(batch_size=...)` builds one from
+    flat option names."""
 
     data: str = option(help="dataset folder holding feature_spec.yaml (required, here or in --config)", parse=ct.path)
     preset: str = option(
@@ -121,225 +118,71 @@ class TrainConfig:
         f"model shape and recipe: {AUTO}, {', '.join(PRESETS)} (default {AUTO}: chosen from "
         "the dataset's size and printed; docs/RECIPES.md)",
     )  # in code, auto resolves as tiny
-    batch_size: int | None = option(None, "global batch size (default: the preset's)", parse=ct.batch_size)
-    epochs: int | None = option(
-        None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int, group="length"
-    )
-    max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
-    lr: float | None = option(
-        None,
-        f"learning rate (default: the preset's, or {ADAGRAD_LR} for Adagrad MLPs or tables on an SGD preset)",
-        parse=ct.learning_rate,
-    )
-    optimizer: str | None = option(
-        None,
-        "dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 (default: the preset's)",
-        choices=OPTIMIZERS,
-    )
-    embedding_optimizer: str | None = option(
-        None,
-        "sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)",
-        choices=EMBEDDING_OPTIMIZERS,
-    )
-    lamb_lr: float | None = option(
-        None,
-        f"LAMB's peak LR (default {LAMB_LR}); --lr stays the tables'; the LR schedule scales both",
-        parse=ct.learning_rate,
-    )
-    precision: str = option(
-        "fp32",
-        "autocast precision: bf16 on CPU/GPU; fp16 not yet (its loss scaling does not reach the tables) (default fp32)",
-        choices=("fp32", "bf16", "fp16"),
-    )
-    comm_dtype: str = option(
-        "fp32",
-        "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default fp32; "
-        "fp32 sums of ranks on one host go through shared memory, bf16 ones through gloo)",
-        choices=("fp32", "bf16"),
-    )
-    warmup_steps: int | None = option(None, "linear LR warm-up steps (0: none)", parse=ct.nonneg_int)
-    decay_start: int | None = option(None, "step where polynomial LR decay starts (0: no decay)", parse=ct.nonneg_int)
-    decay_steps: int | None = option(None, "steps of polynomial (power 2) decay to 0", parse=ct.nonneg_int)
-    eval_every: int = option(
-        0, "evaluate on the validation rows every N steps (default: each epoch end)", parse=ct.nonneg_int
-    )
-    # model selection (dlrmkit.train.selection): validation rows, early stop, best weights
-    val_fraction: float | None = option(
-        None,
-        "hold out the last F of the train mapping for model selection (default: "
-        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none, not even the val mapping)",
-        parse=ct.float_range(0.0, 1.0, hi_open=True),
-    )
-    patience: int | None = option(
-        None, "stop after N evaluations without a better validation AUC (0: never)", parse=ct.nonneg_int
-    )
-    restore_best: bool | None = option(None, "end with the weights of the best validation AUC (true/false)")
-    embedding_weight_decay: float | None = option(
-        None, "L2 on the table rows a batch touches (Adagrad tables)", parse=ct.nonneg_float
-    )
-    wide: bool | None = option(
-        None, "add a first-order term per id and numerical feature (Wide&Deep-style) (true/false)"
-    )
-    embedding_init_scale: float | None = option(
-        None,
-        "tables start at this fraction of the usual uniform +-sqrt(1/rows) init (default 1)",
-        parse=ct.positive_float,
-    )
-    numerical_transform: str | None = option(
-        None,
-        "applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)",
-        choices=("none", "signed-log"),
-    )
-    eval_batch_size: int = option(16384, "batch size for evaluation (default 16384)", parse=ct.batch_size)
-    target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
-    checkpoint_dir: str | None = option(
-        None,
-        "write checkpoints (and log.jsonl) here; a folder holding another run's "
-        "checkpoints or log needs --resume (default: <run folder>/checkpoints)",
-        parse=ct.path,
-    )
-    checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
-    checkpoint_every_seconds: float = option(
-        0.0, "also checkpoint when this many seconds passed since the last one (default: off)", parse=ct.seconds
-    )
-    collective_timeout: float = option(
-        1800.0,
-        "under torchrun: seconds a collective may wait for a peer before the job fails (default 1800)",
-        parse=ct.timeout,
-    )
-    keep_checkpoints: int = option(
-        2,
-        "checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest others (default 2)",
-        parse=ct.positive_int,
-        flag="--keep",
-    )
-    final_checkpoint: bool = option(
-        True,
-        "do not save a checkpoint when training ends (default: save one into "
-        "--checkpoint-dir, else <run folder>/checkpoints, in one process and under "
-        "torchrun alike)",
-        flag="--no-final-checkpoint",
-        negate=True,
-    )
-    skip_nonfinite: int = option(
-        0,
-        "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default 0)",
-        parse=ct.nonneg_int,
-    )
-    resume: bool = option(
-        False,
-        "continue from the latest checkpoint in --checkpoint-dir (needed, or the --run-dir of the run "
-        "to continue), or start fresh when there is none; stderr says which",
-    )
-    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
-    log_jsonl: str | None = option(
-        None,
-        "JSON-lines log of steps and evaluations (default: log.jsonl in --checkpoint-dir, else in the run "
-        "folder); without --resume, a file holding another run's log is refused",
-        parse=ct.path,
-    )
-    seed: int = option(0, "seed of initialization and batch order (default 0)", parse=ct.seed)
+    seed: int = option(0, "seed of initialization and batch order (default {default})", parse=ct.seed)
     shuffle: bool = option(True, "read batches in file order", flag="--no-shuffle", negate=True)
-    threads: int = option(0, "intra-op threads (default: torch's choice)", parse=ct.threads)
-    progress: bool = option(True, "no progress bar", flag="--no-progress", negate=True)
-    run_dir: str | None = option(
-        None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)", parse=ct.path
-    )
-    tensorboard: str | None = option(
-        None, "at the end, also write the run's scalars as TensorBoard events into DIR", metavar="DIR", parse=ct.path
-    )
-    log_every: int = option(50, "steps between train-loss records in the log (default 50)", parse=ct.positive_int)
-    # model shape overrides (default: the preset's); `dlrmkit tune` searches them
-    embedding_dim: int | None = option(None, "embedding width (default: the preset's)", parse=ct.dim)
-    bottom_mlp: list[int] | None = option(
-        None, "bottom MLP sizes, e.g. 64,16; must end at the embedding dim", parse=ct.int_list
-    )
-    top_mlp: list[int] | None = option(None, "top MLP sizes, e.g. 64,32,1; must end in 1", parse=ct.int_list)
-    device: str = option(
-        "cpu",
-        "where to train: cpu, cuda (under torchrun GPU LOCAL_RANK, with NCCL) or auto "
-        "(the GPU if torch sees one) (default cpu)",
-        choices=("cpu", "cuda", "auto"),
-    )
-    table_placement: str = option(
-        "auto",
-        "one process on a GPU: tables on the GPU, in host memory (looked up "
-        "there), or auto (the GPU when they fit in 80%% of its free memory) (default auto)",
-        choices=("auto", "device", "host"),
-    )
-    # torchrun (dlrmkit.parallel): how tables are sharded and batches read
-    sharding: str = option(
-        "auto",
-        "under torchrun: how tables are sharded (default auto: the planner decides; on CPU it replicates "
-        "every table that fits at up to 256 samples per rank)",
-        choices=SHARDINGS,
-    )
-    plan: str | None = option(
-        None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey", parse=ct.small_file
-    )
-    loader: str = option(
-        "exchange",
-        "under torchrun: how ranks read batches (default exchange)",
-        choices=("exchange", "own-features", "broadcast"),
-    )
-    backend: str | None = option(
-        None,
-        "under torchrun: process-group backend (default nccl with --device cuda, else gloo)",
-        choices=BACKENDS,
-    )
-    bind_cores: bool = option(
-        True,
-        "under torchrun on CPU: leave ranks unbound (default: each rank, with its "
-        "collective threads, on its own share of the cores, when there are enough)",
-        flag="--no-bind-cores",
-        negate=True,
-    )
+    model: ModelOptions = section(ModelOptions)
+    optimizer: OptimizerOptions = section(OptimizerOptions)
+    schedule: ScheduleOptions = section(ScheduleOptions)
+    selection: SelectionOptions = section(SelectionOptions)
+    checkpoint: CheckpointOptions = section(CheckpointOptions)
+    output: OutputOptions = section(OutputOptions)
+    device: DeviceOptions = section(DeviceOptions)
+    parallel: ParallelOptions = section(ParallelOptions)
+
+    @classmethod
+    def of(cls, **values: Any) -> "TrainConfig":
+        """A config from flat option names (`TrainConfig.of(data=..., batch_size=64)`)."""
+        return build(cls, values)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every recipe field filled from the preset."""
         p = get_preset(self.preset)
-        out = TrainConfig(**asdict(self))
-        if out.lr is None:
-            out.lr = own_lr(out.optimizer, out.embedding_optimizer, p)
+        out = copy.deepcopy(self)
+        opt = out.optimizer
+        if opt.lr is None:
+            opt.lr = own_lr(opt.optimizer, opt.embedding_optimizer, p)
+        by_name = spec_map(TrainConfig)
         for name in RECIPE_FIELDS:
-            if getattr(out, name) is None:
-                setattr(out, name, getattr(p, name))
-        if out.optimizer == "lamb" and out.lamb_lr is None:
-            out.lamb_lr = LAMB_LR
-        if out.batch_size is not None and out.batch_size <= 0:
-            raise DlrmkitError(f"--batch-size must be positive, got {out.batch_size}")
+            if by_name[name].get(out) is None:
+                by_name[name].set(out, getattr(p, name))
+        if opt.optimizer == "lamb" and opt.lamb_lr is None:
+            opt.lamb_lr = LAMB_LR
+        batch = out.schedule.batch_size
+        if batch is not None and batch <= 0:
+            raise DlrmkitError(f"--batch-size must be positive, got {batch}")
         from dlrmkit.optim.build import check_choice
         from dlrmkit.precision import check_precision
 
-        if out.precision == "fp16":  # on every device: CUDA too
+        dev = out.device
+        if dev.precision == "fp16":  # on every device: CUDA too
             raise DlrmkitError(
                 "--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
                 "deferred gradients); use --precision bf16 (CPU and GPU)"
             )
-        if out.table_placement not in ("auto", "device", "host"):
-            raise DlrmkitError(f"--table-placement must be auto, device or host, got '{out.table_placement}'")
-        check_precision(out.precision, "cpu")
-        check_choice(out.optimizer, out.embedding_optimizer, out.precision)
+        if dev.table_placement not in TABLE_PLACEMENTS:
+            raise DlrmkitError(f"--table-placement must be auto, device or host, got '{dev.table_placement}'")
+        check_precision(dev.precision, "cpu")
+        check_choice(opt.optimizer, opt.embedding_optimizer, dev.precision)
         return out
 
     def model_preset(self) -> Preset:
         """The preset with this config's model-shape overrides applied."""
         p = get_preset(self.preset)
-        return replace(
-            p,
-            **{k: getattr(self, k) for k in ("embedding_dim", "bottom_mlp", "top_mlp") if getattr(self, k) is not None},
-        )
+        m = self.model
+        shape = {"embedding_dim": m.embedding_dim, "bottom_mlp": m.bottom_mlp, "top_mlp": m.top_mlp}
+        return replace(p, **{k: v for k, v in shape.items() if v is not None})
 
 
 def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) -> tuple[TrainConfig, ModelConfig]:
     """The resolved config and the model `dlrmkit train` builds for a dataset with these tables.
     `train` and `plan --data` both call this, so the plan shows the run train would make."""
     resolved = cfg.resolved()
+    m = resolved.model
     model = replace(
         model_config(resolved.model_preset(), num_numerical, cardinalities),
-        wide=bool(resolved.wide),
-        numerical_transform=resolved.numerical_transform or "none",
-        embedding_init_scale=resolved.embedding_init_scale if resolved.embedding_init_scale is not None else 1.0,
+        wide=bool(m.wide),
+        numerical_transform=m.numerical_transform or "none",
+        embedding_init_scale=m.embedding_init_scale if m.embedding_init_scale is not None else 1.0,
     )
     return resolved, model
 
@@ -348,6 +191,6 @@ def table_state_per_weight(cfg: TrainConfig) -> float:
     """Optimizer values the tables keep per weight value, for memory plans: Adagrad one per
     weight, row-wise Adagrad one per row, SGD and split-SGD none (split-SGD's bf16 weight plus
     int16 bottom half make the 4 bytes of an fp32 weight)."""
-    emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
-    dim = cfg.embedding_dim or get_preset(cfg.preset).embedding_dim
+    emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
+    dim = cfg.model.embedding_dim or get_preset(cfg.preset).embedding_dim
     return {"adagrad": 1.0, "rowwise-adagrad": 1.0 / dim}.get(emb, 0.0)

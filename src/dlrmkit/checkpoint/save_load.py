@@ -414,9 +414,9 @@ def load_logical_state(path: str) -> tuple[dict[str, torch.Tensor], dict[str, An
     return tensors, manifest
 
 
-def load_parallel_model(path: str, options: Any, check: Any = None):
+def load_parallel_model(path: str, options: Any, batch_size: int, check: Any = None):
     """Under torchrun: (model, ModelConfig, TrainerParallel) with `model`'s tables sharded by the
-    plan `options` asks for (attributes sharding, plan, loader, backend, batch_size), filled from
+    plan `options` (dlrmkit.parallel.options.ParallelOptions) asks for at `batch_size`, filled from
     checkpoint `path` whatever world size and plan wrote it. Each rank reads only its shards."""
     from dlrmkit.model.dlrm import DLRM
     from dlrmkit.parallel.hybrid import setup_parallel
@@ -427,7 +427,7 @@ def load_parallel_model(path: str, options: Any, check: Any = None):
         check(cfg)
     check_model_fits(path, cfg, tables=False)  # each rank allocates only its shards of the tables
     model = DLRM(cfg, embedding_device="meta")
-    _, par, _ = setup_parallel(model, options)
+    _, par, _ = setup_parallel(model, options, "cpu", batch_size, None)
     manifest = verify_checkpoint(path)
     tensors, _ = model_state(model, [])
     tensors.pop(f"rng.{_rank()}")

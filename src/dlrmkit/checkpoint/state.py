@@ -221,5 +221,7 @@ def restore_model_state(
 
 
 def checkpoint_meta(model_cfg: Any, train_cfg: Any, **train_state: Any) -> dict[str, Any]:
-    """The manifest fields the trainer records besides tensors."""
-    return {"model_config": asdict(model_cfg), "train_config": asdict(train_cfg), **train_state}
+    """The manifest fields the trainer records besides tensors; `train_cfg`: a dataclass, or the
+    train options as {name: value} (flat, whatever section holds each)."""
+    train = dict(train_cfg) if isinstance(train_cfg, dict) else asdict(train_cfg)
+    return {"model_config": asdict(model_cfg), "train_config": train, **train_state}

@@ -13,34 +13,37 @@ import argparse
 import math
 import os
 from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file, write_json
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 from dlrmkit.train.baseline_result import RESULT_FILE
 
 LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size each)
 
 
+@dataclass
+class BaselineOptions:
+    data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
+    c: float = option(1.0, "inverse L2 strength, as scikit-learn's C (default {default})", parse=ct.positive_float)
+    val_fraction: float | None = option(
+        None,
+        "validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",
+        parse=ct.float_range(0.0, 1.0, hi_open=True),
+    )
+    max_iter: int = option(200, "L-BFGS iterations at most (default {default})", parse=ct.int_range(1, 100_000))
+    batch_size: int = option(65536, "rows per streamed batch (default {default})", parse=ct.batch_size)
+    out: str | None = option(
+        None, f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)", parse=ct.path
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
-    p.add_argument(
-        "--c", type=ct.positive_float, default=1.0, help="inverse L2 strength, as scikit-learn's C (default 1.0)"
-    )
-    p.add_argument(
-        "--val-fraction",
-        type=ct.float_range(0.0, 1.0, hi_open=True),
-        help="validation rows as `train` takes them (default: the val mapping, else the last 0.1 of train)",
-    )
-    p.add_argument(
-        "--max-iter", type=ct.int_range(1, 100_000), default=200, help="L-BFGS iterations at most (default 200)"
-    )
-    p.add_argument("--batch-size", type=ct.batch_size, default=65536, help="rows per streamed batch (default 65536)")
-    p.add_argument(
-        "--out", type=ct.path, help=f"where to write the result (default <data>/{RESULT_FILE}; 'none': nowhere)"
-    )
+    add_options(p, BaselineOptions)
 
 
 class LogisticRegression:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 from dlrmkit.model.dlrm import DLRM, ModelConfig, flops_per_sample
 from dlrmkit.precision import compute_dtype
 from dlrmkit.optim.build import build_optimizers
@@ -114,89 +116,71 @@ def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[Ran
     return steps
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options bench shares with train (validators, choices) come from TrainConfig's fields, with
-    bench's own defaults and help; the rest are bench's."""
-    from dlrmkit.config import TrainConfig
-    from dlrmkit.options import add_options
+@dataclass
+class BenchOptions:
+    """bench's own options; those it shares with train come from TrainConfig's fields."""
 
-    p.add_argument("--model", default="small", choices=list(BENCH_MODELS), help="model shape (default small)")
-    add_options(p, TrainConfig, {"batch_size": {"default": 2048, "help": "batch size (default 2048)"}})
-    p.add_argument("--steps", type=ct.positive_int, default=10, help="steps per timed window (default 10)")
-    p.add_argument(
-        "--windows", type=ct.positive_int, default=5, help="timed windows; the median is reported (default 5)"
-    )
-    p.add_argument("--warmup", type=ct.nonneg_int, default=5, help="untimed warm-up steps (default 5)")
-    add_options(
-        p,
-        TrainConfig,
-        {
-            "lr": {"default": 0.01, "help": "SGD learning rate (default 0.01)"},
-            "threads": {"help": "intra-op threads (default: cores / LOCAL_WORLD_SIZE)"},
-            "seed": {"help": "seed of the random data and weights (default 0)"},
-        },
-    )
-    p.add_argument("--json", type=ct.path, help="write the figures as one JSON object to this file")
-    add_options(
-        p,
-        TrainConfig,
-        {
-            "precision": {"choices": ("fp32", "bf16"), "help": "autocast precision (default fp32)"},
-            "optimizer": {
-                "default": "sgd",
-                "help": "dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default sgd)",
-            },
-        },
-    )
-    p.add_argument(
-        "--compare-fp32",
-        action="store_true",
-        help="also time the fp32 SGD model, one window after each of this run's, and print the "
+    model: str = option("small", "model shape (default {default})", choices=tuple(BENCH_MODELS))
+    steps: int = option(10, "steps per timed window (default {default})", parse=ct.positive_int)
+    windows: int = option(5, "timed windows; the median is reported (default {default})", parse=ct.positive_int)
+    warmup: int = option(5, "untimed warm-up steps (default {default})", parse=ct.nonneg_int)
+    json: str | None = option(None, "write the figures as one JSON object to this file", parse=ct.path)
+    compare_fp32: bool = option(
+        False,
+        "also time the fp32 SGD model, one window after each of this run's, and print the "
         "speed-up over it (median of the window ratios); at bf16 also how much faster the "
         "model's GEMMs run than in fp32",
     )
+    cuda_graphs: bool = option(
+        True,
+        "with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)",
+        paired=True,
+    )
+    overlap: bool = option(
+        True,
+        "under torchrun: overlap communication with compute as training does (the default: ids a "
+        "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "
+        "during backward); --no-overlap makes every collective block",
+        paired=True,
+    )
+    breakdown: bool = option(
+        False,
+        "under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
+        "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped",
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """bench's own options (BenchOptions), then those it shares with train (validators, choices
+    from TrainConfig's fields, with bench's own defaults and help), then the perf extras."""
+    from dlrmkit.config import TrainConfig
+
+    add_options(p, BenchOptions)
     add_options(
         p,
         TrainConfig,
         {
+            "batch_size": {"default": 2048, "help": "batch size (default {default})"},
+            "lr": {"default": 0.01, "help": "SGD learning rate (default {default})"},
+            "threads": {"help": "intra-op threads (default: cores / LOCAL_WORLD_SIZE)"},
+            "seed": {"help": "seed of the random data and weights (default {default})"},
+            "precision": {"choices": ("fp32", "bf16"), "help": "autocast precision (default {default})"},
+            "optimizer": {
+                "default": "sgd",
+                "help": "dense optimizer; split-sgd (needs --precision bf16) also updates the tables (default {default})",
+            },
             "device": {
                 "help": "where a single-process run trains: cpu (default, so the documented figures mean the same "
                 "everywhere), cuda (MLPs on the GPU, tables there or in host memory per --table-placement, "
                 "CUDA graphs), or auto: the GPU if there is one and no CPU-only option is given "
                 "(torchrun, --compare-fp32, --reference, --embedding-backend fbgemm, --profile)"
-            }
-        },
-    )
-    p.add_argument(
-        "--cuda-graphs",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)",
-    )
-    add_options(
-        p,
-        TrainConfig,
-        {
+            },
             "sharding": {"help": "under torchrun: table sharding (global samples/s reported)"},
             "backend": {
                 "help": "under torchrun: process-group backend (default gloo: bench runs its sharded step on the CPU)"
             },
             "bind_cores": {},
         },
-    )
-    p.add_argument(
-        "--overlap",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="under torchrun: overlap communication with compute as training does (the default: ids a "
-        "batch ahead, pooled all-to-alls during the bottom MLP and backward, bucketed all-reduce "
-        "during backward); --no-overlap makes every collective block",
-    )
-    p.add_argument(
-        "--breakdown",
-        action="store_true",
-        help="under torchrun: also print bytes/step vs the analytic minimum and a step breakdown "
-        "(lookup, all-to-all, dense, all-reduce, optimizer), blocking and overlapped",
     )
     from dlrmkit.perf.bench_perf import add_perf_arguments  # --reference, --profile, --plot, kernels
 
@@ -223,12 +207,12 @@ def run(args: argparse.Namespace) -> int:
         {"--json": args.json, "--trace": getattr(args, "trace", None), "--plot": getattr(args, "plot", None)}
     )
 
-    for option, path in (
+    for flag, path in (
         ("--json", args.json),
         ("--trace", getattr(args, "trace", None)),
         ("--plot", getattr(args, "plot", None)),
     ):
-        check_output_file(path, option)  # before the timed windows, not after
+        check_output_file(path, flag)  # before the timed windows, not after
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit import device as dev
     from dlrmkit.perf import gpu_step as gpu

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.config import TrainConfig
-from dlrmkit.options import add_options
+from dlrmkit.options import add_options, build, given, option
+from dlrmkit.parallel.options import ParallelOptions
+
+
+@dataclass
+class EvaluateOptions:
+    """evaluate's own options; the torchrun ones are train's (the parallel section)."""
+
+    data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
+    checkpoint: str = option(help="checkpoint folder, or a checkpoint dir with 'latest'", parse=ct.path, required=True)
+    mapping: str = option("test", "mapping to evaluate (default {default})")
+    batch_size: int = option(16384, "evaluation batch size (default {default})", parse=ct.batch_size)
+    metrics_json: str | None = option(None, "write {auc, logloss, rows, world_size} to this file", parse=ct.path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
-    p.add_argument(
-        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
-    )
-    p.add_argument("--mapping", default="test", help="mapping to evaluate (default test)")
-    p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="evaluation batch size (default 16384)")
-    p.add_argument("--metrics-json", type=ct.path, help="write {auc, logloss, rows, world_size} to this file")
+    add_options(p, EvaluateOptions)
     add_options(
         p,
-        TrainConfig,
+        ParallelOptions,
         {  # the torchrun options, as train's
             "sharding": {"help": "under torchrun: how tables are sharded (any plan loads any checkpoint)"},
             "plan": {},
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.commands.train import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
-    from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
+    from dlrmkit.parallel.options import changed_torchrun_options, refuse_outside_torchrun, torchrun_env
 
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
@@ -52,15 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_json and torchrun_env().rank == 0:  # one writer per output, before any work
         hold_output_lock(args.metrics_json, "--metrics-json")
     check_plan_file(args.plan)  # a bad file is named first, as under torchrun
-    refuse_outside_torchrun(
-        (
-            (f"--sharding {args.sharding}", args.sharding != "auto"),
-            (f"--plan {args.plan}", args.plan is not None),
-            (f"--loader {args.loader}", args.loader != "exchange"),
-            (f"--backend {args.backend}", args.backend is not None),
-            ("--no-bind-cores", not args.bind_cores),
-        )
-    )
+    opts = build(ParallelOptions, given(ParallelOptions, args))  # the torchrun options, as train's
+    refuse_outside_torchrun(changed_torchrun_options(opts))
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     spec = FeatureSpec.from_yaml(args.data)
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
-        model, cfg, par = load_parallel_model(args.checkpoint, args, check)
+        model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
     metrics = (

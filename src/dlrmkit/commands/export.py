@@ -5,19 +5,23 @@ model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click lo
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_file
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: str = option(help="checkpoint folder, or a checkpoint dir with 'latest'", parse=ct.path, required=True)
+    out: str = option(help="file to write", parse=ct.path, required=True)
+    format: str = option("pt", "file format (default {default})", choices=("pt", "torchscript", "onnx"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
-    )
-    p.add_argument("--out", required=True, type=ct.path, help="file to write")
-    p.add_argument("--format", choices=["pt", "torchscript", "onnx"], default="pt", help="file format (default pt)")
+    add_options(p, ExportOptions)
 
 
 def load_model(checkpoint: str):

@@ -6,50 +6,64 @@ same options, dlrmkit.config.resolve_run), so the plan is the one a torchrun job
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
+from dlrmkit.config import PRESETS
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+from dlrmkit.parallel.plan import PRESET_TABLES
 
 LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no training recipe to take it from)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from dlrmkit.config import PRESETS, TrainConfig
-    from dlrmkit.options import add_options
-    from dlrmkit.parallel.plan import PRESET_TABLES
+@dataclass
+class PlanOptions:
+    """plan's own options; the model and batch ones are train's (TrainConfig), with what they
+    mean for a plan. One of --data, --tables-preset, --tables is required (checked in run, after
+    --preset's hint)."""
 
-    src = p.add_mutually_exclusive_group()  # one is required (checked in run, after --preset's hint)
-    src.add_argument("--data", type=ct.path, help="dataset folder: the model and batch `train --data` would use")
-    src.add_argument("--tables-preset", choices=list(PRESET_TABLES), help="table sizes of a known model")
-    src.add_argument("--tables", help="comma-separated ROWSxDIM, e.g. 40000000x128,3000x128")
-    p.add_argument(
-        "--preset",
-        help=f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
+    data: str | None = option(
+        None, "dataset folder: the model and batch `train --data` would use", parse=ct.path, group="source"
+    )
+    tables_preset: str | None = option(
+        None, "table sizes of a known model", choices=tuple(PRESET_TABLES), group="source"
+    )
+    tables: str | None = option(None, "comma-separated ROWSxDIM, e.g. 40000000x128,3000x128", group="source")
+    preset: str | None = option(
+        None,
+        f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
         "train: auto, the recipe chosen from the dataset)",
     )
-    add_options(
-        p,
-        TrainConfig,
-        {
-            "embedding_dim": {
-                "aliases": ["--dim"],
-                "help": "with --data: embedding width (default: the preset's, as train)",
-            }
-        },
-    )
-    p.add_argument("--world-size", type=ct.world_size, help="number of ranks (required unless --simulate)")
-    p.add_argument(
-        "--device-memory",
-        type=ct.byte_size,
-        default=None,
-        help="memory per rank, e.g. 80GiB (default: a CPU job with its ranks on this host, where auto may "
+    world_size: int | None = option(None, "number of ranks (required unless --simulate)", parse=ct.world_size)
+    device_memory: int | None = option(
+        None,
+        "memory per rank, e.g. 80GiB (default: a CPU job with its ranks on this host, where auto may "
         "replicate every table, within half the host's memory shared by the ranks, at up to 256 samples "
         "per rank, as train does)",
+        parse=ct.byte_size,
     )
+    min_rows_sharded: int = option(
+        2048,
+        "replicate tables with fewer rows than this and than the global batch (default {default})",
+        parse=ct.nonneg_int,
+    )
+    json: str | None = option(None, "save the plan as JSON here (train --plan reads it)", parse=ct.path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
+
+    add_options(p, PlanOptions)
     add_options(
         p,
         TrainConfig,
         {  # as train's options, with what they mean for a plan
+            "embedding_dim": {
+                "aliases": ["--dim"],
+                "help": "with --data: embedding width (default: the preset's, as train)",
+            },
             "batch_size": {
                 "help": f"global batch size (default: with --data the preset's, as train; else {LEGACY_BATCH})"
             },
@@ -63,22 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
         },
     )
-    p.add_argument(
-        "--min-rows-sharded",
-        type=ct.nonneg_int,
-        default=2048,
-        help="replicate tables with fewer rows than this and than the global batch (default 2048)",
-    )
-    p.add_argument("--json", type=ct.path, help="save the plan as JSON here (train --plan reads it)")
-    from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
-
     add_simulate_arguments(p)
 
 
 def check_legacy(args: argparse.Namespace) -> None:
     """`--preset` names train's presets here too; table-size presets moved to --tables-preset."""
-    from dlrmkit.config import PRESETS
-    from dlrmkit.parallel.plan import PRESET_TABLES
 
     if args.preset is not None and args.data is None:
         hint = (
@@ -99,36 +102,30 @@ def check_legacy(args: argparse.Namespace) -> None:
 def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object]:
     """(table sizes, dim, resolved TrainConfig) exactly as `train --data` resolves them: the same
     preset (`auto`: the recipe chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
-    from dataclasses import fields
-
     from dlrmkit.config import AUTO, TrainConfig, resolve_run
     from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.options import spec_map
     from dlrmkit.train import recipe
 
     spec, train, _ = open_dataset(args.data)
-    names = [f.name for f in fields(TrainConfig)]
-    chosen = argparse.Namespace(
-        **{
-            **dict.fromkeys(names),
-            "data": args.data,
-            "preset": args.preset or AUTO,
-            "batch_size": args.batch_size,
-            "optimizer": args.optimizer,
-            "embedding_optimizer": args.embedding_optimizer,
-            "embedding_dim": args.embedding_dim,
-            "sharding": args.sharding,
-        }
-    )
-    if chosen.preset == AUTO:
+    chosen = {
+        **dict.fromkeys(spec_map(TrainConfig)),
+        "data": args.data,
+        "preset": args.preset or AUTO,
+        "batch_size": args.batch_size,
+        "optimizer": args.optimizer,
+        "embedding_optimizer": args.embedding_optimizer,
+        "embedding_dim": args.embedding_dim,
+        "sharding": args.sharding,
+    }
+    if chosen["preset"] == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
-    cfg = TrainConfig(**{k: v for k, v in vars(chosen).items() if k in names and v is not None})
+    cfg = TrainConfig.of(**{k: v for k, v in chosen.items() if v is not None})
     cfg, model = resolve_run(cfg, spec.cardinalities, train.num_numerical)
     return model.table_sizes, model.table_dim, cfg
 
 
 def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
-    from dlrmkit.parallel.plan import PRESET_TABLES
-
     if args.tables_preset:
         return PRESET_TABLES[args.tables_preset]
     rows, dims = [], set()
@@ -166,11 +163,11 @@ def run(args: argparse.Namespace) -> int:
     check_legacy(args)
     if args.data:
         rows, dim, cfg = resolved_from_data(args)
-        args.batch_size = cfg.batch_size
+        args.batch_size = cfg.schedule.batch_size
     else:
         rows, dim = table_shapes(args)
         args.batch_size = args.batch_size or LEGACY_BATCH
-        cfg = TrainConfig(
+        cfg = TrainConfig.of(
             data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer, embedding_dim=dim
         )
     state = table_state_per_weight(cfg)
@@ -194,12 +191,12 @@ def run(args: argparse.Namespace) -> int:
         replicate_memory=host_replica_budget(args.world_size) if memory is None else None,
     )
     if args.data:
-        emb = resolve_embedding_optimizer(cfg.optimizer, cfg.embedding_optimizer)
-        width = f" (table width {dim} with the wide term)" if dim != cfg.embedding_dim else ""
+        emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
+        width = f" (table width {dim} with the wide term)" if dim != cfg.model.embedding_dim else ""
         print(
             f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
-            f"{cfg.embedding_dim}{width}, "
-            f"global batch {cfg.batch_size}, tables' optimizer {emb} ({state_words(state)})"
+            f"{cfg.model.embedding_dim}{width}, "
+            f"global batch {cfg.schedule.batch_size}, tables' optimizer {emb} ({state_words(state)})"
         )
     print(plan.report())
     if args.json:

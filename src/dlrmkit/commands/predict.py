@@ -17,33 +17,36 @@ import numpy as np
 
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class PredictOptions:
+    checkpoint: str = option(help="checkpoint folder, or a checkpoint dir with 'latest'", parse=ct.path, required=True)
+    input: str = option(
+        help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from",
+        parse=ct.path,
+        required=True,
+    )
+    output: str | None = option(
+        None, "CSV to write (columns row[,label],probability); default: standard output", parse=ct.path
+    )
+    data: str | None = option(
+        None,
+        "dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)",
+        parse=ct.path,
+    )
+    batch_size: int = option(16384, "rows per forward pass (default {default})", parse=ct.batch_size)
+    no_label: bool = option(False, "Criteo rows without the label column (39 fields)")
+    delimiter: str | None = option(
+        None, "CSV inputs: field delimiter (default: tab for .tsv, else comma)", parse=ct.single_char
+    )
+    columns: str | None = option(None, "CSV inputs without a header line: the column names, a,b,c", parse=ct.names)
+    strict: bool = option(False, "stop at the first bad row (exit code 2)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint", required=True, type=ct.path, help="checkpoint folder, or a checkpoint dir with 'latest'"
-    )
-    p.add_argument(
-        "--input",
-        required=True,
-        type=ct.path,
-        help="raw rows: Criteo TSV (plain or .gz) or the CSV/TSV/Parquet a transcoded dataset came from",
-    )
-    p.add_argument(
-        "--output", type=ct.path, help="CSV to write (columns row[,label],probability); default: standard output"
-    )
-    p.add_argument(
-        "--data",
-        type=ct.path,
-        help="dataset folder holding the vocabulary (default: the data path the checkpoint was trained on)",
-    )
-    p.add_argument("--batch-size", type=ct.batch_size, default=16384, help="rows per forward pass (default 16384)")
-    p.add_argument("--no-label", action="store_true", help="Criteo rows without the label column (39 fields)")
-    p.add_argument(
-        "--delimiter", type=ct.single_char, help="CSV inputs: field delimiter (default: tab for .tsv, else comma)"
-    )
-    p.add_argument("--columns", type=ct.names, help="CSV inputs without a header line: the column names, a,b,c")
-    p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
+    add_options(p, PredictOptions)
 
 
 @dataclass

@@ -7,64 +7,61 @@ rows can be encoded the same way later (dlrmkit.data.encoder.Vocabulary.load).""
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-import os
-
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class PreprocessOptions:
+    format: str = option(
+        help="input format (criteo: TSV label, I1..I13, C1..C26)", choices=("criteo",), positional=True
+    )
+    input: list[str] = option(help="input files (plain or .gz), in time order", parse=ct.path, required=True, nargs="+")
+    out: str = option(help="output dataset folder", parse=ct.path, required=True)
+    frequency_threshold: int = option(
+        1,
+        "categories seen fewer than K times in the training part share id 0 (default {default})",
+        parse=ct.frequency_threshold,
+    )
+    max_table_size: int | None = option(
+        None, "cap on a table's rows; ids beyond are folded into it", parse=ct.table_size
+    )
+    test_rows: int | None = option(
+        None, "the last N valid rows are the test mapping", parse=ct.nonneg_rows, group="test"
+    )
+    test_fraction: float | None = option(
+        None, "the last fraction F of the input lines are the test mapping", parse=ct.fraction, group="test"
+    )
+    test_files: list[str] = option([], "these files are the test mapping", parse=ct.path, nargs="+", group="test")
+    val_rows: int | None = option(
+        None,
+        "the N valid rows before the test rows are the val mapping (model selection; not in the vocabulary)",
+        parse=ct.nonneg_rows,
+        group="val",
+    )
+    val_fraction: float | None = option(
+        None,
+        "the last fraction F of the input lines before the test rows are the val mapping "
+        "(default: none; `train` then holds out its own)",
+        parse=ct.fraction,
+        group="val",
+    )
+    workers: int = option(min(os.cpu_count() or 1, 8), "worker processes (default: CPUs, at most 8)", parse=ct.workers)
+    engine: str = option("local", "local processes or a PySpark job (default {default})", choices=("local", "spark"))
+    spark_master: str = option("local[*]", "Spark master URL for --engine spark (default {default})", parse=ct.text)
+    strict: bool = option(False, "stop at the first bad row (exit code 2)")
+    force: bool = option(
+        False, "replace an output folder that holds another dataset (never a folder holding other files)"
+    )
+    no_progress: bool = option(False, "no progress bars")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("format", choices=["criteo"], help="input format (criteo: TSV label, I1..I13, C1..C26)")
-    p.add_argument("--input", nargs="+", required=True, type=ct.path, help="input files (plain or .gz), in time order")
-    p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
-    p.add_argument(
-        "--frequency-threshold",
-        type=ct.frequency_threshold,
-        default=1,
-        help="categories seen fewer than K times in the training part share id 0 (default 1)",
-    )
-    p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
-    g.add_argument(
-        "--test-fraction", type=ct.fraction, help="the last fraction F of the input lines are the test mapping"
-    )
-    g.add_argument("--test-files", nargs="+", default=[], type=ct.path, help="these files are the test mapping")
-    v = p.add_mutually_exclusive_group()
-    v.add_argument(
-        "--val-rows",
-        type=ct.nonneg_rows,
-        help="the N valid rows before the test rows are the val mapping (model selection; not in the vocabulary)",
-    )
-    v.add_argument(
-        "--val-fraction",
-        type=ct.fraction,
-        help="the last fraction F of the input lines before the test rows are the val mapping "
-        "(default: none; `train` then holds out its own)",
-    )
-    p.add_argument(
-        "--workers",
-        type=ct.workers,
-        default=min(os.cpu_count() or 1, 8),
-        help="worker processes (default: CPUs, at most 8)",
-    )
-    p.add_argument(
-        "--engine", choices=["local", "spark"], default="local", help="local processes or a PySpark job (default local)"
-    )
-    p.add_argument(
-        "--spark-master",
-        default="local[*]",
-        type=ct.text,
-        help="Spark master URL for --engine spark (default local[*])",
-    )
-    p.add_argument("--strict", action="store_true", help="stop at the first bad row (exit code 2)")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an output folder that holds another dataset (never a folder holding other files)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_options(p, PreprocessOptions)
 
 
 def print_report(out: str, report: dict, up_to_date: bool) -> None:

@@ -9,26 +9,33 @@ import argparse
 import math
 import os
 from typing import Any
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 from dlrmkit.train.run_log import read_log, tensorboard
 
 MAX_MAPPINGS = 16  # two plots each: a hostile log cannot make the report write thousands of files
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "run",
-        metavar="RUN",
-        type=ct.path,
+@dataclass
+class ReportOptions:
+    run: str = option(
         help="run folder written by `dlrmkit train` (holds run.json; its log.jsonl is there or in --checkpoint-dir)",
+        parse=ct.path,
+        metavar="RUN",
+        positional=True,
     )
-    p.add_argument("--out", type=ct.path, help="where to write the plots and report.md (default: RUN)")
-    p.add_argument(
-        "--tensorboard", metavar="DIR", type=ct.path, help="also log the scalars as TensorBoard events into DIR"
+    out: str | None = option(None, "where to write the plots and report.md (default: RUN)", parse=ct.path)
+    tensorboard: str | None = option(
+        None, "also log the scalars as TensorBoard events into DIR", parse=ct.path, metavar="DIR"
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_options(p, ReportOptions)
 
 
 def _num(value: Any, fmt: str = ".4f") -> str:

@@ -4,8 +4,10 @@ the Bayes-optimal test AUC, which `dlrmkit train` reports next to the AUC it rea
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit import cli_types
+from dlrmkit.options import add_options, option
 from dlrmkit.data.feature_spec import categorical_dtype
 from dlrmkit.data.split_binary import allow_open_files
 from dlrmkit.data.synthetic import SYNTH_PRESETS, generate
@@ -13,35 +15,39 @@ from dlrmkit.data.synthetic_shapes import resolve_config
 from dlrmkit.resources import check_disk, check_memory
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=cli_types.path, help="output dataset folder")
-    p.add_argument(
-        "--preset",
-        type=cli_types.text,
-        help=f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
+@dataclass
+class SynthOptions:
+    out: str = option(help="output dataset folder", parse=cli_types.path, required=True)
+    preset: str | None = option(
+        None,
+        f"dataset shape: {', '.join(SYNTH_PRESETS)} (default tiny); kaggle: Criteo "
         "Kaggle's 26 table sizes (33.8M rows), terabyte: MLPerf's Criteo Terabyte tables (40M-row cap)",
+        parse=cli_types.text,
     )
-    p.add_argument(
-        "--cardinalities",
+    cardinalities: str | None = option(
+        None,
+        "table sizes of any shape (13 numerical features), instead of --preset",
+        parse=cli_types.cardinalities,
         metavar="N1,N2,...",
-        type=cli_types.cardinalities,
-        help="table sizes of any shape (13 numerical features), instead of --preset",
     )
-    p.add_argument(
-        "--scale",
-        type=cli_types.positive_float,
-        default=1.0,
-        help="multiply every table size by F (at least 1 row each), e.g. --preset terabyte --scale 0.1 (default 1)",
+    scale: float = option(
+        1.0,
+        "multiply every table size by F (at least 1 row each), e.g. --preset terabyte --scale 0.1 (default {default})",
+        parse=cli_types.positive_float,
     )
-    p.add_argument(
-        "--rows", type=cli_types.rows, help="training rows (default: the preset's; 1,000,000 with --cardinalities)"
+    rows: int | None = option(
+        None, "training rows (default: the preset's; 1,000,000 with --cardinalities)", parse=cli_types.rows
     )
-    p.add_argument(
-        "--test-rows", type=cli_types.rows, help="test rows (default: the preset's; 100,000 with --cardinalities)"
+    test_rows: int | None = option(
+        None, "test rows (default: the preset's; 100,000 with --cardinalities)", parse=cli_types.rows
     )
-    p.add_argument("--seed", type=cli_types.seed, default=0, help="seed of the teacher and the samples (default 0)")
-    p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    seed: int = option(0, "seed of the teacher and the samples (default {default})", parse=cli_types.seed)
+    force: bool = option(False, "replace an existing dataset (or empty folder) at --out")
+    no_progress: bool = option(False, "no progress bar")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_options(p, SynthOptions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,23 +7,31 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import dataclass
 from typing import Iterable
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import add_options
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class ConfigFile:
+    """train's one option outside TrainConfig: the file the others may come from."""
+
+    config: str | None = option(
+        None,
+        "YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
+        parse=ct.small_file,
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Train's options come from TrainConfig's fields; options not given stay off the namespace,
     so `--config` can fill them and flags given win (config_file.config_from_args)."""
     add_options(p, TrainConfig, unset_absent=True)
-    p.add_argument(
-        "--config",
-        type=ct.small_file,
-        help="YAML file of options (keys as the flags, e.g. batch-size: 512); flags given here win",
-    )
+    add_options(p, ConfigFile)
 
 
 def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
@@ -34,45 +42,47 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
     from dlrmkit.checkpoint.dirs import check_fresh_directory
     from dlrmkit.train.run_dir import check_fresh_log, check_run_dir
 
-    inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.plan}
-    for option, path in (
-        ("--metrics-json", cfg.metrics_json),
-        ("--log-jsonl", cfg.log_jsonl),
-        ("--checkpoint-dir", cfg.checkpoint_dir),
-        ("--run-dir", cfg.run_dir),
-        ("--tensorboard", cfg.tensorboard),
+    out, ck = cfg.output, cfg.checkpoint
+
+    inputs = {"--data": cfg.data, "--config": config, "--plan": cfg.parallel.plan}
+    for flag, path in (
+        ("--metrics-json", out.metrics_json),
+        ("--log-jsonl", out.log_jsonl),
+        ("--checkpoint-dir", ck.checkpoint_dir),
+        ("--run-dir", out.run_dir),
+        ("--tensorboard", out.tensorboard),
     ):
-        check_not_inside(path, option, inputs)
-    check_output_file(cfg.metrics_json, "--metrics-json")
-    check_output_file(cfg.log_jsonl, "--log-jsonl", append=True)
-    check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
-    check_output_dir(cfg.run_dir, "--run-dir")
-    check_run_dir(cfg.run_dir)
-    check_output_dir(cfg.tensorboard, "--tensorboard")
-    if not cfg.run_dir:
+        check_not_inside(path, flag, inputs)
+    check_output_file(out.metrics_json, "--metrics-json")
+    check_output_file(out.log_jsonl, "--log-jsonl", append=True)
+    check_output_dir(ck.checkpoint_dir, "--checkpoint-dir")
+    check_output_dir(out.run_dir, "--run-dir")
+    check_run_dir(out.run_dir)
+    check_output_dir(out.tensorboard, "--tensorboard")
+    if not out.run_dir:
         check_output_dir("runs", "the default run folder (runs/; or pass --run-dir)")
-    checkpoints = cfg.checkpoint_dir or (os.path.join(cfg.run_dir, "checkpoints") if cfg.run_dir else None)
-    log = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir or cfg.run_dir, "log.jsonl") if checkpoints else None)
-    run_files = ("config.yaml", "run.json", "plan.json") if cfg.run_dir else ()
+    checkpoints = ck.checkpoint_dir or (os.path.join(out.run_dir, "checkpoints") if out.run_dir else None)
+    log = out.log_jsonl or (os.path.join(ck.checkpoint_dir or out.run_dir, "log.jsonl") if checkpoints else None)
+    run_files = ("config.yaml", "run.json", "plan.json") if out.run_dir else ()
     check_distinct(
         {
-            **{f"--run-dir's {name}": os.path.join(cfg.run_dir or "", name) for name in run_files},
-            ("--log-jsonl" if cfg.log_jsonl else "the log (log.jsonl)"): log,
-            "--metrics-json": cfg.metrics_json,
+            **{f"--run-dir's {name}": os.path.join(out.run_dir or "", name) for name in run_files},
+            ("--log-jsonl" if out.log_jsonl else "the log (log.jsonl)"): log,
+            "--metrics-json": out.metrics_json,
         }
     )
-    if not cfg.resume:  # another run's checkpoints or log: refused, never mixed with this run's
+    if not ck.resume:  # another run's checkpoints or log: refused, never mixed with this run's
         if checkpoints:
             check_fresh_directory(checkpoints)
-        if cfg.log_jsonl:
-            check_fresh_log(cfg.log_jsonl, "--log-jsonl")
-        elif cfg.checkpoint_dir:
-            check_fresh_log(log, "--checkpoint-dir", cfg.checkpoint_dir)
-        elif cfg.run_dir:
-            check_fresh_log(log, "--run-dir", cfg.run_dir)
-    if cfg.resume and not (cfg.checkpoint_dir or cfg.run_dir):  # before the run folder is made
+        if out.log_jsonl:
+            check_fresh_log(out.log_jsonl, "--log-jsonl")
+        elif ck.checkpoint_dir:
+            check_fresh_log(log, "--checkpoint-dir", ck.checkpoint_dir)
+        elif out.run_dir:
+            check_fresh_log(log, "--run-dir", out.run_dir)
+    if ck.resume and not (ck.checkpoint_dir or out.run_dir):  # before the run folder is made
         raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
-    check_plan_file(cfg.plan)
+    check_plan_file(cfg.parallel.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")
 
@@ -89,27 +99,25 @@ def check_plan_file(path: str | None) -> None:
     ShardingPlan.load(path)
 
 
-# TrainConfig fields that act only under torchrun (dlrmkit.parallel)
-TORCHRUN_ONLY = ("sharding", "plan", "loader", "backend", "comm_dtype", "collective_timeout", "bind_cores")
-
-
 def check_one_process_options(cfg: TrainConfig, config: str | None, flags: Iterable[str]) -> None:
-    """A torchrun-only option set in one process, or --table-placement host on the CPU, would do
-    nothing: one line naming it (and the --config file, for a value from there: not in `flags`)."""
+    """A torchrun-only option (the parallel section's) set in one process, or --table-placement
+    host on the CPU, would do nothing: one line naming it (and the --config file, for a value
+    from there: not in `flags`)."""
     from dlrmkit.options import spec_map
-    from dlrmkit.parallel.options import refuse_outside_torchrun
+    from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_only
 
     given, by_name = set(flags), spec_map(TrainConfig)
 
     def shown(name: str) -> str:
-        s, value = by_name[name], getattr(cfg, name)
+        s = by_name[name]
+        value = s.get(cfg)
         if name in given:
             return s.flag if s.kind == "switch" else f"{s.flag} {value}"
         file_value = (not value if s.option.negate else value) if s.kind == "switch" else value
         return f"{config}: '{s.key}: {file_value}'"
 
-    refuse_outside_torchrun((shown(name), getattr(cfg, name) != by_name[name].default) for name in TORCHRUN_ONLY)
-    if cfg.device == "cpu" and cfg.table_placement == "host":
+    refuse_outside_torchrun((shown(name), by_name[name].get(cfg) != by_name[name].default) for name in torchrun_only())
+    if cfg.device.device == "cpu" and cfg.device.table_placement == "host":
         raise DlrmkitError(
             f"{shown('table_placement')} needs --device cuda (on the CPU every table is in host memory already)"
         )
@@ -121,16 +129,16 @@ def check_tables_fit(cfg: TrainConfig) -> None:
     from dlrmkit.resources import check_memory
 
     res = cfg.resolved()
-    if cfg.lamb_lr is not None and res.optimizer != "lamb":  # it would be ignored
-        raise DlrmkitError(f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer})")
+    if cfg.optimizer.lamb_lr is not None and res.optimizer.optimizer != "lamb":  # it would be ignored
+        raise DlrmkitError(f"--lamb-lr applies with --optimizer lamb (this run's optimizer: {res.optimizer.optimizer})")
     rows = sum(FeatureSpec.from_yaml(cfg.data).cardinalities)
-    state = 2 if "adagrad" in f"{res.optimizer} {res.embedding_optimizer}" else 1
+    state = 2 if "adagrad" in f"{res.optimizer.optimizer} {res.optimizer.embedding_optimizer}" else 1
     from dlrmkit.parallel.options import torchrun_env
 
     world = torchrun_env().world_size
-    dim = int(res.embedding_dim)
+    dim = int(res.model.embedding_dim)
     check_memory(rows * dim * 4 * state // world, f"{cfg.data}: {rows:,} table rows x --embedding-dim {dim}")
-    bottom, top = list(res.bottom_mlp or []), list(res.top_mlp or [])
+    bottom, top = list(res.model.bottom_mlp or []), list(res.model.top_mlp or [])
     widths = [16, *bottom, 1 << 12, *top]  # the MLPs' widths (inputs rounded up): weights, gradients, state
     check_memory(sum(a * b for a, b in zip(widths, widths[1:])) * 4 * 4, "--bottom-mlp/--top-mlp")
 
@@ -166,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     recipe_text = choose_recipe(cfg)
     check_tables_fit(cfg)
-    if cfg.tensorboard:
+    if cfg.output.tensorboard:
         from dlrmkit.train.run_log import summary_writer_class
 
         summary_writer_class()  # a missing package is an error before training, not after
@@ -185,23 +193,23 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # a dead or stopped peer: one line naming the collective
         from dlrmkit.faults import collective_failure
 
-        message = collective_failure(exc, cfg.collective_timeout)
+        message = collective_failure(exc, cfg.parallel.collective_timeout)
         if message is None:
             raise
         raise DlrmkitError(message) from None
     run_dir.write_metrics(run_folder, metrics)
     run_dir.drop_empty_checkpoint_dir(run_folder)
     if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
-        if cfg.metrics_json:
-            run_dir.write_metrics_json(cfg.metrics_json, metrics)
+        if cfg.output.metrics_json:
+            run_dir.write_metrics_json(cfg.output.metrics_json, metrics)
         print(summary_line(metrics))
         lift = baseline_lift(cfg.data, metrics)
         if lift:
             print(lift)
-        if cfg.tensorboard:
+        if cfg.output.tensorboard:
             from dlrmkit.train.run_log import read_log, tensorboard
 
-            tensorboard(read_log(cfg.log_jsonl), cfg.tensorboard)
+            tensorboard(read_log(cfg.output.log_jsonl), cfg.output.tensorboard)
     from dlrmkit.parallel.dist import shutdown
 
     if trainer.par is not None:
@@ -218,9 +226,14 @@ def choose_recipe(cfg: TrainConfig) -> str:
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.train import recipe
 
+    from dlrmkit.options import assign, flatten
+
     spec, train, _ = open_dataset(cfg.data)
     chosen = recipe.choose(spec, train)
-    return recipe.describe(chosen, recipe.apply(cfg, chosen))
+    values = flatten(cfg)
+    filled = recipe.apply(values, chosen)
+    assign(cfg, {name: values[name] for name in filled})
+    return recipe.describe(chosen, filled)
 
 
 def baseline_lift(data: str, metrics: dict) -> str:

@@ -4,54 +4,54 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+
+
+@dataclass
+class TranscodeOptions:
+    input: list[str] = option(
+        help="input files (.csv, .tsv, .parquet; .gz for text)", parse=ct.path, required=True, nargs="+"
+    )
+    out: str = option(help="output dataset folder", parse=ct.path, required=True)
+    label: str = option(help="label column (values 0/1; others are counted bad rows)", parse=ct.text, required=True)
+    numerical: str = option("", "comma-separated numerical (float) columns", parse=ct.names)
+    categorical: str = option("", "comma-separated categorical columns (any strings or integers)", parse=ct.names)
+    delimiter: str | None = option(None, "field delimiter (default: tab for .tsv, else comma)", parse=ct.single_char)
+    header: bool = option(True, "the files have no header row (give --columns)", flag="--no-header", negate=True)
+    columns: str | None = option(None, "comma-separated column names, with --no-header", parse=ct.names)
+    test_rows: int | None = option(
+        None, "the last N valid rows are the test mapping", parse=ct.nonneg_rows, group="test"
+    )
+    test_fraction: float | None = option(
+        None, "the last fraction F of the valid rows are the test mapping", parse=ct.fraction, group="test"
+    )
+    val_rows: int | None = option(
+        None,
+        "the N valid rows before the test rows are the val mapping (model selection)",
+        parse=ct.nonneg_rows,
+        group="val",
+    )
+    val_fraction: float | None = option(
+        None,
+        "the last fraction F of the rows before the test rows are the val mapping (default: none; "
+        "`train` then holds out its own)",
+        parse=ct.fraction,
+        group="val",
+    )
+    frequency_threshold: int = option(1, "categories seen fewer than K times share id 0", parse=ct.frequency_threshold)
+    max_table_size: int | None = option(
+        None, "cap on a table's rows; ids beyond are folded into it", parse=ct.table_size
+    )
+    log_transform: bool = option(False, "numerical: negative -> 0, then log(1+x)")
+    force: bool = option(False, "replace an existing dataset (or empty folder) at --out")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--input", nargs="+", required=True, type=ct.path, help="input files (.csv, .tsv, .parquet; .gz for text)"
-    )
-    p.add_argument("--out", required=True, type=ct.path, help="output dataset folder")
-    p.add_argument(
-        "--label", required=True, type=ct.text, help="label column (values 0/1; others are counted bad rows)"
-    )
-    p.add_argument("--numerical", default="", type=ct.names, help="comma-separated numerical (float) columns")
-    p.add_argument(
-        "--categorical", default="", type=ct.names, help="comma-separated categorical columns (any strings or integers)"
-    )
-    p.add_argument("--delimiter", type=ct.single_char, help="field delimiter (default: tab for .tsv, else comma)")
-    p.add_argument(
-        "--no-header", dest="header", action="store_false", help="the files have no header row (give --columns)"
-    )
-    p.add_argument("--columns", type=ct.names, help="comma-separated column names, with --no-header")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-rows", type=ct.nonneg_rows, help="the last N valid rows are the test mapping")
-    g.add_argument(
-        "--test-fraction", type=ct.fraction, help="the last fraction F of the valid rows are the test mapping"
-    )
-    v = p.add_mutually_exclusive_group()
-    v.add_argument(
-        "--val-rows",
-        type=ct.nonneg_rows,
-        help="the N valid rows before the test rows are the val mapping (model selection)",
-    )
-    v.add_argument(
-        "--val-fraction",
-        type=ct.fraction,
-        help="the last fraction F of the rows before the test rows are the val mapping (default: none; "
-        "`train` then holds out its own)",
-    )
-    p.add_argument(
-        "--frequency-threshold",
-        type=ct.frequency_threshold,
-        default=1,
-        help="categories seen fewer than K times share id 0",
-    )
-    p.add_argument("--max-table-size", type=ct.table_size, help="cap on a table's rows; ids beyond are folded into it")
-    p.add_argument("--log-transform", action="store_true", help="numerical: negative -> 0, then log(1+x)")
-    p.add_argument("--force", action="store_true", help="replace an existing dataset (or empty folder) at --out")
+    add_options(p, TranscodeOptions)
 
 
 def _names(s: str | None) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -17,45 +17,48 @@ from typing import Any
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_dir, make_dirs
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 from dlrmkit.untrusted import MiB, load_yaml
 
 FINISHED = ("COMPLETE", "PRUNED")
 
 
+@dataclass
+class TuneOptions:
+    """tune's own options; those every trial passes to training are train's (TrainConfig)."""
+
+    trials: int = option(
+        help="finished trials the study should hold in total", parse=ct.int_range(1, 100_000), required=True
+    )
+    space: str | None = option(None, "search space YAML (default: dlrmkit/tune_space.yaml)", parse=ct.small_file)
+    storage: str | None = option(None, "Optuna storage URL (default sqlite:///<out>/study.db)", parse=ct.text)
+    study: str = option("dlrmkit", "study name inside the storage (default {default})", parse=ct.text)
+    parallel: int = option(1, "trials run at once in this process (default {default})", parse=ct.int_range(1, 256))
+    out: str | None = option(None, "folder for trial runs, best.yaml and plots (default tune-<study>)", parse=ct.path)
+    budget: float | None = option(
+        None, "stop starting trials after this many minutes", parse=ct.float_range(0.0, 1e7, lo_open=True)
+    )
+    no_prune: bool = option(False, "never prune a trial")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dlrmkit.config import TrainConfig
-    from dlrmkit.options import add_options
 
-    add_options(p, TrainConfig, {"data": {"required": True, "help": "dataset folder holding feature_spec.yaml"}})
-    p.add_argument(
-        "--trials", type=ct.int_range(1, 100_000), required=True, help="finished trials the study should hold in total"
-    )
-    p.add_argument("--space", type=ct.small_file, help="search space YAML (default: dlrmkit/tune_space.yaml)")
-    p.add_argument("--storage", type=ct.text, help="Optuna storage URL (default sqlite:///<out>/study.db)")
-    p.add_argument("--study", default="dlrmkit", type=ct.text, help="study name inside the storage (default dlrmkit)")
-    p.add_argument(
-        "--parallel", type=ct.int_range(1, 256), default=1, help="trials run at once in this process (default 1)"
-    )
-    p.add_argument("--out", type=ct.path, help="folder for trial runs, best.yaml and plots (default tune-<study>)")
-    add_options(
-        p,
-        TrainConfig,
-        {"preset": {"help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"}},
-    )
-    p.add_argument(
-        "--budget", type=ct.float_range(0.0, 1e7, lo_open=True), help="stop starting trials after this many minutes"
-    )
     add_options(
         p,
         TrainConfig,
         {
+            "data": {"required": True, "help": "dataset folder holding feature_spec.yaml"},
+            "preset": {
+                "help": "base preset of every trial (default auto: the recipe `train` would choose for the data)"
+            },
+            "seed": {"help": "seed of the sampler and of every trial's training"},
             "epochs": {"help": "epochs per trial (default: the preset's)"},
             "max_steps": {"help": "steps per trial"},
             "eval_every": {"help": "evaluate (and report for pruning) every N steps"},
-            "seed": {"help": "seed of the sampler and of every trial's training"},
         },
     )
-    p.add_argument("--no-prune", action="store_true", help="never prune a trial")
+    add_options(p, TuneOptions)
 
 
 TUNE_FILES = ("study.db", "best.yaml", "history.png", "importances.png")
@@ -201,8 +204,8 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
         run = os.path.join(out, f"trial_{trial.number}")
         os.makedirs(run, exist_ok=True)
         dump_config({k: v for k, v in opts.items() if v is not None}, os.path.join(run, "config.yaml"))
-        cfg = TrainConfig(**{k: v for k, v in opts.items() if v is not None})
-        cfg = replace(cfg, progress=False, log_jsonl=os.path.join(run, "log.jsonl"))
+        cfg = TrainConfig.of(**{k: v for k, v in opts.items() if v is not None})
+        cfg.output.progress, cfg.output.log_jsonl = False, os.path.join(run, "log.jsonl")
         try:
             trainer = TrialTrainer(cfg)
             trainer.trial = trial

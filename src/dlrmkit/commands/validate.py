@@ -5,6 +5,7 @@ cardinality and the share of lookups that hit its top 1% of ids."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,12 +13,18 @@ from dlrmkit import cli_types as ct
 from dlrmkit.data.feature_spec import SPEC_FILE, TEST, TRAIN, VAL
 from dlrmkit.data.split_binary import open_dataset, open_val
 from dlrmkit.errors import DatasetError
+from dlrmkit.options import add_options, option
 
 CHUNK = 1 << 20
 
 
+@dataclass
+class ValidateOptions:
+    data: str = option(help="dataset folder holding feature_spec.yaml", parse=ct.path, required=True)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=ct.path, help="dataset folder holding feature_spec.yaml")
+    add_options(p, ValidateOptions)
 
 
 class IdCounts:

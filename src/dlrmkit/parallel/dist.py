@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.options import launched_by_torchrun, torchrun_env  # noqa: F401  (re-exported)
+from dlrmkit.parallel.options import COLLECTIVE_TIMEOUT_S, launched_by_torchrun, torchrun_env  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -65,7 +65,7 @@ def bind_cores(local_rank: int, local_world: int) -> list[int] | None:
 
 
 def init_distributed(
-    backend: str | None = None, timeout_s: float = 1800.0, device: str = "cpu", bind: bool = False
+    backend: str | None = None, timeout_s: float = COLLECTIVE_TIMEOUT_S, device: str = "cpu", bind: bool = False
 ) -> DistContext:
     """The DistContext of this process: a process group when started by torchrun, else single.
     `device` 'cuda' puts this rank on GPU LOCAL_RANK, with NCCL; on CPU, `bind` binds the rank

@@ -23,7 +23,7 @@ from dlrmkit.model.dlrm import DLRM
 from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import DistContext
 from dlrmkit.parallel.grad_buckets import GradBuckets, nonzero_rows
-from dlrmkit.parallel.options import torchrun_env
+from dlrmkit.parallel.options import ParallelOptions, torchrun_env
 from dlrmkit.parallel.plan import ShardingPlan, host_replica_budget, make_plan
 from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts, take_local
 from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
@@ -336,32 +336,28 @@ def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tup
 
 
 def setup_parallel(
-    model: DLRM, cfg, optimizer_state: float = 0.0
+    model: DLRM, opts: ParallelOptions, device: str, batch_size: int, seed: int | None, optimizer_state: float = 0.0
 ) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
     """For the trainer: under torchrun, a process group, a plan and the sharded model;
-    otherwise (DistContext(), None, None) and training stays single-process. `optimizer_state`:
-    values the tables' optimizer keeps per weight, counted in the plan's memory (0: evaluation)."""
+    otherwise (DistContext(), None, None) and training stays single-process. `opts`: the parallel
+    section of the train options; `device`: --device; `optimizer_state`: values the tables'
+    optimizer keeps per weight, counted in the plan's memory (0: evaluation)."""
     from dlrmkit.parallel.dist import init_distributed, launched_by_torchrun
 
     if not launched_by_torchrun():
         return DistContext(), None, None
     from dlrmkit.device import resolve_device
 
-    device = resolve_device(getattr(cfg, "device", None) or "cpu").type
-    ctx = init_distributed(
-        getattr(cfg, "backend", None),
-        float(getattr(cfg, "collective_timeout", 0) or 1800.0),
-        device,
-        bind=getattr(cfg, "bind_cores", True),
-    )
+    device = resolve_device(device).type
+    ctx = init_distributed(opts.backend, opts.collective_timeout, device, bind=opts.bind_cores)
     pcfg = ParallelConfig(
-        sharding=getattr(cfg, "sharding", "auto") or "auto",
-        plan_path=getattr(cfg, "plan", None),
-        loader=getattr(cfg, "loader", "exchange") or "exchange",
-        comm_dtype=torch.bfloat16 if getattr(cfg, "comm_dtype", "fp32") == "bf16" else None,
+        sharding=opts.sharding,
+        plan_path=opts.plan,
+        loader=opts.loader,
+        comm_dtype=torch.bfloat16 if opts.comm_dtype == "bf16" else None,
     )
-    plan = build_plan(model, ctx, pcfg, cfg.batch_size, optimizer_state)
-    return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=getattr(cfg, "seed", None)), plan
+    plan = build_plan(model, ctx, pcfg, batch_size, optimizer_state)
+    return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=seed), plan
 
 
 class TrainerParallel(HybridParallel):
@@ -372,7 +368,7 @@ class TrainerParallel(HybridParallel):
 
         self.train_loader = DistBatchLoader(
             dataset,
-            cfg.batch_size,
+            cfg.schedule.batch_size,
             self.ctx.rank,
             self.ctx.world_size,
             self.sharded.id_tables,

@@ -2,15 +2,18 @@
 torch: `dlrmkit --help` and the data commands decide this before torch loads (a second of
 start-up per command). Every reader of torchrun's variables goes through `torchrun_env`, so a
 garbage value (RANK=x, RANK beyond WORLD_SIZE) is one line naming the variable, not a
-ValueError from deep inside process-group setup."""
+ValueError from deep inside process-group setup. Also the parallel section of `dlrmkit train`'s
+options (ParallelOptions), which setup_parallel receives."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterable
 
+from dlrmkit import cli_types as ct
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import option
 
 MAX_WORLD_SIZE = 1 << 16
 
@@ -71,3 +74,68 @@ def refuse_outside_torchrun(options: Iterable[tuple[str, bool]]) -> None:
                 f"{shown} takes effect under torchrun only, and this is one process "
                 "(run `torchrun --nproc_per_node=N -m dlrmkit ...`, or leave it out)"
             )
+
+
+# the sharding strategies `--sharding` offers (dlrmkit.parallel.sharding, which imports torch)
+SHARDINGS = ("auto", "table_wise", "column_wise", "row_wise", "data_parallel")
+# process-group backends torch.distributed ships (dlrmkit.parallel.dist checks the device pairing)
+BACKENDS = ("gloo", "nccl", "mpi", "ucc")
+LOADERS = ("exchange", "own-features", "broadcast")
+COLLECTIVE_TIMEOUT_S = 1800.0  # seconds a collective waits for a peer (dlrmkit.parallel.dist's default too)
+
+
+@dataclass
+class ParallelOptions:
+    """The parallel section of `dlrmkit train`'s options: how a torchrun job shards its tables,
+    reads its batches and talks. Every field acts under torchrun only (`torchrun_only`)."""
+
+    sharding: str = option(
+        "auto",
+        "under torchrun: how tables are sharded (default {default}: the planner decides; on CPU it replicates "
+        "every table that fits at up to 256 samples per rank)",
+        choices=SHARDINGS,
+    )
+    plan: str | None = option(
+        None, "under torchrun: a sharding plan JSON (from `dlrmkit plan --json`) to obey", parse=ct.small_file
+    )
+    loader: str = option("exchange", "under torchrun: how ranks read batches (default {default})", choices=LOADERS)
+    backend: str | None = option(
+        None,
+        "under torchrun: process-group backend (default nccl with --device cuda, else gloo)",
+        choices=BACKENDS,
+    )
+    comm_dtype: str = option(
+        "fp32",
+        "under torchrun: send all-to-all payloads and gradient all-reduces in this dtype (default {default}; "
+        "fp32 sums of ranks on one host go through shared memory, bf16 ones through gloo)",
+        choices=("fp32", "bf16"),
+    )
+    collective_timeout: float = option(
+        COLLECTIVE_TIMEOUT_S,
+        "under torchrun: seconds a collective may wait for a peer before the job fails (default {default})",
+        parse=ct.timeout,
+    )
+    bind_cores: bool = option(
+        True,
+        "under torchrun on CPU: leave ranks unbound (default: each rank, with its "
+        "collective threads, on its own share of the cores, when there are enough)",
+        flag="--no-bind-cores",
+        negate=True,
+    )
+
+
+def torchrun_only() -> tuple[str, ...]:
+    """The train options that act only under torchrun: the parallel section's."""
+    return tuple(f.name for f in fields(ParallelOptions))
+
+
+def changed_torchrun_options(opts: ParallelOptions) -> list[tuple[str, bool]]:
+    """(the option as the command line gives it, whether it differs from its default) for each
+    field of `opts`: what `refuse_outside_torchrun` takes."""
+    from dlrmkit.options import specs
+
+    out = []
+    for s in specs(ParallelOptions):
+        value = s.get(opts)
+        out.append((s.flag if s.kind == "switch" else f"{s.flag} {value}", value != s.default))
+    return out

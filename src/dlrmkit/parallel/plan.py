@@ -18,10 +18,10 @@ from typing import Any
 from dlrmkit.data.synthetic_shapes import KAGGLE_TABLE_SIZES
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.plan_cost import CostModel, TablePlan
+from dlrmkit.parallel.plan_file import MAX_PLAN_BYTES, MAX_SHARDS, plan_fields
 from dlrmkit.parallel.sharding import STRATEGIES, Shard, column_wise, data_parallel, strategy as strategy_named
 
 GiB = 1 << 30
-MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million
 
 
 @dataclass
@@ -41,9 +41,7 @@ class ShardingPlan:
     @classmethod
     def from_dict(cls, d: Any, source: str = "plan") -> "ShardingPlan":
         """A plan from its JSON form, every field checked (dlrmkit.parallel.plan_file), then validated."""
-        from dlrmkit.parallel.plan_file import plan_from_dict
-
-        plan = plan_from_dict(cls, d, source)
+        plan = cls(**plan_fields(d, source))
         plan.validate(source)
         return plan
 
@@ -55,7 +53,6 @@ class ShardingPlan:
     @classmethod
     def load(cls, path: str) -> "ShardingPlan":
         """A plan file, read as untrusted: a regular file of bounded size, strict JSON."""
-        from dlrmkit.parallel.plan_file import MAX_PLAN_BYTES
         from dlrmkit.untrusted import load_json
 
         return cls.from_dict(load_json(path, "sharding plan", MAX_PLAN_BYTES), path)

@@ -3,7 +3,8 @@ hand or come from elsewhere: every field of its type and range before anything i
 (an integer is never a float, a bool or text; counts and sizes within the command line's limits;
 shard fields exactly the five of a Shard), so a bad plan is one line naming the field. Plans
 name strategies only from dlrmkit.parallel.sharding.STRATEGIES (checked by ShardingPlan.validate):
-a file never chooses what is imported."""
+a file never chooses what is imported. It knows nothing of ShardingPlan: dlrmkit.parallel.plan
+builds the plan from the fields read here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.plan_cost import TablePlan
 from dlrmkit.parallel.sharding import Shard
 
+MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million (the planner's bound too)
 MAX_PLAN_BYTES = 256 << 20  # a plan file of MAX_SHARDS shards (about 100 bytes each)
 MAX_WORLD_SIZE, MAX_ROWS, MAX_DIM = 1 << 16, 1 << 48, 1 << 16  # as the command line's limits
 SHARD_FIELDS = ("rank", "row_start", "row_end", "col_start", "col_end")
@@ -25,10 +27,8 @@ def _int(v: Any, lo: int, hi: int, source: str, field: str) -> int:
     raise DlrmkitError(f"{source}: {field} must be an integer in [{lo:,}, {hi:,}], got {str(v)[:40]!r}")
 
 
-def plan_from_dict(cls: type, d: Any, source: str) -> Any:
-    """`cls` (ShardingPlan) from a plan file's JSON `d`, not yet validated."""
-    from dlrmkit.parallel.plan import MAX_SHARDS
-
+def plan_fields(d: Any, source: str) -> dict[str, Any]:
+    """A plan file's JSON `d` as ShardingPlan's fields, each checked (the layout is not yet validated)."""
     if not isinstance(d, dict) or not isinstance(d.get("tables"), list):
         raise DlrmkitError(f"{source}: not a sharding plan (a mapping with 'world_size' and a list 'tables')")
     world = _int(d.get("world_size"), 1, MAX_WORLD_SIZE, source, "world_size")
@@ -59,12 +59,12 @@ def plan_from_dict(cls: type, d: Any, source: str) -> Any:
     state = d.get("optimizer_state", 0)
     if isinstance(state, bool) or not isinstance(state, (int, float)) or not 0 <= state <= 16:
         raise DlrmkitError(f"{source}: 'optimizer_state' must be a number in [0, 16]")
-    return cls(
-        world,
-        tables,
-        _int(d.get("batch_size", 65536), 1, MAX_ROWS, source, "batch_size"),
-        None if memory is None else _int(memory, 1, MAX_ROWS << 8, source, "device_memory"),
-        _int(d.get("bytes_per_value", 4), 1, 8, source, "bytes_per_value"),
-        float(state),
-        notes,
-    )
+    return {
+        "world_size": world,
+        "tables": tables,
+        "batch_size": _int(d.get("batch_size", 65536), 1, MAX_ROWS, source, "batch_size"),
+        "device_memory": None if memory is None else _int(memory, 1, MAX_ROWS << 8, source, "device_memory"),
+        "bytes_per_value": _int(d.get("bytes_per_value", 4), 1, 8, source, "bytes_per_value"),
+        "optimizer_state": float(state),
+        "notes": notes,
+    }

@@ -6,49 +6,52 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
 import torch
 
 from dlrmkit import cli_types as ct
 from dlrmkit.device import place_tables
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
 
 
-def add_perf_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
+@dataclass
+class PerfOptions:
+    """The extras and kernels of `dlrmkit bench` (its other options: dlrmkit.commands.bench)."""
+
+    reference: bool = option(
+        False,
+        "also time a plain-PyTorch fp32 loop (per-table nn.EmbeddingBag, sparse SGD, nn.Linear) "
         "on the same batches, one window after each of dlrmkit's, and print dlrmkit's speed-up "
         "over it (median of the window ratios)",
     )
-    p.add_argument(
-        "--profile",
-        action="store_true",
-        help="profile a few steps with torch.profiler and print each phase's share of a step",
+    profile: bool = option(False, "profile a few steps with torch.profiler and print each phase's share of a step")
+    profile_steps: int = option(3, "steps profiled with --profile (default {default})", parse=ct.positive_int)
+    trace: str | None = option(
+        None, "with --profile: write a Chrome trace here (open in ui.perfetto.dev)", parse=ct.path
     )
-    p.add_argument("--profile-steps", type=ct.positive_int, default=3, help="steps profiled with --profile (default 3)")
-    p.add_argument("--trace", type=ct.path, help="with --profile: write a Chrome trace here (open in ui.perfetto.dev)")
-    p.add_argument(
-        "--plot", type=ct.path, help="draw throughput and step-breakdown bars to this PNG (implies --profile)"
+    plot: str | None = option(
+        None, "draw throughput and step-breakdown bars to this PNG (implies --profile)", parse=ct.path
     )
-    p.add_argument(
-        "--embedding-backend",
-        default="native",
-        choices=["native", "fbgemm"],
-        help="native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
+    embedding_backend: str = option(
+        "native",
+        "native (dlrmkit's fused lookup) or fbgemm (table-batched embedding, fused exact SGD; "
         "needs fbgemm-gpu-cpu; single process only)",
+        choices=("native", "fbgemm"),
     )
-    p.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
+    compile: bool = option(
+        True,
+        "torch.compile the interaction (the MLPs stay eager: compiled they measured slower); "
         "the default, as it measured fastest (docs/BENCHMARKS.md); --no-compile times the eager path",
+        paired=True,
     )
-    from dlrmkit.config import TrainConfig
-    from dlrmkit.options import add_options
 
+
+def add_perf_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.config import TrainConfig
+
+    add_options(p, PerfOptions)
     add_options(
         p,
         TrainConfig,

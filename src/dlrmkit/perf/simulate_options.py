@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from dlrmkit.cli_types import small_file
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import add_options, option
+from dlrmkit.perf.simulate import PROFILES
+
+
+@dataclass
+class SimulateOptions:
+    simulate: bool = option(
+        False, "estimate step time, samples/s and communication share for 8..1024 ranks (or --world-size)"
+    )
+    hardware: str | None = option(
+        None,
+        f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
+        parse=small_file,
+    )
+    precision: str | None = option(None, "with --simulate: fp32/TF32 or AMP (default fp32)", choices=("fp32", "amp"))
+    weak: bool = option(False, "with --simulate: --batch-size is per rank (weak scaling)")
+    anchors: bool = option(False, "with --simulate: compare with NVIDIA's published DLRM figures")
 
 
 def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
-    from dlrmkit.perf.simulate import PROFILES
-
-    p.add_argument(
-        "--simulate",
-        action="store_true",
-        help="estimate step time, samples/s and communication share for 8..1024 ranks (or --world-size)",
-    )
-    p.add_argument(
-        "--hardware",
-        type=small_file,
-        help=f"hardware profile: {', '.join(PROFILES)}, 'measured' (this machine) or a JSON file (default a100-80gb)",
-    )
-    p.add_argument("--precision", choices=["fp32", "amp"], help="with --simulate: fp32/TF32 or AMP (default fp32)")
-    p.add_argument("--weak", action="store_true", help="with --simulate: --batch-size is per rank (weak scaling)")
-    p.add_argument(
-        "--anchors", action="store_true", help="with --simulate: compare with NVIDIA's published DLRM figures"
-    )
+    add_options(p, SimulateOptions)
 
 
 def check_simulate_options(args: argparse.Namespace) -> None:

@@ -1,7 +1,9 @@
 """`dlrmkit train --config run.yaml`: every train option may come from a YAML mapping whose keys
-are the flags (`batch-size`, `no-shuffle: true`; `batch_size` is refused, naming `batch-size`). Keys and values are checked
-against the same field definitions as the command line (dlrmkit.options over TrainConfig), so a
-bad value gets the same validator's message; flags given on the command line win."""
+are the flags (`batch-size`, `no-shuffle: true`; `batch_size` is refused, naming `batch-size`),
+flat whatever section of TrainConfig holds the option. Keys and values are checked against the
+same field definitions as the command line (dlrmkit.options over TrainConfig), so a bad value gets
+the same validator's message, and a value of the wrong shape (a mapping, a list where one value
+goes) is one line naming the key; flags given on the command line win."""
 
 from __future__ import annotations
 
@@ -12,17 +14,18 @@ import yaml
 
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import from_mapping, given, to_mapping
+from dlrmkit.options import flatten, from_mapping, given, to_mapping
+from dlrmkit.train.options import OUTPUT_PATHS
 from dlrmkit.untrusted import MiB, load_yaml
 
 MAX_CONFIG = MiB  # a config file of every option is a few KiB
 # where a run writes comes from the command line only: a config file from elsewhere never chooses
 # which files are written or replaced (a run's own config.yaml leaves these out, dlrmkit.train.run_dir)
-OUTPUT_OPTIONS = ("run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "tensorboard")
+OUTPUT_OPTIONS = OUTPUT_PATHS
 
 
 def load_config(path: str) -> dict[str, Any]:
-    """The YAML file as {TrainConfig field: checked value}."""
+    """The YAML file as {TrainConfig option (flat name): checked value}."""
     data = load_yaml(path, "config file", MAX_CONFIG)  # bounded: size, nesting, alias expansion
     if data is None:
         return {}
@@ -46,11 +49,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values.update(given(TrainConfig, args))
     if not values.get("data"):
         raise DlrmkitError("--data is required (on the command line or in --config)")
-    return TrainConfig(**values)
+    return TrainConfig.of(**values)
 
 
-def dump_config(values: dict[str, Any], path: str) -> None:
-    """Write {TrainConfig field: value} as YAML that `--config` reads back (keys as the flags)."""
+def dump_config(values: TrainConfig | dict[str, Any], path: str) -> None:
+    """Write a TrainConfig, or {option (flat name): value}, as YAML that `--config` reads back
+    (flat keys as the flags)."""
     from dlrmkit.atomic_io import write_text
 
+    if isinstance(values, TrainConfig):
+        values = flatten(values)
     write_text(path, yaml.safe_dump(to_mapping(TrainConfig, values), sort_keys=False))

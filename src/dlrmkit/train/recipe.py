@@ -25,7 +25,7 @@ RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes 
 @dataclass
 class Recipe:
     name: str
-    values: dict[str, Any] = field(default_factory=dict)  # TrainConfig field -> value
+    values: dict[str, Any] = field(default_factory=dict)  # TrainConfig option (flat name) -> value
     reasons: list[str] = field(default_factory=list)
 
 
@@ -116,34 +116,34 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
     return r
 
 
-def apply(args: Any, recipe: Recipe) -> list[str]:
-    """Fill the options the user left unset (on a TrainConfig, or a namespace of its fields);
-    returns the names it filled."""
+def apply(values: dict[str, Any], recipe: Recipe) -> list[str]:
+    """Fill the options the user left unset in `values` ({TrainConfig option (flat name): value},
+    dlrmkit.options.flatten); returns the names it filled."""
     filled = []
-    if getattr(args, "val_fraction", None) == 0 and any(k in recipe.values for k in SELECTION):
+    if values.get("val_fraction") == 0 and any(k in recipe.values for k in SELECTION):
         for key in SELECTION:  # no validation rows: nothing to stop early on or restore from
             recipe.values.pop(key, None)
         recipe.reasons.append("--val-fraction 0: no validation rows, so no early stop; the last weights are kept")
     # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
-    own_optimizer = any(getattr(args, k, None) is not None for k in ("optimizer", "embedding_optimizer"))
+    own_optimizer = any(values.get(k) is not None for k in ("optimizer", "embedding_optimizer"))
     for key, value in recipe.values.items():
         if own_optimizer and key in ("optimizer", "lr", "embedding_weight_decay"):
             continue
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+        if values.get(key) is None:
+            values[key] = value
             filled.append(key)
-    opt, emb = getattr(args, "optimizer", None), getattr(args, "embedding_optimizer", None)
-    lr = own_lr(opt, emb, get_preset(AUTO)) if own_optimizer and getattr(args, "lr", None) is None else None
+    opt, emb = values.get("optimizer"), values.get("embedding_optimizer")
+    lr = own_lr(opt, emb, get_preset(AUTO)) if own_optimizer and values.get("lr") is None else None
     if lr is not None:  # what TrainConfig.resolved would fill, shown with the recipe's choices
-        args.lr = recipe.values["lr"] = lr
+        values["lr"] = recipe.values["lr"] = lr
         filled.append("lr")
         chosen = " ".join(f"--{k} {v}" for k, v in (("optimizer", opt), ("embedding-optimizer", emb)) if v)
         recipe.reasons.append(
             f"{chosen} without --lr: lr {lr}, an Adagrad rate (the recipe's is for its own optimizer)"
         )
-    dim, bottom = getattr(args, "embedding_dim", None), getattr(args, "bottom_mlp", None)
+    dim, bottom = values.get("embedding_dim"), values.get("bottom_mlp")
     if "bottom_mlp" in filled and bottom and dim and bottom[-1] != dim:  # --embedding-dim given alone
-        args.bottom_mlp = [*bottom[:-1], dim]
+        values["bottom_mlp"] = [*bottom[:-1], dim]
     return filled
 
 

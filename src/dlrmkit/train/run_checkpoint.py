@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import save_load as ckpt
+from dlrmkit.options import flatten
 
 if TYPE_CHECKING:
     from dlrmkit.train.trainer import Trainer
@@ -21,12 +22,12 @@ if TYPE_CHECKING:
 def save(trainer: Trainer) -> str:
     """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder."""
     cfg = trainer.cfg
-    assert cfg.checkpoint_dir
+    assert cfg.checkpoint.checkpoint_dir
     trainer.check_loss()  # never a checkpoint of weights a non-finite loss has updated
     tensors, extras = ckpt.model_state(trainer.model, trainer.optimizers)
     meta = ckpt.checkpoint_meta(
         trainer.model_cfg,
-        cfg,
+        flatten(cfg),  # the options flat, as manifests have always held them
         epoch=trainer.epoch,
         batch_in_epoch=trainer.batch_in_epoch,
         best_auc=trainer.best_auc,
@@ -37,7 +38,12 @@ def save(trainer: Trainer) -> str:
         run_id=run_id(trainer),
     )
     path = ckpt.save_checkpoint(
-        cfg.checkpoint_dir, trainer.step, tensors, meta, keep=cfg.keep_checkpoints, show=cfg.progress
+        cfg.checkpoint.checkpoint_dir,
+        trainer.step,
+        tensors,
+        meta,
+        keep=cfg.checkpoint.keep_checkpoints,
+        show=cfg.output.progress,
     )
     trainer.last_save_time, trainer.last_saved_step = time.monotonic(), trainer.step
     return path
@@ -56,7 +62,11 @@ def save_final(trainer: Trainer) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
     with a line on screen."""
     cfg = trainer.cfg
-    if not cfg.checkpoint_dir or not cfg.final_checkpoint or trainer.last_saved_step == trainer.step:
+    if (
+        not cfg.checkpoint.checkpoint_dir
+        or not cfg.checkpoint.final_checkpoint
+        or trainer.last_saved_step == trainer.step
+    ):
         return
     t0 = time.monotonic()
     path = save(trainer)
@@ -82,7 +92,7 @@ def resume_from_dir(trainer: Trainer) -> str:
     newest step_N folder that verifies (a run killed after its folder was renamed into place but
     before `latest` was written); with none, a fresh start only where there is no step folder at
     all. Never starts over another run's checkpoints. Returns the line to show."""
-    directory = trainer.cfg.checkpoint_dir
+    directory = trainer.cfg.checkpoint.checkpoint_dir
     assert directory
     if ckpt.latest_checkpoint(directory):
         path = resume(trainer, directory)
@@ -94,7 +104,7 @@ def resume_from_dir(trainer: Trainer) -> str:
     for name in steps:
         path = os.path.join(directory, name)
         try:
-            manifest = ckpt.verify_checkpoint(path, show=trainer.cfg.progress)
+            manifest = ckpt.verify_checkpoint(path, show=trainer.cfg.output.progress)
         except DlrmkitError as exc:
             reasons.append(str(exc))
             continue
@@ -116,7 +126,7 @@ def resume(trainer: Trainer, path: str, verified: dict | None = None) -> str:
     model, that it was trained on this --data, and that its counters fit this run."""
     cfg = trainer.cfg
     path = ckpt.resolve_checkpoint(path)
-    meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.progress)
+    meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
     if saved != trainer.model_cfg:
         raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
@@ -132,12 +142,14 @@ def resume(trainer: Trainer, path: str, verified: dict | None = None) -> str:
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
     check_counters(trainer, path, meta)
-    ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.progress)
+    ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.output.progress)
     trainer.step, trainer.epoch, trainer.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
     trainer.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
     saved_samples = meta.get("samples_seen")  # older checkpoints: every step a full batch
-    trainer.samples_seen = int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.batch_size
+    trainer.samples_seen = (
+        int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
+    )
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
 
@@ -150,8 +162,8 @@ def check_counters(trainer: Trainer, path: str, meta: dict) -> None:
     per_epoch = len(trainer.loader)
     if epoch > step:
         raise DlrmkitError(f"{fp}: field 'epoch' is {epoch}, more than its step {step}: every epoch takes a step; refused")
-    if not cfg.max_steps and epoch > cfg.epochs:
-        raise DlrmkitError(f"{fp}: field 'epoch' is {epoch}, past --epochs {cfg.epochs}; refused")
+    if not cfg.schedule.max_steps and epoch > cfg.schedule.epochs:
+        raise DlrmkitError(f"{fp}: field 'epoch' is {epoch}, past --epochs {cfg.schedule.epochs}; refused")
     if batch > per_epoch:
         raise DlrmkitError(
             f"{fp}: field 'batch_in_epoch' is {batch}, past the {per_epoch} batches of an epoch of --data; refused"

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlrmkit.atomic_io import hold_output_lock, make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.options import specs
 from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.train.config_file import OUTPUT_OPTIONS, dump_config
 
@@ -95,14 +96,14 @@ def check_fresh_log(path: str | None, option: str, folder: str | None = None) ->
     )
 
 
-def lock_outputs(cfg: TrainConfig, run: RunDir) -> None:
+def lock_outputs(run_dir: str | None, run: RunDir) -> None:
     """One writer per folder: rank 0 holds `<folder>.lock` on --run-dir and on the checkpoint folder
     until the command ends (dlrmkit.atomic_io.output_lock), so a second `train` (or a --resume of
     the same run) writing either stops with one line before any work. A run folder made fresh
     (runs/<time>) is this process's alone already."""
     if not is_rank_zero():
         return
-    if cfg.run_dir:
+    if run_dir:
         hold_output_lock(run.path, "--run-dir")
     if run.checkpoint_dir:
         make_dirs(os.path.dirname(os.path.abspath(run.checkpoint_dir)) or ".", "--checkpoint-dir")
@@ -113,13 +114,13 @@ def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
     out: dict[str, Any] = {}
-    for f in fields(TrainConfig):
-        if f.name in WHERE_OPTIONS:
+    for s in specs(TrainConfig):
+        if s.name in WHERE_OPTIONS:
             continue
-        value = getattr(cfg, f.name)
-        if f.name in RECIPE_FIELDS and value is None:
-            value = getattr(res, f.name, None)
-        out[f.name] = value
+        value = s.get(cfg)
+        if s.name in RECIPE_FIELDS and value is None:
+            value = s.get(res)
+        out[s.name] = value
     return out
 
 
@@ -127,9 +128,10 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     """Create the run folder, point the config's log and checkpoints into it, write config.yaml
     (before the folders are filled in, so it holds only what was asked)."""
     options = resolved_options(cfg)
-    own_checkpoint_dir = cfg.checkpoint_dir is not None
+    ck, out = cfg.checkpoint, cfg.output
+    own_checkpoint_dir = ck.checkpoint_dir is not None
     multi_rank = torchrun_env().world_size > 1
-    path = cfg.run_dir
+    path = out.run_dir
     if path:
         make_dirs(path, "--run-dir")
     elif multi_rank:
@@ -137,16 +139,16 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         path = new_run_path() if is_rank_zero() else os.path.join("runs", f".rank{torchrun_env().rank}")
     else:
         path = new_run_path()
-    if cfg.checkpoint_dir is None and not cfg.resume and not (multi_rank and not cfg.run_dir):
-        cfg.checkpoint_dir = os.path.join(path, "checkpoints")
-    elif cfg.checkpoint_dir is None and cfg.resume and cfg.run_dir:
-        cfg.checkpoint_dir = os.path.join(path, "checkpoints")
-    if cfg.log_jsonl is None:
-        cfg.log_jsonl = (
-            os.path.join(cfg.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
+    if ck.checkpoint_dir is None and not ck.resume and not (multi_rank and not out.run_dir):
+        ck.checkpoint_dir = os.path.join(path, "checkpoints")
+    elif ck.checkpoint_dir is None and ck.resume and out.run_dir:
+        ck.checkpoint_dir = os.path.join(path, "checkpoints")
+    if out.log_jsonl is None:
+        out.log_jsonl = (
+            os.path.join(ck.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
         )
-    run = RunDir(path, cfg.log_jsonl, cfg.checkpoint_dir)
-    lock_outputs(cfg, run)
+    run = RunDir(path, out.log_jsonl, ck.checkpoint_dir)
+    lock_outputs(out.run_dir, run)
     log_folder = os.path.dirname(os.path.abspath(run.log_jsonl))
     inside = log_folder in {os.path.abspath(p) for p in (path, run.checkpoint_dir) if p}
     if inside and os.path.islink(run.log_jsonl):  # appended without following links (run_log.append_record)
@@ -154,7 +156,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
             f"{run.log_jsonl}: is a symbolic link; a log inside an output folder is never written through one "
             f"(remove the link)"
         )
-    if not cfg.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
+    if not ck.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():
         dump_config(options, run.file("config.yaml"))
@@ -174,13 +176,14 @@ def share_checkpoint_dir(run: RunDir, trainer: Any) -> None:
     """Under torchrun without --run-dir or --checkpoint-dir, ranks learn rank 0's run folder
     (the process group exists now) and checkpoint into its `checkpoints/`, as one process does;
     the ranks must share that folder (one machine, or a shared filesystem)."""
-    if trainer.cfg.checkpoint_dir is not None or trainer.cfg.resume or trainer.dist.world_size == 1:
+    ck = trainer.cfg.checkpoint
+    if ck.checkpoint_dir is not None or ck.resume or trainer.dist.world_size == 1:
         return
     import torch.distributed as dist
 
     box = [os.path.abspath(run.path) if is_rank_zero() else None]
     dist.broadcast_object_list(box, src=0, group=trainer.dist.cpu_group)
-    trainer.cfg.checkpoint_dir = run.checkpoint_dir = os.path.join(box[0], "checkpoints")
+    ck.checkpoint_dir = run.checkpoint_dir = os.path.join(box[0], "checkpoints")
     if is_rank_zero():
         info_path = run.file("run.json")
         with open(info_path, encoding="utf-8") as f:

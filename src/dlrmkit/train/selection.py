@@ -50,9 +50,9 @@ def selection_options_on(cfg: TrainConfig) -> list[tuple[str, str]]:
     return [
         (name, shown)
         for name, shown, on in (
-            ("patience", f"--patience {cfg.patience}", bool(cfg.patience)),
-            ("restore_best", "--restore-best true", bool(cfg.restore_best)),
-            ("target_auc", f"--target-auc {cfg.target_auc}", cfg.target_auc is not None),
+            ("patience", f"--patience {cfg.selection.patience}", bool(cfg.selection.patience)),
+            ("restore_best", "--restore-best true", bool(cfg.selection.restore_best)),
+            ("target_auc", f"--target-auc {cfg.selection.target_auc}", cfg.selection.target_auc is not None),
         )
         if on
     ]
@@ -63,7 +63,7 @@ def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: 
     or best-weight option the user gave would silently do nothing: one line naming both (and the
     --config file, for a value from there: not among `flags`, the fields given on the command
     line). Call it before a recipe fills its own (dlrmkit.train.recipe leaves them out here)."""
-    if cfg.val_fraction != 0:
+    if cfg.selection.val_fraction != 0:
         return
     offending = selection_options_on(cfg)
     if not offending:

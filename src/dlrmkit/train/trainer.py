@@ -37,22 +37,24 @@ from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 class Trainer:
     def __init__(self, cfg: TrainConfig):
         cfg = cfg.resolved()  # option errors before the dataset is opened
-        if cfg.checkpoint_dir:  # before any expensive work
-            if not cfg.resume:
-                ckpt.check_fresh_directory(cfg.checkpoint_dir)
-            ckpt.check_writable_directory(cfg.checkpoint_dir)
+        if cfg.checkpoint.checkpoint_dir:  # before any expensive work
+            if not cfg.checkpoint.resume:
+                ckpt.check_fresh_directory(cfg.checkpoint.checkpoint_dir)
+            ckpt.check_writable_directory(cfg.checkpoint.checkpoint_dir)
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
         # model selection reads the validation rows only; the test mapping is scored once, at the end
-        self.train_set, self.val_set, self.val_source = validation_split(self.spec, self.train_set, cfg.val_fraction)
-        if self.val_set is None and cfg.target_auc is not None:
+        self.train_set, self.val_set, self.val_source = validation_split(
+            self.spec, self.train_set, cfg.selection.val_fraction
+        )
+        if self.val_set is None and cfg.selection.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
         self.cfg, self.model_cfg = resolve_run(cfg, self.spec.cardinalities, self.train_set.num_numerical)
         cfg = self.cfg
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        if cfg.device.threads:
+            torch.set_num_threads(cfg.device.threads)
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores
         from dlrmkit.parallel.dist import launched_by_torchrun, small_batch_note
         from dlrmkit.parallel.hybrid import setup_parallel  # torchrun: shard tables (dlrmkit.parallel)
@@ -64,39 +66,50 @@ class Trainer:
             self.model.reset_parameters(cfg.seed)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
-        if cfg.batch_size < world:
+        if cfg.schedule.batch_size < world:
             raise DlrmkitError(
-                f"--batch-size {cfg.batch_size} is smaller than the world size {world}: every rank "
+                f"--batch-size {cfg.schedule.batch_size} is smaller than the world size {world}: every rank "
                 f"needs at least one sample per step; use --batch-size {world} or more"
             )
-        self.dist, self.par, self.plan = setup_parallel(self.model, cfg, table_state_per_weight(cfg))
+        self.dist, self.par, self.plan = setup_parallel(
+            self.model,
+            cfg.parallel,
+            cfg.device.device,
+            cfg.schedule.batch_size,
+            cfg.seed,
+            table_state_per_weight(cfg),
+        )
         # large best weights wait in an unlinked file in the run's own output folder, not in memory
-        self.best = BestWeights(cfg.checkpoint_dir or cfg.run_dir, show=cfg.progress and self.dist.rank == 0)
-        device = self.dist.device if self.par is not None else resolve_device(cfg.device)
+        self.best = BestWeights(
+            cfg.checkpoint.checkpoint_dir or cfg.output.run_dir, show=cfg.output.progress and self.dist.rank == 0
+        )
+        device = self.dist.device if self.par is not None else resolve_device(cfg.device.device)
         self.device, self.placement, self.move = place_run(
-            self.model, device, cfg.table_placement, table_state_per_weight(cfg) > 0, self.par is not None
+            self.model, device, cfg.device.table_placement, table_state_per_weight(cfg) > 0, self.par is not None
         )
         self.optimizers = build_optimizers(
             self.model,
-            cfg.optimizer,
-            cfg.lr,
-            cfg.embedding_optimizer,
-            cfg.precision,
-            cfg.lamb_lr,
-            cfg.embedding_weight_decay or 0.0,
+            cfg.optimizer.optimizer,
+            cfg.optimizer.lr,
+            cfg.optimizer.embedding_optimizer,
+            cfg.device.precision,
+            cfg.optimizer.lamb_lr,
+            cfg.optimizer.embedding_weight_decay or 0.0,
         )
-        self.schedule = LRSchedule(cfg.lr, cfg.warmup_steps, cfg.decay_start, cfg.decay_steps)
+        self.schedule = LRSchedule(
+            cfg.optimizer.lr, cfg.schedule.warmup_steps, cfg.schedule.decay_start, cfg.schedule.decay_steps
+        )
         if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
-            self.par.gate_early = cfg.skip_nonfinite > 0
+            self.par.gate_early = cfg.schedule.skip_nonfinite > 0
         # the skip decision needs the loss on the host before the update: one process with
         # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
-        check_each_step = self.par is not None or cfg.skip_nonfinite > 0
+        check_each_step = self.par is not None or cfg.schedule.skip_nonfinite > 0
         self.step_fn = training_step(
             self.model,
             self.optimizers,
-            cfg.precision,
+            cfg.device.precision,
             move=self.par.to_device if self.par else self.move,
-            amp=lambda: autocast(cfg.precision, self.device.type),
+            amp=lambda: autocast(cfg.device.precision, self.device.type),
             loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None),
             hooks=self.par or ONE_PROCESS,
         )
@@ -105,7 +118,7 @@ class Trainer:
             if self.par
             else BatchLoader(
                 self.train_set,
-                cfg.batch_size,
+                cfg.schedule.batch_size,
                 shuffle=cfg.shuffle,
                 seed=cfg.seed,
                 pin_memory=self.device.type == "cuda",
@@ -120,7 +133,9 @@ class Trainer:
         self.best_auc = float("nan")
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
-        self.log_path = cfg.log_jsonl or (os.path.join(cfg.checkpoint_dir, "log.jsonl") if cfg.checkpoint_dir else None)
+        self.log_path = cfg.output.log_jsonl or (
+            os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
+        )
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
             if self.placement is not None:
@@ -128,11 +143,11 @@ class Trainer:
             self.log({"event": "device", **where})
             if self.dist.rank == 0:
                 print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
-        note = small_batch_note(cfg.batch_size, self.dist.world_size, self.device.type) if self.par else None
+        note = small_batch_note(cfg.schedule.batch_size, self.dist.world_size, self.device.type) if self.par else None
         if note and self.dist.rank == 0:
             print(note, file=sys.stderr)
-        if cfg.resume:
-            if not cfg.checkpoint_dir:
+        if cfg.checkpoint.resume:
+            if not cfg.checkpoint.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
             said = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
@@ -149,10 +164,10 @@ class Trainer:
 
     def save_is_due(self) -> bool:
         """--checkpoint-every-seconds: rank 0's clock decides, so every rank saves at the same step."""
-        if not self.cfg.checkpoint_every_seconds:
+        if not self.cfg.checkpoint.checkpoint_every_seconds:
             return False
         last = self.last_save_time or self.start_time
-        due = torch.tensor([int(time.monotonic() - last >= self.cfg.checkpoint_every_seconds)])
+        due = torch.tensor([int(time.monotonic() - last >= self.cfg.checkpoint.checkpoint_every_seconds)])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.broadcast(due, src=0, group=self.dist.cpu_group)
         return bool(due.item())
@@ -170,8 +185,8 @@ class Trainer:
         if not bad.item():
             return True
         self.skipped_nonfinite += 1
-        if self.skipped_nonfinite > self.cfg.skip_nonfinite:
-            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint_dir)
+        if self.skipped_nonfinite > self.cfg.schedule.skip_nonfinite:
+            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint.checkpoint_dir)
         self.log(
             {
                 "event": "skip_nonfinite",
@@ -188,7 +203,7 @@ class Trainer:
         loss stays a tensor (no sync): a non-finite loss is not stopped before its update, but
         `check_loss` raises for it, naming its step, at the next log point, evaluation or
         checkpoint, before any of them reads the weights it touched."""
-        if self.cfg.skip_nonfinite:
+        if self.cfg.schedule.skip_nonfinite:
             if math.isfinite(float(loss)):
                 self.losses.add(loss, self.step)
             return
@@ -198,7 +213,7 @@ class Trainer:
 
     def check_loss(self) -> None:
         """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
-        self.losses.check_finite(self.cfg.checkpoint_dir)
+        self.losses.check_finite(self.cfg.checkpoint.checkpoint_dir)
 
     # ---- state (dlrmkit.train.run_checkpoint: what a checkpoint records, the checks on resume) ----
     def save(self) -> str:
@@ -217,16 +232,18 @@ class Trainer:
             record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
                 os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                append_record(self.log_path, json.dumps(record) + "\n", (self.cfg.checkpoint_dir, self.cfg.run_dir))
+                append_record(self.log_path, json.dumps(record) + "\n", (self.cfg.checkpoint.checkpoint_dir, self.cfg.output.run_dir))
             except OSError as exc:
                 raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
     def score(self, dataset: SplitBinaryDataset) -> dict[str, float]:
-        with autocast(self.cfg.precision, self.device.type):
+        with autocast(self.cfg.device.precision, self.device.type):
             return (
-                self.par.evaluate(dataset, self.cfg.eval_batch_size)
+                self.par.evaluate(dataset, self.cfg.selection.eval_batch_size)
                 if self.par
-                else evaluate_model(self.model, dataset, self.cfg.eval_batch_size, self.move, self.eval_progress)
+                else evaluate_model(
+                    self.model, dataset, self.cfg.selection.eval_batch_size, self.move, self.eval_progress
+                )
             )
 
     def evaluate(self) -> dict[str, float]:
@@ -236,7 +253,7 @@ class Trainer:
             return {"auc": float("nan"), "logloss": float("nan")}
         self.check_loss()
         result = self.score(self.val_set)
-        self.best.update(self.model, self.step, result, keep=self.cfg.restore_best)
+        self.best.update(self.model, self.step, result, keep=self.cfg.selection.restore_best)
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
@@ -245,11 +262,14 @@ class Trainer:
 
     def should_stop(self, auc: float) -> bool:
         """Early stop: the target AUC reached, or --patience evaluations without improvement."""
-        if self.cfg.target_auc is not None and auc >= self.cfg.target_auc:
+        if self.cfg.selection.target_auc is not None and auc >= self.cfg.selection.target_auc:
             if self.dist.rank == 0:
-                print(f"target AUC {self.cfg.target_auc} reached at step {self.step} (AUC {auc:.4f})", file=sys.stderr)
+                print(
+                    f"target AUC {self.cfg.selection.target_auc} reached at step {self.step} (AUC {auc:.4f})",
+                    file=sys.stderr,
+                )
             return True
-        return bool(self.cfg.patience) and self.best.since >= self.cfg.patience
+        return bool(self.cfg.selection.patience) and self.best.since >= self.cfg.selection.patience
 
     def finish(self) -> tuple[dict[str, float], dict[str, float]]:
         """(validation metrics, test metrics) of the selected model: the best weights on the
@@ -257,7 +277,7 @@ class Trainer:
         if self.val_set is not None and not (self.last_eval and self.last_eval[0] == self.step):
             self.evaluate()
         val = self.last_eval[1] if self.last_eval else {"auc": float("nan"), "logloss": float("nan")}
-        if self.cfg.restore_best and self.best.kept and self.best.step != self.step:
+        if self.cfg.selection.restore_best and self.best.kept and self.best.step != self.step:
             self.best.restore(self.model)
             val = self.best.metrics
             self.log({"event": "restore_best", "step": self.best.step, **val})
@@ -278,14 +298,14 @@ class Trainer:
     def _fit(self) -> dict[str, Any]:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
-        total = cfg.max_steps if cfg.max_steps else steps_per_epoch * cfg.epochs
+        total = cfg.schedule.max_steps if cfg.schedule.max_steps else steps_per_epoch * cfg.schedule.epochs
         # disable=None: no bar when stderr is not a terminal (logs, CI, subprocesses)
         self._bar = bar = tqdm(
             total=total,
             initial=min(self.step, total),
             unit="step",
             dynamic_ncols=True,
-            disable=None if cfg.progress and self.dist.rank == 0 else True,
+            disable=None if cfg.output.progress and self.dist.rank == 0 else True,
         )
         train_time, samples = 0.0, 0
         stop = self.step >= total
@@ -299,7 +319,7 @@ class Trainer:
                 seen = self.par.global_size(batch) if self.par else len(batch)
                 samples, self.samples_seen = samples + seen, self.samples_seen + seen
                 bar.update(1)
-                if self.step % cfg.log_every == 0:  # a log point: the loss is read here
+                if self.step % cfg.output.log_every == 0:  # a log point: the loss is read here
                     self.check_loss()
                     mean_loss = self.losses.mean()
                     rate = samples / max(train_time + time.perf_counter() - t0, 1e-9)
@@ -316,14 +336,15 @@ class Trainer:
                     )
                 if self.step >= total:
                     stop = True
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and not stop:
+                if cfg.selection.eval_every and self.step % cfg.selection.eval_every == 0 and not stop:
                     train_time += time.perf_counter() - t0
                     auc = self.evaluate()["auc"]
                     t0 = time.perf_counter()
                     if self.should_stop(auc):
                         stop = True
-                if cfg.checkpoint_dir and (
-                    (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.save_is_due()
+                if cfg.checkpoint.checkpoint_dir and (
+                    (cfg.checkpoint.checkpoint_every and self.step % cfg.checkpoint.checkpoint_every == 0)
+                    or self.save_is_due()
                 ):
                     train_time += time.perf_counter() - t0
                     self.save()
@@ -333,15 +354,15 @@ class Trainer:
             train_time += time.perf_counter() - t0
             if not stop:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-                if self.epoch >= cfg.epochs and not cfg.max_steps:
+                if self.epoch >= cfg.schedule.epochs and not cfg.schedule.max_steps:
                     stop = True
-                elif not cfg.eval_every and self.val_set is not None:
+                elif not cfg.selection.eval_every and self.val_set is not None:
                     auc = self.evaluate()["auc"]
                     if self.should_stop(auc):
                         stop = True
         bar.close()
         self.check_loss()
-        self.eval_progress = cfg.progress  # the final evaluation shows progress (after 2 s, on a terminal)
+        self.eval_progress = cfg.output.progress  # the final evaluation shows progress (after 2 s, on a terminal)
         val, test = self.finish()
         self.best.close()
         self.save_final()
@@ -350,7 +371,7 @@ class Trainer:
             "logloss": test["logloss"],
             "val_auc": val["auc"],
             "val_logloss": val["logloss"],
-            "selected_step": self.best.step if cfg.restore_best and self.best.kept else self.step,
+            "selected_step": self.best.step if cfg.selection.restore_best and self.best.kept else self.step,
             "steps": self.step,
             "samples": samples,
             "samples_per_s": samples / train_time if train_time > 0 else 0.0,

@@ -1,0 +1,46 @@
+"""The optimizer section of `dlrmkit train`'s options: which optimizers train the MLPs and the
+tables, and their rates. Unset fields fall back to the preset's (dlrmkit.config). Imports no
+torch: the parser is built before a command is chosen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlrmkit import cli_types as ct
+from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
+from dlrmkit.options import option
+
+# an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer.
+# On `synth --preset small`, one epoch: Adagrad (MLPs and tables) at tiny's SGD 1.0 stayed at AUC
+# 0.50, at 0.05 (the small-data recipe's) 0.726; SGD MLPs with Adagrad or row-wise Adagrad tables at
+# 1.0: 0.504 / 0.509, at 0.05: 0.718 / 0.719. LAMB's own peak LR: 0.005 (docs/PRECISION.md; at batch
+# 256 there 0.002 and 0.01 came within 0.003 AUC, 0.05 stuck at 0.50, and tiny's 1.0 gave a NaN loss)
+ADAGRAD_LR = 0.05
+LAMB_LR = 0.005
+
+
+@dataclass
+class OptimizerOptions:
+    lr: float | None = option(
+        None,
+        f"learning rate (default: the preset's, or {ADAGRAD_LR} for Adagrad MLPs or tables on an SGD preset)",
+        parse=ct.learning_rate,
+    )
+    optimizer: str | None = option(
+        None,
+        "dense (MLP) optimizer; split-sgd also updates the tables and needs --precision bf16 (default: the preset's)",
+        choices=OPTIMIZERS,
+    )
+    embedding_optimizer: str | None = option(
+        None,
+        "sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)",
+        choices=EMBEDDING_OPTIMIZERS,
+    )
+    lamb_lr: float | None = option(
+        None,
+        f"LAMB's peak LR (default {LAMB_LR}); --lr stays the tables'; the LR schedule scales both",
+        parse=ct.learning_rate,
+    )
+    embedding_weight_decay: float | None = option(
+        None, "L2 on the table rows a batch touches (Adagrad tables)", parse=ct.nonneg_float
+    )

@@ -1,0 +1,114 @@
+"""The training loop's sections of `dlrmkit train`'s options: its length and LR schedule, model
+selection on validation rows (dlrmkit.train.selection), checkpoints (dlrmkit.train.run_checkpoint)
+and outputs (dlrmkit.train.run_dir, run_log). Imports no torch: the parser is built before a
+command is chosen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlrmkit import cli_types as ct
+from dlrmkit.options import option
+
+
+@dataclass
+class ScheduleOptions:
+    """How long the loop runs, with which batch, and the LR schedule's steps (unset: the preset's)."""
+
+    batch_size: int | None = option(None, "global batch size (default: the preset's)", parse=ct.batch_size)
+    epochs: int | None = option(
+        None, "passes over the train mapping (default: the preset's)", parse=ct.positive_int, group="length"
+    )
+    max_steps: int | None = option(None, "stop after this many steps instead", parse=ct.positive_int, group="length")
+    warmup_steps: int | None = option(None, "linear LR warm-up steps (0: none)", parse=ct.nonneg_int)
+    decay_start: int | None = option(None, "step where polynomial LR decay starts (0: no decay)", parse=ct.nonneg_int)
+    decay_steps: int | None = option(None, "steps of polynomial (power 2) decay to 0", parse=ct.nonneg_int)
+    skip_nonfinite: int = option(
+        0,
+        "skip up to N batches whose loss is NaN/Inf (counted in the log) before stopping (default {default})",
+        parse=ct.nonneg_int,
+    )
+
+
+@dataclass
+class SelectionOptions:
+    """Evaluation on validation rows, early stop and the best weights."""
+
+    eval_every: int = option(
+        0, "evaluate on the validation rows every N steps (default: each epoch end)", parse=ct.nonneg_int
+    )
+    val_fraction: float | None = option(
+        None,
+        "hold out the last F of the train mapping for model selection (default: "
+        "the dataset's val mapping, else 0.1 of the train rows, at most 1M; 0: none, not even the val mapping)",
+        parse=ct.float_range(0.0, 1.0, hi_open=True),
+    )
+    patience: int | None = option(
+        None, "stop after N evaluations without a better validation AUC (0: never)", parse=ct.nonneg_int
+    )
+    restore_best: bool | None = option(None, "end with the weights of the best validation AUC (true/false)")
+    eval_batch_size: int = option(16384, "batch size for evaluation (default {default})", parse=ct.batch_size)
+    target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
+
+
+@dataclass
+class CheckpointOptions:
+    """Where and when the run saves checkpoints, how many it keeps, and whether it resumes."""
+
+    checkpoint_dir: str | None = option(
+        None,
+        "write checkpoints (and log.jsonl) here; a folder holding another run's "
+        "checkpoints or log needs --resume (default: <run folder>/checkpoints)",
+        parse=ct.path,
+    )
+    checkpoint_every: int = option(0, "also checkpoint every N steps (default: only at the end)", parse=ct.nonneg_int)
+    checkpoint_every_seconds: float = option(
+        0.0, "also checkpoint when this many seconds passed since the last one (default: off)", parse=ct.seconds
+    )
+    keep_checkpoints: int = option(
+        2,
+        "checkpoints kept in --checkpoint-dir: the one 'latest' names and the newest others (default {default})",
+        parse=ct.positive_int,
+        flag="--keep",
+    )
+    final_checkpoint: bool = option(
+        True,
+        "do not save a checkpoint when training ends (default: save one into "
+        "--checkpoint-dir, else <run folder>/checkpoints, in one process and under "
+        "torchrun alike)",
+        flag="--no-final-checkpoint",
+        negate=True,
+    )
+    resume: bool = option(
+        False,
+        "continue from the latest checkpoint in --checkpoint-dir (needed, or the --run-dir of the run "
+        "to continue), or start fresh when there is none; stderr says which",
+    )
+
+
+@dataclass
+class OutputOptions:
+    """What the run writes besides checkpoints, and where: a config file never sets these paths
+    (dlrmkit.train.config_file)."""
+
+    run_dir: str | None = option(
+        None, "run folder: config.yaml, plan.json, log.jsonl, checkpoints/ (default runs/<timestamp>)", parse=ct.path
+    )
+    metrics_json: str | None = option(None, "write the final metrics as one JSON object to this file", parse=ct.path)
+    log_jsonl: str | None = option(
+        None,
+        "JSON-lines log of steps and evaluations (default: log.jsonl in --checkpoint-dir, else in the run "
+        "folder); without --resume, a file holding another run's log is refused",
+        parse=ct.path,
+    )
+    tensorboard: str | None = option(
+        None, "at the end, also write the run's scalars as TensorBoard events into DIR", metavar="DIR", parse=ct.path
+    )
+    log_every: int = option(
+        50, "steps between train-loss records in the log (default {default})", parse=ct.positive_int
+    )
+    progress: bool = option(True, "no progress bar", flag="--no-progress", negate=True)
+
+
+# the paths that say where a run writes: from the command line only, never from a config file
+OUTPUT_PATHS = ("run_dir", "checkpoint_dir", "metrics_json", "log_jsonl", "tensorboard")
