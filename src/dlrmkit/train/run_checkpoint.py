@@ -9,17 +9,40 @@ import os
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.options import flatten
 
-if TYPE_CHECKING:
-    from dlrmkit.train.trainer import Trainer
 
 
-def save(trainer: Trainer) -> str:
+class TrainerState(Protocol):
+    """What a checkpoint reads from, and a resume restores into, the training loop
+    (dlrmkit.train.trainer's Trainer): its config, model and optimizers, and where it stands."""
+
+    cfg: Any
+    model: Any
+    model_cfg: Any
+    optimizers: list
+    dist: Any
+    spec: Any
+    loader: Any
+    epoch: int
+    step: int
+    batch_in_epoch: int
+    best_auc: float
+    skipped_nonfinite: int
+    samples_seen: int
+    run_id: str | None
+    last_saved_step: int
+    last_save_time: float
+    data_fingerprint: str | None
+
+    def check_loss(self) -> None: ...
+
+
+def save(trainer: TrainerState) -> str:
     """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder."""
     cfg = trainer.cfg
     assert cfg.checkpoint.checkpoint_dir
@@ -49,7 +72,7 @@ def save(trainer: Trainer) -> str:
     return path
 
 
-def fingerprint(trainer: Trainer) -> str:
+def fingerprint(trainer: TrainerState) -> str:
     """The train dataset's fingerprint (dlrmkit.data.fingerprint), computed once per trainer."""
     if trainer.data_fingerprint is None:
         from dlrmkit.data.fingerprint import dataset_fingerprint
@@ -58,7 +81,7 @@ def fingerprint(trainer: Trainer) -> str:
     return trainer.data_fingerprint
 
 
-def save_final(trainer: Trainer) -> None:
+def save_final(trainer: TrainerState) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
     with a line on screen."""
     cfg = trainer.cfg
@@ -79,7 +102,7 @@ def save_final(trainer: Trainer) -> None:
         )
 
 
-def run_id(trainer: Trainer) -> str:
+def run_id(trainer: TrainerState) -> str:
     """The run's identifier, recorded in each checkpoint it writes (pruning removes only these):
     new for a fresh run, the checkpoint's own for a resumed one."""
     if getattr(trainer, "run_id", None) is None:
@@ -87,7 +110,7 @@ def run_id(trainer: Trainer) -> str:
     return trainer.run_id
 
 
-def resume_from_dir(trainer: Trainer) -> str:
+def resume_from_dir(trainer: TrainerState) -> str:
     """--resume: load the checkpoint `latest` names in --checkpoint-dir; without a `latest`, the
     newest step_N folder that verifies (a run killed after its folder was renamed into place but
     before `latest` was written); with none, a fresh start only where there is no step folder at
@@ -120,7 +143,7 @@ def resume_from_dir(trainer: Trainer) -> str:
     )
 
 
-def resume(trainer: Trainer, path: str, verified: dict | None = None) -> str:
+def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> str:
     """Loads the checkpoint at `path` (or the one its `latest` names) into the trainer, after
     checking its checksums (`verified`: its manifest, checked already), that it holds this run's
     model, that it was trained on this --data, and that its counters fit this run."""
@@ -154,7 +177,7 @@ def resume(trainer: Trainer, path: str, verified: dict | None = None) -> str:
     return path
 
 
-def check_counters(trainer: Trainer, path: str, meta: dict) -> None:
+def check_counters(trainer: TrainerState, path: str, meta: dict) -> None:
     """The place in training a checkpoint records is one this run can reach: an epoch past
     --epochs, more epochs than steps, or a batch past the end of an epoch is refused, naming it."""
     fp, cfg = f"{path}/{ckpt.MANIFEST}", trainer.cfg
