@@ -1,6 +1,6 @@
 """How the dense gradients are summed over ranks, A/B in one run: the project's GradBuckets
-(parallel/grad_buckets.py: buckets launched from post-accumulate hooks, the last one fused with the
-loss sum and the replicated tables' gradients, tables stepping while it travels) against PyTorch's
+(parallel/grad_buckets.py: buckets started from post-accumulate hooks, the last one coalesced with
+the loss sum and the replicated tables' gradients, tables stepping while it travels) against PyTorch's
 DistributedDataParallel on the same sharded model (the embeddings' parameters ignored, a comm hook
 that sums, since the loss is already the global mean), each with an fp32 and a bf16 wire.
 
@@ -20,10 +20,10 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from dlrmkit.model.dlrm import DLRM
+from dlrmkit.model.step import bce_loss
 from dlrmkit.optim.build import build_optimizers
 from dlrmkit.parallel.grad_buckets import nonzero_rows
 from dlrmkit.parallel.hybrid import ParallelConfig
@@ -58,7 +58,7 @@ class DDPStep:
 
     def __init__(self, par: BenchParallel, optimizers: list, wire: torch.dtype | None):
         par.set_overlap(True)
-        par.buckets.enabled = False  # DDP sums the dense gradients instead
+        par.buckets.overlap = False  # no hook starts a bucket: DDP sums the dense gradients instead
         names = [f"embeddings.{n}" for n, _ in par.model.embeddings.named_parameters()]
         names += [f"embeddings.{n}" for n, _ in par.model.embeddings.named_buffers()]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(par.model, names)
@@ -76,14 +76,15 @@ class DDPStep:
         batch = par.ids_ahead(batch)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        par.start_lookups(batch)
+        par.sharded.start(batch.ids)
         logits = self.ddp(batch.dense, batch.ids)
         g = par.global_size(batch)
-        loss_sum = F.binary_cross_entropy_with_logits(logits.float(), batch.labels, reduction="sum")
+        loss, loss_sum = bce_loss(logits, batch.labels, g)
         total = loss_sum.detach().reshape(1).clone()
         work = dist.all_reduce(total, async_op=True)
-        (loss_sum / g).backward()
-        reps, rep_grads = par.replicated_grads()
+        loss.backward()
+        reps = par.sharded.replicated_parameters()
+        rep_grads = [p.grad.to_dense() if p.grad is not None else torch.zeros_like(p) for p in reps]
         flat = torch.cat([t.reshape(-1) for t in rep_grads]) if rep_grads else None
         rep_work = dist.all_reduce(flat, async_op=True) if flat is not None else None
         for opt in self.early:

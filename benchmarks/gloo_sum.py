@@ -1,7 +1,8 @@
-"""Summing a buffer over 2 gloo ranks: torch's all-reduce against the pairwise exchange
-`comm.sum_started` uses (each rank sends its whole buffer in one all-to-all and adds), and a
-plain all-to-all of the same buffer for scale, per size. Each rank is bound to its own core, as
-train and bench bind them; rounds of every case alternate, so the VM's drift hits all alike.
+"""Summing a buffer over 2 ranks on one host, the two Transports that training may choose
+(parallel/transport.py): torch's gloo all-reduce (`TorchCollectives`) against the shared-memory
+sum (`SharedMemorySum`, parallel/shared_memory.py), and a plain gloo all-to-all of the same
+buffer for scale, per size. Each rank is bound to its own core, as train and bench bind them;
+rounds of every case alternate, so the VM's drift hits all alike.
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 benchmarks/gloo_sum.py
 
@@ -19,8 +20,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import bind_cores
+from dlrmkit.parallel.shared_memory import SharedMemorySum
+from dlrmkit.parallel.transport import TorchCollectives
 
 
 def cpu_seconds() -> float:
@@ -44,20 +46,17 @@ def main() -> None:
     if a.bind:
         bind_cores(dist.get_rank(), 2)
     cases = {}
-    for kb in map(int, a.sizes_kb.split(",")):
+    sizes = list(map(int, a.sizes_kb.split(",")))
+    gloo = TorchCollectives()
+    shared = SharedMemorySum.create(gloo, max(sizes) << 10)
+    if shared is None:
+        raise SystemExit("no shared memory between the ranks")
+    for kb in sizes:
         x = torch.randn(kb << 8)
         out = torch.empty_like(x)
-
-        def all_reduce(x=x):
-            dist.all_reduce(x)
-
-        def pairwise(x=x):
-            assert comm.pairwise()
-            comm.sum_started(x)()
-
         cases[kb] = {
-            "all_reduce": all_reduce,
-            "pairwise": pairwise,
+            "all_reduce": lambda x=x: gloo.all_reduce(x).wait(),
+            "shared": lambda x=x: shared.all_reduce(x).wait(),
             "all_to_all": lambda x=x, out=out: dist.all_to_all_single(out, x),
         }
     times: dict = {}

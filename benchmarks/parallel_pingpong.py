@@ -186,7 +186,7 @@ def main() -> None:
     p.add_argument(
         "--bucket-kb",
         type=int,
-        help="every dense gradient bucket's size in KiB (default: ParallelConfig's, 1 MiB first, then 25 MiB)",
+        help="every dense gradient bucket's size in KiB (default: ParallelConfig.bucket_bytes)",
     )
     p.add_argument(
         "--profile",

@@ -1,41 +1,46 @@
 """torchrun worker for test_parallel_async.py: two copies of a sharded model, one whose tables
 defer their gradients (backward all-to-all in flight while autograd goes on) and whose ids are
 exchanged a batch ahead, one with ordinary sparse gradients (blocking all-to-all) and ids
-exchanged in forward, trained on the same batches; then two on one-hot ids, whose next batch's
-ids ride in the pooled all-to-all or travel alone; writes all four."""
+exchanged in forward, trained on the same batches; then three on one-hot ids, whose next batch's
+ids travel coalesced with the pooled all-to-all, or alone, or with the dense gradients' buckets
+started after backward only; writes all five."""
 
 import sys
+import threading
 
 import torch
 
-import dlrmkit.parallel.comm as comm
+from dlrmkit.model import embedding
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.perf.bench_parallel import parallel_setup
+from dlrmkit.parallel import transport
 from dlrmkit.parallel.dist import shutdown
+from dlrmkit.perf.bench_parallel import parallel_setup
 
-from dlrmkit.model import embedding
-
-launched = []  # events in order: launches and waits of async all-to-alls (by kind), table backward
-_start = comm.all_to_all_started
-
-
-def started(*a, **k):
-    kind = a[5]  # pooled_fwd / pooled_bwd
-    launched.append(kind)
-    out, wait = _start(*a, **k)
-
-    def recorded_wait():
-        launched.append("wait_" + kind)
-        wait()
-
-    return out, recorded_wait
+launched = []  # events in order: starts and waits of the training thread's collectives (by kind), table backward
+_start = transport.TorchCollectives.start
 
 
-comm.all_to_all_started = started
+class Recorded:
+    def __init__(self, request, kind: str):
+        self.request, self.kind = request, kind
+
+    def wait(self):
+        launched.append("wait_" + self.kind)
+        return self.request.wait()
+
+
+def started(self, ops):
+    request = _start(self, ops)
+    if not ops or threading.current_thread() is not threading.main_thread():
+        return request
+    launched.append(ops[0].kind)  # pooled_fwd (with the next ids coalesced), pooled_bwd, ids_ahead, ...
+    return Recorded(request, ops[0].kind)
+
+
+transport.TorchCollectives.start = started
 _lookup_backward = embedding.PooledLookup.backward
 embedding.PooledLookup.backward = staticmethod(lambda ctx, g: launched.append("lookup_bwd") or _lookup_backward(ctx, g))
-
 cfg = ModelConfig(13, [3000, 500, 2000, 800], 16, [32, 16], [32, 1])
 out = {}
 for name in ("async", "blocking"):
@@ -51,7 +56,7 @@ for name in ("async", "blocking"):
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1):
         par.step(batch, opts)
-    par.close()  # the ids exchange started ahead lands before the next model's collectives
+    par.close()  # the ids exchange started ahead completes before the next model's collectives
     out[name] = {
         "launched": launched[before:],
         "init": init,
@@ -59,14 +64,13 @@ for name in ("async", "blocking"):
         "tables": [t.weight.detach().clone() for t in par.sharded.local_tables],
         "dense": [p.detach().clone() for p in model.dense_parameters()],
     }
-# one-hot ids: the next batch's ride in the pooled all-to-all ("carried") or go alone ("own");
-# "no_buckets": overlapped, but the dense gradients summed after backward, as a caller that turns
-# the buckets off (an A/B against DDP) does: backward's exchange must then not ride in them
-for name in ("carried", "own", "no_buckets"):
+# one-hot ids: the next batch's travel coalesced with the pooled all-to-all ("coalesced") or go
+# alone ("own"); "no_buckets": overlapped, but no bucket's sum starts during backward
+for name in ("coalesced", "own", "no_buckets"):
     model = DLRM(cfg)
     model.reset_parameters(0)
-    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "carried")
-    par.buckets.enabled = name != "no_buckets"
+    par = parallel_setup(model, 256, sys.argv[2], None, True, 0, ids_ahead=name == "coalesced")
+    par.buckets.overlap = name != "no_buckets"
     opts = build_optimizers(model, "sgd", 0.5)
     before = len(launched)
     for batch in par.batches(cfg, 256, 3, 1, one_hot=True):

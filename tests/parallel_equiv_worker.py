@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from dlrmkit.data.loader import Batch
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.model.embedding import JaggedIds
 from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, shutdown
@@ -22,6 +23,10 @@ from dlrmkit.optim.build import build_optimizers
 
 TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
+# plans named dcn_*: a DCNv2 cross network (low rank, or full rank in *_full_rank) and fixed-size
+# bags per table, as a multi-hot dataset's loader yields them
+CFG_DCN = ModelConfig(4, TABLES, 16, [16], [16, 1], interaction="dcn", dcn_layers=2, dcn_rank=8)
+FIXED_BAGS = [3, 2, 1, 5, 4]
 GLOBAL_BATCH, STEPS = 50, 4
 LR = {"sgd": 0.5, "adagrad": 0.05}
 PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"])
@@ -33,17 +38,32 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     "row_wise_multi_hot": ("row_wise", "sgd", True, True),  # bags of 0..4 ids split over row ranges
     "auto_multi_hot": ("auto", "adagrad", True, False),  # N=4: column slices of multi-hot bags
     # every table replicated, gradients exchanged as the rows each rank's lookups touched
-    # (replica_grads): riding in the dense exchange (2 ranks) or an all-gather of their own
+    # (replica_grads): an all-gather started with the dense gradients' sum
     "replicated_rows": ("data_parallel", "sgd", False, True, "exchanged"),
     "replicated_rows_multi_hot": ("data_parallel", "adagrad", True, False, "exchanged"),
+    "dcn_table_wise": ("table_wise", "adagrad", "fixed", False),
+    "dcn_column_wise": ("column_wise", "sgd", "fixed", True),
+    "dcn_row_wise": ("row_wise", "adagrad", "fixed", True),
+    "dcn_auto_full_rank": ("auto", "sgd", "fixed", False),
+    "replicated_dcn": ("data_parallel", "adagrad", "fixed", False),
 }
 
 
-def data(step: int, multi_hot: bool = False):
-    """(dense, ids, labels) of the global batch; ids [G, T], or (lengths [T, G], per-table values)."""
+def config_of(name: str) -> ModelConfig:
+    if "dcn" not in name:
+        return CFG
+    return ModelConfig(**{**CFG_DCN.__dict__, "dcn_rank": None}) if name.endswith("full_rank") else CFG_DCN
+
+
+def data(step: int, multi_hot: bool | str = False):
+    """(dense, ids, labels) of the global batch; ids [G, T], or (lengths [T, G], per-table values):
+    bags of 0..4 ids, or of FIXED_BAGS[t] ids with multi_hot "fixed"."""
     g = torch.Generator().manual_seed(1000 + step)
     dense = torch.rand(GLOBAL_BATCH, 4, generator=g)
-    if multi_hot:
+    if multi_hot == "fixed":
+        lengths = torch.tensor(FIXED_BAGS).unsqueeze(1).expand(-1, GLOBAL_BATCH).contiguous()
+        ids = (lengths, [torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(TABLES)])
+    elif multi_hot:
         lengths = torch.randint(0, 5, (len(TABLES), GLOBAL_BATCH), generator=g)
         ids = (lengths, [torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(TABLES)])
     else:
@@ -65,46 +85,47 @@ def slice_ids(ids, a: int, b: int):
 
 CALLS: list[tuple[str, str, str]] = []  # (collective, "cpu" | "default" | "other", dtype) in cpu-group mode
 CPU_GROUP = None
+NAMES = {"AllReduce": "all_reduce", "AllToAll": "all_to_all_single", "AllGather": "all_gather"}
 
 
 def record_collectives() -> None:
-    """Wraps the torch.distributed collectives dlrmkit calls, so each call is noted in CALLS. A
-    sum over ranks is noted as "all_reduce" whatever carries it (two gloo ranks exchange their
-    buffers in an all-to-all, comm.sum_started)."""
+    """Wraps the transports' start (parallel/transport.py), so each collective a step starts is
+    noted in CALLS by the group it travels on; shared memory's sums count as the default group's
+    (its slots stand in for that group's all-reduce), and the small collective that tells every
+    rank the slots are written is not noted: it carries no data."""
     import torch.distributed as dist
 
-    import dlrmkit.parallel.comm as comm
+    from dlrmkit.parallel import shared_memory, transport
 
-    summing = [False]
+    def note(ops, group) -> None:
+        where = "cpu" if group is CPU_GROUP else ("default" if group in (None, dist.group.WORLD) else "other")
+        CALLS.extend((NAMES[type(op).__name__], where, str(op.tensor.dtype)) for op in ops)
 
-    def wrap(name: str, fn):
-        def recorded(tensor, *args, group=None, **kw):
-            t = tensor[0] if isinstance(tensor, list) else tensor
-            where = "cpu" if group is CPU_GROUP else ("default" if group in (None, dist.group.WORLD) else "other")
-            CALLS.append(("all_reduce" if summing[0] else name, where, str(t.dtype)))
-            return fn(tensor, *args, group=group, **kw)
+    torch_start, shared_start = transport.TorchCollectives.start, shared_memory.SharedMemorySum.start
+    inside = [False]
 
-        return recorded
+    def torch_recorded(self, ops):
+        if not inside[0]:
+            note(ops, self.group)
+        return torch_start(self, ops)
 
-    for name in ("all_to_all_single", "all_gather", "all_reduce", "broadcast"):
-        setattr(dist, name, wrap(name, getattr(dist, name)))
-    sum_started = comm.sum_started
-
-    def sum_recorded(*args, **kw):
-        summing[0] = True
+    def shared_recorded(self, ops):
+        note(ops, self.inner.group)
+        inside[0] = True
         try:
-            return sum_started(*args, **kw)
+            return shared_start(self, ops)
         finally:
-            summing[0] = False
+            inside[0] = False
 
-    comm.sum_started = sum_recorded
+    transport.TorchCollectives.start = torch_recorded
+    shared_memory.SharedMemorySum.start = shared_recorded
 
 
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     strategy, opt_name, multi_hot, overlap, *exchanged = PLANS[name]
     losses = []
     if not distributed:
-        model = DLRM(CFG)
+        model = DLRM(config_of(name))
         model.reset_parameters(7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
         for step in range(STEPS):
@@ -120,20 +141,16 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
             losses.append(float(loss.detach()))
         tables = [w.detach().clone() for w in _tables(model.embeddings)]
     else:
-        model = DLRM(CFG, embedding_device="meta")  # no full tables: shards are initialized in place
+        model = DLRM(config_of(name), embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
         par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap, bool(exchanged)), seed=7)
         opts = build_optimizers(model, opt_name, LR[opt_name])
+        train_step = par.make_step(opts, gate=False)  # parallel/hybrid_step.py
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)
         for step in range(STEPS):
             dense, ids, labels = data(step, multi_hot)
-            logits = model(dense[a:b], DistIds(slice_ids(ids, a, b), sizes))
-            for o in opts:
-                o.zero_grad()
-            losses.append(par.loss_backward(logits, labels[a:b], GLOBAL_BATCH))
-            for o in opts:
-                o.step()
+            losses.append(float(train_step(Batch(dense[a:b], DistIds(slice_ids(ids, a, b), sizes), labels[a:b]))))
         step_calls = list(CALLS)
         tables = par.sharded.gather_tables()
         gather_calls = CALLS[len(step_calls) :]
@@ -156,9 +173,7 @@ def pcfg_of(strategy: str, overlap: bool, exchanged: bool = False) -> ParallelCo
     `exchanged`: every replicated table exchanges its lookups' rows (no dense table gradient)."""
     rows = 0 if exchanged else ParallelConfig.dense_replica_rows
     if overlap:
-        return ParallelConfig(
-            sharding=strategy, overlap=True, bucket_bytes=1024, first_bucket_bytes=256, dense_replica_rows=rows
-        )
+        return ParallelConfig(sharding=strategy, overlap=True, bucket_bytes=256, dense_replica_rows=rows)
     return ParallelConfig(sharding=strategy, overlap=False, dense_replica_rows=rows)
 
 

@@ -156,6 +156,22 @@ CK = "{ws}/run/checkpoints"
 
 PROBES = [
     # ---- synth: --force, output folders, options
+    Probe(
+        "multihot-out-is-data",
+        ("multihot", "--data", "{ws}/data", "--out", "{ws}/data", "--force", "--multi-hot-sizes", "2,1,1,1,1"),
+        "is inside --data",
+    ),
+    Probe(
+        "multihot-out-is-file",
+        ("multihot", "--data", "{ws}/data", "--out", "{ws}/afile", "--multi-hot-sizes", "2,1,1,1,1"),
+        "is a file",
+    ),
+    Probe(
+        "multihot-sizes-count",
+        ("multihot", "--data", "{ws}/data", "--out", "{ws}/mh", "--multi-hot-sizes", "2,1"),
+        "5 positive",
+    ),
+    Probe("multihot-mlperf-sizes-on-5-tables", ("multihot", "--data", "{ws}/data", "--out", "{ws}/mh"), "26 tables"),
     Probe("synth-force-user-folder", ("synth", "--out", "{ws}/notes", "--force"), "replaces only a dataset"),
     Probe("synth-force-cwd", ("synth", "--out", ".", "--force"), "current folder"),
     Probe("synth-force-parent-of-cwd", ("synth", "--out", "{ws}", "--force"), "current folder"),

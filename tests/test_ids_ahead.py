@@ -1,7 +1,7 @@
 """IdsAhead (parallel/ids_ahead.py) without a process group: a fake sharded module records the
 exchanges. Batches come out in order, each with its own exchanged ids; the next batch's exchange
 is started before the current one is handed out; an unexpected batch is exchanged on the spot
-after the one in flight lands (so every rank issues the same collectives in the same order)."""
+after the one in flight completes (so every rank issues the same collectives in the same order)."""
 
 import threading
 from dataclasses import dataclass
@@ -17,8 +17,8 @@ class FakeBatch:
 
 
 class FakeSharded:
-    def __init__(self, fast: bool = False, rides: bool = False):
-        self.rides, self.carried = rides, []
+    def __init__(self, fast: bool = False, coalesces: bool = False):
+        self.coalesces, self.coalesced = coalesces, []
         self.calls: list = []
         self.threads: set = set()
         self.fast = fast
@@ -27,27 +27,26 @@ class FakeSharded:
     def one_hot_fast(self, ids) -> bool:
         return self.fast
 
-    def exchange_started(self, local, sizes, group=None, kind="ids"):
-        """The fast path: launched now (recorded), landed when the returned function runs."""
+    def exchange_started(self, local, sizes, transport=None, kind="ids"):
+        """The fast path: started now (recorded), completed when the returned function runs."""
         self.calls.append(local)
         self.threads.add(threading.current_thread().name)
-        return lambda: self.waited.append(local) or ("exchanged", local, group, kind)
+        return lambda: self.waited.append(local) or ("exchanged", local, transport, kind)
 
-    def exchange(self, ids, group=None, kind="ids"):
+    def exchange(self, ids, transport=None, kind="ids"):
         self.calls.append(ids)
         self.threads.add(threading.current_thread().name)
-        return ("exchanged", ids, group, kind)
+        return ("exchanged", ids, transport, kind)
 
 
 @dataclass
-class FakeCarried:
-    after: object
-    local: object
+class FakeNext:
+    ids: object
     received: object = None
 
     def deliver(self):
-        """What the carrying forward does: the exchanged ids arrive (a [2, 1] int tensor here)."""
-        self.received = torch.tensor([[self.local], [self.local + 100]])
+        """What the step's forward does: the ids arrive with its pooled all-to-all (a [2, 1] int tensor here)."""
+        self.received = torch.tensor([[self.ids.local], [self.ids.local + 100]])
 
 
 @dataclass
@@ -57,19 +56,19 @@ class FakeIds:
     global_ids: object = None
 
 
-def ahead(fast: bool = False, rides: bool = False) -> tuple[IdsAhead, FakeSharded]:
-    sharded = FakeSharded(fast, rides)
+def ahead(fast: bool = False, coalesces: bool = False) -> tuple[IdsAhead, FakeSharded]:
+    sharded = FakeSharded(fast, coalesces)
     a = IdsAhead(sharded)
 
-    def carry(after, ids):
-        """Ids ride in `after`'s pooled all-to-all when `rides` (the test plays the forward)."""
-        if not rides:
+    def coalesce(ids):
+        """Ids travel with the next step's pooled all-to-all when `coalesces` (the test plays the forward)."""
+        if not coalesces:
             return None
-        sharded.carried.append(FakeCarried(after, ids.local))
-        return sharded.carried[-1]
+        sharded.coalesced.append(FakeNext(ids))
+        return sharded.coalesced[-1]
 
-    a.carry = carry
-    a.group, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
+    a.coalesce = coalesce
+    a.transport, a.pool = "group", DaemonWorker("test-ids-ahead")  # what take() makes at first use
     return a, sharded
 
 
@@ -88,11 +87,11 @@ def test_pipeline_yields_every_batch_in_order_exchanged_one_ahead():
     a.close()
 
 
-def test_take_of_an_unexpected_batch_lands_the_pending_one_first():
+def test_take_of_an_unexpected_batch_completes_the_pending_one_first():
     a, sharded = ahead()
     b0, b1, other = FakeBatch("b0"), FakeBatch("b1"), FakeBatch("other")
     assert a.take(b0, b1).ids[1] == "b0"
-    assert a.take(other).ids[1] == "other"  # b1 was started ahead: it lands (unused), then `other`
+    assert a.take(other).ids[1] == "other"  # b1 was started ahead: it completes (unused), then `other`
     assert sharded.calls == ["b0", "b1", "other"]
     assert a.pending is None
     a.close()
@@ -107,32 +106,32 @@ def test_one_hot_ids_are_launched_from_the_training_thread_one_ahead():
     for i, got in enumerate(a.pipeline(iter(batches))):
         assert got.ids.global_ids == ("exchanged", i, "group", "ids_ahead")
         assert sharded.calls == list(range(min(i + 2, 4)))  # the next one already launched
-        assert sharded.waited == list(range(i + 1))  # this one landed, the next still in flight
+        assert sharded.waited == list(range(i + 1))  # this one completed, the next still in flight
     assert sharded.threads == {threading.current_thread().name}
     a.close()
 
 
-def test_one_hot_ids_ride_in_the_previous_steps_pooled_all_to_all():
-    """Where the sharded module can carry them, the next batch's ids are registered to ride in
-    the pooled all-to-all of the batch just handed out (the very ids object the step will
-    start), with no collective of their own; a batch whose carrier never ran its forward is
-    exchanged when taken, and carried ids still pending are dropped, not waited for."""
-    a, sharded = ahead(fast=True, rides=True)
+def test_one_hot_ids_travel_with_the_previous_steps_pooled_all_to_all():
+    """Where they can, the next batch's ids are registered to travel coalesced with the pooled
+    all-to-all of the step that takes the batch just handed out, with no collective of their
+    own; a batch whose step never ran its forward is exchanged when taken, and coalesced ids
+    still pending are dropped, not waited for."""
+    a, sharded = ahead(fast=True, coalesces=True)
     batches = [FakeBatch(FakeIds(i)) for i in range(3)]
     for i, got in enumerate(a.pipeline(iter(batches))):
-        if i == 0:  # the first batch has no carrier: exchanged on its own
+        if i == 0:  # the first batch follows no step: exchanged on its own
             assert got.ids.global_ids == ("exchanged", 0, "group", "ids_ahead")
         else:
             assert torch.equal(got.ids.global_ids, torch.tensor([[i], [i + 100]]))
         if i < 2:
-            assert sharded.carried[-1].after is got.ids and sharded.carried[-1].local == i + 1
-            sharded.carried[-1].deliver()  # the step's forward
+            assert sharded.coalesced[-1].ids is batches[i + 1].ids
+            sharded.coalesced[-1].deliver()  # the step's forward
     assert sharded.calls == [0]
     assert a.pending is None
 
-    a, sharded = ahead(fast=True, rides=True)
+    a, sharded = ahead(fast=True, coalesces=True)
     b0, b1, b2 = (FakeBatch(FakeIds(i)) for i in range(3))
-    a.take(b0, b1)  # b1 registered to ride; no forward runs
+    a.take(b0, b1)  # b1 registered to travel with the next step; no forward runs
     assert a.take(b1).ids == ("exchanged", b1.ids, "group", "ids_ahead")  # exchanged when taken
     a.take(b2, b0)  # b0 registered; then an unexpected batch: b0 is dropped, nothing waited
     a.take(b1)

@@ -1,6 +1,6 @@
 """The acceptance criterion of hybrid parallelism: N ranks (torchrun, gloo, CPU) give the same
 losses and weights as one process, for every strategy and a mixed auto plan, one-hot and
-multi-hot bags, blocking and overlapped gradient all-reduce, N = 1..4 (global batch 50: uneven
+multi-hot bags, the dot and the DCNv2 cross interaction, blocking and overlapped gradient all-reduce, N = 1..4 (global batch 50: uneven
 for 3 and 4 ranks). Ranks build no full tables: shards are initialized in place (seeded per
 table and row chunk), so equal weights also check that init."""
 

@@ -71,6 +71,20 @@ def test_train_under_torchrun_matches_single(world, sharding, loader, tiny_data,
     check_same(json.loads(out.read_text()), single, world)
 
 
+def test_bf16_wire_under_torchrun_tracks_single(tiny_data, single, tmp_path):
+    """--comm-dtype bf16 (parallel/transport.py Bf16Wire): pooled embeddings and gradients cross
+    as bfloat16, the loss sum as float64; training follows one process within bf16's rounding,
+    and the logged loss is the global mean, not rounded."""
+    out = tmp_path / "m.json"
+    args = ["--sharding", "table_wise", "--comm-dtype", "bf16", "--metrics-json", out]
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert m["auc"] == pytest.approx(single["auc"], abs=2e-2)
+    assert m["logloss"] == pytest.approx(single["logloss"], rel=2e-2)
+    assert m["logloss"] != single["logloss"], "the wire rounds: not bit for bit"
+
+
 def test_two_nodes_c10d(tiny_data, single, tmp_path):
     port = free_port()
     out = tmp_path / "m.json"

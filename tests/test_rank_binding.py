@@ -1,6 +1,6 @@
 """Each rank on its own cores (parallel.dist.bind_cores), the dense gradient buckets' layout
-(a small first bucket, so its all-reduce starts while backward goes on), and the note train
-prints when a CPU job has too few samples per rank for model parallelism to pay."""
+(in backward's order, one dtype each), and the note train prints when a CPU job has too few
+samples per rank for model parallelism to pay."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from dlrmkit.parallel.comm import CommStats
 from dlrmkit.parallel.grad_buckets import GradBuckets
+from dlrmkit.parallel.transport import LocalCollectives
 
 BIND = """
 import json, os, sys, threading, time
@@ -58,14 +58,18 @@ def test_more_ranks_than_cores_leaves_the_process_unbound():
     assert s["got"] is None and s["main"] == sorted(os.sched_getaffinity(0))
 
 
-def test_first_bucket_closes_early_and_the_rest_fill_up():
+def test_buckets_fill_in_backward_order_one_dtype_each():
     # backward produces gradients last layer first: buckets are filled in reverse order
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (300, 300, 300, 100, 100)]  # 4 bytes each
-    buckets = GradBuckets(params, bucket_bytes=2000, dtype=None, stats=CommStats(), first_bucket_bytes=700)
+    buckets = GradBuckets(params, bucket_bytes=2000, transport=LocalCollectives())
     sizes = [[p.numel() for p in b] for b in buckets.buckets]
-    assert sizes == [[100, 100], [300, 300], [300]]  # first closes at >= 700 B, the next at >= 2000 B
-    one = GradBuckets(params, bucket_bytes=1 << 20, dtype=None, stats=CommStats())
+    assert sizes == [[100, 100, 300], [300, 300]]  # a bucket closes once it holds >= 2000 B
+    one = GradBuckets(params, bucket_bytes=1 << 20, transport=LocalCollectives())
     assert [[p.numel() for p in b] for b in one.buckets] == [[100, 100, 300, 300, 300]]
+    mixed = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
+    assert (
+        len(GradBuckets(mixed, bucket_bytes=1 << 20, transport=LocalCollectives()).buckets) == 2
+    )  # one flat tensor each
 
 
 def test_small_batch_note_names_samples_per_rank_on_cpu_only():

@@ -15,6 +15,7 @@ from dlrmkit.errors import describe_error
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("dlrmkit.commands.synth", "write a synthetic dataset drawn from a hidden teacher model"),
     "train": ("dlrmkit.commands.train", "train a DLRM on a FeatureSpec dataset"),
+    "multihot": ("dlrmkit.commands.multihot", "expand a one-hot dataset into MLPerf DCNv2's synthetic multi-hot bags"),
     "baseline": (
         "dlrmkit.commands.baseline",
         "fit a logistic regression on the same dataset and splits (what the DLRM must beat)",

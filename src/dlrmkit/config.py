@@ -34,6 +34,10 @@ class Preset:
     decay_start: int = 0  # 0: no decay
     decay_steps: int = 0
     interaction: str = "dot"
+    # the dcn interaction's cross network: layers and rank (None: full rank)
+    dcn_layers: int = 3
+    dcn_rank: int | None = None
+    evals_per_epoch: int = 0  # 0: evaluate at each epoch end (or every --eval-every steps)
 
 
 PRESETS: dict[str, Preset] = {
@@ -55,7 +59,24 @@ PRESETS: dict[str, Preset] = {
         decay_start=49315,
         decay_steps=27772,
     ),
+    # MLPerf Training v3.0+ DLRM-DCNv2 (mlcommons/training recommendation_v2/torchrec_dlrm, docs/RECIPES.md):
+    # multi-hot Criteo 1TB, a 3-layer rank-512 cross network, Adagrad at 0.005 with no warm-up or
+    # decay, global batch 65,536, evaluated every 0.05 epoch; target AUC 0.80275
+    "mlperf-dcnv2": Preset(
+        128,
+        [512, 256, 128],
+        [1024, 1024, 512, 256, 1],
+        batch_size=65536,
+        lr=0.005,
+        optimizer="adagrad",
+        epochs=1,
+        interaction="dcn",
+        dcn_layers=3,
+        dcn_rank=512,
+        evals_per_epoch=20,
+    ),
 }
+MLPERF_DCNV2_TARGET_AUC = 0.80275
 
 
 def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Preset") -> float | None:
@@ -85,6 +106,8 @@ def model_config(preset: Preset, num_numerical: int, table_sizes: list[int]) -> 
         bottom_mlp=list(preset.bottom_mlp) if num_numerical else [],
         top_mlp=list(preset.top_mlp),
         interaction=preset.interaction,
+        dcn_layers=preset.dcn_layers,
+        dcn_rank=preset.dcn_rank,
     )
 
 
@@ -100,6 +123,11 @@ RECIPE_FIELDS = (
     "embedding_dim",
     "bottom_mlp",
     "top_mlp",
+    # the interaction's block
+    "interaction",
+    "dcn_layers",
+    "dcn_rank",
+    "evals_per_epoch",
 )
 
 
@@ -170,6 +198,7 @@ class TrainConfig:
         p = get_preset(self.preset)
         m = self.model
         shape = {"embedding_dim": m.embedding_dim, "bottom_mlp": m.bottom_mlp, "top_mlp": m.top_mlp}
+        shape.update(interaction=m.interaction, dcn_layers=m.dcn_layers, dcn_rank=m.dcn_rank)
         return replace(p, **{k: v for k, v in shape.items() if v is not None})
 
 

@@ -32,7 +32,8 @@ class Option:
 
     help: str
     parse: Callable[[str], Any] | None = None  # a dlrmkit.cli_types validator: range checks live there
-    choices: tuple[str, ...] | None = None
+    # the values allowed; a callable gives them when the parser is built (a registry, e.g. bench's models)
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     flag: str | None = None  # default: --field-name
     negate: bool = False  # a bool that is True unless `flag` (e.g. --no-shuffle) is given
     group: str | None = None  # options sharing a group exclude each other on the command line
@@ -82,6 +83,11 @@ class Spec:
     @property
     def parse(self) -> Callable[[str], Any] | None:
         return boolean if self.kind == "bool" else self.option.parse
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        c = self.option.choices
+        return tuple(c()) if callable(c) else c
 
     def help(self, text: str | None = None, default: Any = dataclasses.MISSING) -> str:
         """The help text (or `text`, a command's own) with `{default}` replaced by the default
@@ -223,7 +229,7 @@ def add_options(
         elif s.kind == "switch":
             kw["action"] = "store_false" if s.option.negate else "store_true"
         else:
-            choices = change.pop("choices", s.option.choices)
+            choices = change.pop("choices", s.choices)
             if s.parse is not None:
                 kw["type"] = s.parse
             if choices is not None:
@@ -269,8 +275,6 @@ def file_value(where: str, key: str, s: Spec, value: Any) -> Any:
     if shape is not None:
         wanted = "a list of values" if s.many else "one value"
         raise DlrmkitError(f"{where}: option '{key}': invalid value {value!r} (expected {wanted}, got {shape})")
-    if s.option.nargs and isinstance(value, (list, tuple)):
-        return [file_value(where, key, dataclasses.replace(s, option=_one(s.option)), v) for v in value]
     text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
     parsed: Any = text
     if s.parse is not None:
@@ -278,13 +282,9 @@ def file_value(where: str, key: str, s: Spec, value: Any) -> Any:
             parsed = s.parse(text)
         except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
             raise DlrmkitError(f"{where}: option '{key}': invalid value {value!r} ({exc})") from None
-    if s.option.choices is not None and parsed not in s.option.choices:
-        raise DlrmkitError(f"{where}: option '{key}': {value!r} is not one of {', '.join(s.option.choices)}")
+    if s.choices is not None and parsed not in s.choices:
+        raise DlrmkitError(f"{where}: option '{key}': {value!r} is not one of {', '.join(s.choices)}")
     return parsed
-
-
-def _one(opt: Option) -> Option:
-    return dataclasses.replace(opt, nargs=None)
 
 
 def from_mapping(

@@ -122,6 +122,8 @@ def fit(
     if max_iter < 1 or batch_size < 1:
         raise DlrmkitError("--max-iter and --batch-size must be >= 1")
     spec, train, test = open_dataset(data)
+    if train.multi_hot:
+        raise DlrmkitError(f"{data}: multi-hot (bags of {spec.hotness} ids); the baseline reads one-hot datasets")
     if len(train) == 0:
         raise DlrmkitError(f"{data}: the train mapping has no rows")
     from dlrmkit.resources import check_memory

@@ -120,7 +120,7 @@ def baseline_steps(cfg: ModelConfig, args: argparse.Namespace, batches: list[Ran
 class BenchOptions:
     """bench's own options; those it shares with train come from TrainConfig's fields."""
 
-    model: str = option("small", "model shape (default {default})", choices=tuple(BENCH_MODELS))
+    model: str = option("small", "model shape (default {default})", choices=lambda: tuple(BENCH_MODELS))
     steps: int = option(10, "steps per timed window (default {default})", parse=ct.positive_int)
     windows: int = option(5, "timed windows; the median is reported (default {default})", parse=ct.positive_int)
     warmup: int = option(5, "untimed warm-up steps (default {default})", parse=ct.nonneg_int)

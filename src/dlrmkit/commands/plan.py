@@ -16,6 +16,19 @@ from dlrmkit.parallel.plan import PRESET_TABLES
 
 LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no training recipe to take it from)
 
+# ---- multi-hot table presets (MLPerf DLRM-DCNv2: docs/RECIPES.md) --------------------------------------
+# name -> (rows of each table in feature order, dim, ids per sample of each table, cross network (layers, rank))
+MULTI_HOT_TABLES: dict[str, tuple[list[int], int, list[int], tuple[int, int]]] = {
+    "criteo-1tb-mlperf-multihot": (
+        # --num_embeddings_per_feature of mlcommons/training recommendation_v2/torchrec_dlrm (40M-row caps)
+        [40_000_000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40_000_000, 3067956, 405282, 10]
+        + [2209, 11938, 155, 4, 976, 14, 40_000_000, 40_000_000, 40_000_000, 590152, 12973, 108, 36],
+        128,
+        [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1],
+        (3, 512),
+    ),
+}
+
 
 @dataclass
 class PlanOptions:
@@ -27,7 +40,10 @@ class PlanOptions:
         None, "dataset folder: the model and batch `train --data` would use", parse=ct.path, group="source"
     )
     tables_preset: str | None = option(
-        None, "table sizes of a known model", choices=tuple(PRESET_TABLES), group="source"
+        None,
+        "table sizes of a known model (criteo-1tb-mlperf-multihot: MLPerf DLRM-DCNv2's, with its bag sizes)",
+        choices=tuple(PRESET_TABLES) + tuple(MULTI_HOT_TABLES),
+        group="source",
     )
     tables: str | None = option(None, "comma-separated ROWSxDIM, e.g. 40000000x128,3000x128", group="source")
     preset: str | None = option(
@@ -122,10 +138,28 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
         recipe.apply(chosen, recipe.choose(spec, train))
     cfg = TrainConfig.of(**{k: v for k, v in chosen.items() if v is not None})
     cfg, model = resolve_run(cfg, spec.cardinalities, train.num_numerical)
+    args.cross = (model.dcn_layers, model.dcn_rank) if model.interaction == "dcn" else None
     return model.table_sizes, model.table_dim, cfg
 
 
+def multi_hot_shape(args: argparse.Namespace) -> tuple[list[int] | None, tuple[int, int | None] | None]:
+    """(ids per sample of each table, the cross network's (layers, rank)) of a multi-hot table
+    preset, or of a --data dataset and its resolved model; (None, None) for one-hot dot models."""
+    if args.tables_preset in MULTI_HOT_TABLES:
+        _, _, bags, cross = MULTI_HOT_TABLES[args.tables_preset]
+        return bags, cross
+    if args.data:
+        from dlrmkit.data.feature_spec import FeatureSpec
+
+        bags = FeatureSpec.from_yaml(args.data).hotness
+        return (bags if any(k != 1 for k in bags) else None), getattr(args, "cross", None)
+    return None, None
+
+
 def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
+    if args.tables_preset in MULTI_HOT_TABLES:
+        rows, dim, _, _ = MULTI_HOT_TABLES[args.tables_preset]
+        return list(rows), dim
     if args.tables_preset:
         return PRESET_TABLES[args.tables_preset]
     rows, dims = [], set()
@@ -167,14 +201,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows, dim = table_shapes(args)
         args.batch_size = args.batch_size or LEGACY_BATCH
+        default = "adagrad" if args.tables_preset in MULTI_HOT_TABLES else "sgd"  # MLPerf DCNv2's tables: Adagrad
         cfg = TrainConfig.of(
-            data="", optimizer=args.optimizer or "sgd", embedding_optimizer=args.embedding_optimizer, embedding_dim=dim
+            data="",
+            optimizer=args.optimizer or default,
+            embedding_optimizer=args.embedding_optimizer,
+            embedding_dim=dim,
         )
     state = table_state_per_weight(cfg)
+    bags, cross = multi_hot_shape(args)
     if args.simulate:
         from dlrmkit.perf.simulate_options import run_simulate
 
-        return run_simulate(args, rows, dim)
+        return run_simulate(args, rows, dim, bags, cross)
     if args.world_size is None:
         raise DlrmkitError("--world-size is required (or give --simulate)")
     memory = args.device_memory
@@ -190,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
         # a CPU job (no --device-memory), its ranks on this host: what train's planner sees there
         replicate_memory=host_replica_budget(args.world_size) if memory is None else None,
     )
+    for tp, k in zip(plan.tables, bags or []):  # lookups, id bytes and buffers per id of each bag
+        tp.bag = k
+    if bags:
+        print(f"multi-hot: {sum(bags)} ids per sample (bag sizes {','.join(map(str, bags))})")
     if args.data:
         emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
         width = f" (table width {dim} with the wide term)" if dim != cfg.model.embedding_dim else ""

@@ -4,7 +4,7 @@ the Bayes-optimal test AUC, which `dlrmkit train` reports next to the AUC it rea
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlrmkit import cli_types
 from dlrmkit.options import add_options, option
@@ -44,6 +44,19 @@ class SynthOptions:
     seed: int = option(0, "seed of the teacher and the samples (default {default})", parse=cli_types.seed)
     force: bool = option(False, "replace an existing dataset (or empty folder) at --out")
     no_progress: bool = option(False, "no progress bar")
+    # ---- the teacher's interaction and multi-hot bags (DLRM-DCNv2's data, docs/RECIPES.md) ----------
+    teacher: str = option(
+        "dot",
+        "the hidden model's interaction: pairwise dots, or a DCNv2 cross layer (default {default})",
+        choices=("dot", "cross"),
+    )
+    multi_hot: str | None = option(
+        None,
+        "bags of K ids per table by MLPerf DCNv2's synthetic expansion of the ids (mlperf: its 26 "
+        "sizes, for --preset terabyte or kaggle); the optimal AUC still holds",
+        parse=cli_types.text,
+        metavar="K1,K2,...",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,8 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     name, cfg = resolve_config(args.preset, args.cardinalities, args.scale, args.rows, args.test_rows)
-    row_bytes = 1 + 2 * cfg.num_numerical + sum(categorical_dtype(c).itemsize for c in cfg.table_sizes)
-    check_disk(args.out, (cfg.rows + cfg.test_rows) * row_bytes, "--rows/--test-rows")
+    cfg = replace(cfg, teacher=args.teacher, multi_hot=multi_hot_sizes(args.multi_hot, len(cfg.table_sizes)))
+    hot = cfg.multi_hot or [1] * len(cfg.table_sizes)
+    row_bytes = 1 + 2 * cfg.num_numerical + sum(categorical_dtype(c).itemsize * k for c, k in zip(cfg.table_sizes, hot))
+    lookup_bytes = sum(4 * c * (k - 1) for c, k in zip(cfg.table_sizes, hot))
+    check_disk(args.out, (cfg.rows + cfg.test_rows) * row_bytes + lookup_bytes, "--rows/--test-rows")
     check_memory(cfg.test_rows * 24, "--test-rows")  # test probabilities and labels, for the optimal AUC
     allow_open_files(2 * (len(cfg.table_sizes) + 2), f"{len(cfg.table_sizes):,} tables")  # before the teacher
     spec = generate(
@@ -62,7 +78,19 @@ def run(args: argparse.Namespace) -> int:
     rows = spec.metadata["rows"]
     print(
         f"wrote {args.out}: {rows['train']} train + {rows['test']} test rows, "
-        f"{len(cfg.table_sizes)} tables ({sum(cfg.table_sizes):,} rows in all, largest {max(cfg.table_sizes):,}), "
+        f"{len(cfg.table_sizes)} tables ({sum(cfg.table_sizes):,} rows in all, largest {max(cfg.table_sizes):,}"
+        f"{f', {sum(cfg.multi_hot)} ids per sample' if cfg.multi_hot else ''}), "
         f"optimal test AUC {spec.metadata['optimal_auc']:.4f}"
     )
     return 0
+
+
+def multi_hot_sizes(text: str | None, tables: int) -> list[int] | None:
+    """--multi-hot: None (one-hot), "mlperf" (DCNv2's 26 bag sizes) or one size per table."""
+    from dlrmkit.data.multi_hot import MLPERF_MULTI_HOT_SIZES, parse_sizes
+
+    if text is None:
+        return None
+    if text == "mlperf":
+        text = ",".join(map(str, MLPERF_MULTI_HOT_SIZES))
+    return parse_sizes(text, tables, "--multi-hot")

@@ -89,8 +89,8 @@ def validate(path: str) -> dict:
             # named by its own file (a mapping may span several chunk files) and row
             batch = ds.read(start, end, check_ids=True)
             clicks += int(np.count_nonzero(batch.labels))
-            for t in range(len(cards)):
-                hist[t].add(batch.ids[:, t])
+            for t in range(len(cards)):  # a multi-hot table's columns: every id of its bags
+                hist[t].add(batch.ids[:, ds.id_columns[t] : ds.id_columns[t + 1]].reshape(-1))
         summary["mappings"][name] = {"rows": ds.rows, "click_rate": clicks / ds.rows if ds.rows else None}
     for t, (name, c) in enumerate(zip(spec.categorical_names, cards)):
         counts = hist[t].sorted_counts()

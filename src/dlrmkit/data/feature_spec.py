@@ -23,6 +23,7 @@ CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
 TRAIN, TEST = "train", "test"
 VAL = "val"  # optional validation mapping (model selection reads it; NVIDIA's readers ignore it)
 SPLIT_BINARY = "split_binary"
+MAX_HOTNESS = 1 << 16  # ids per bag of a multi-hot feature (MLPerf DCNv2's largest: 100)
 MAX_SPEC_BYTES = 8 << 20  # a Criteo spec is ~10 KB; each byte is parsed in Python
 # dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
 # the machine's byte order. Anything else (object, strings, structured, big-endian) is refused:
@@ -80,14 +81,18 @@ class FeatureSpec:
         metadata: dict[str, Any] | None = None,
         base_directory: str = ".",
         val: bool = False,
+        hotness: list[int] | None = None,
     ) -> "FeatureSpec":
         """The standard layout: <mapping>/numerical.bin, label.bin, cat_<i>.bin; `val` adds a
-        validation mapping between train and test."""
+        validation mapping between train and test. `hotness`: ids per sample of each categorical
+        feature (a fixed-size bag; recorded only where it is not 1, so one-hot specs stay as they were)."""
         num_names = [f"num_{i}" for i in range(num_numerical)]
         cat_names = [f"cat_{i}.bin" for i in range(len(cardinalities))]
         features: dict[str, dict[str, Any]] = {}
-        for name, card in zip(cat_names, cardinalities):
+        for i, (name, card) in enumerate(zip(cat_names, cardinalities)):
             features[name] = {"dtype": str(categorical_dtype(int(card))), "cardinality": int(card)}
+            if hotness is not None and hotness[i] != 1:
+                features[name]["hotness"] = int(hotness[i])
         for name in num_names:
             features[name] = {"dtype": "float16"}
         features["label"] = {"dtype": "bool"}
@@ -189,6 +194,12 @@ class FeatureSpec:
         return [int(self.feature_spec[n]["cardinality"]) for n in self.categorical_names]
 
     @property
+    def hotness(self) -> list[int]:
+        """Ids per sample of each categorical feature: a multi-hot feature's file holds `hotness`
+        ids per row (a fixed-size bag, row-major); 1 for one-hot features."""
+        return [int(self.feature_spec[n].get("hotness", 1)) for n in self.categorical_names]
+
+    @property
     def has_val(self) -> bool:
         return VAL in self.source_spec
 
@@ -272,6 +283,9 @@ class FeatureSpec:
                 fail(f"feature_spec.{name}.dtype must be an integer type, got {self.dtype(name)}")
             if card - 1 > np.iinfo(self.dtype(name)).max:
                 fail(f"feature_spec.{name}: cardinality {card} does not fit dtype {self.dtype(name)}")
+            hot = self.feature_spec[name].get("hotness", 1)
+            if not isinstance(hot, int) or isinstance(hot, bool) or not 1 <= hot <= MAX_HOTNESS:
+                fail(f"feature_spec.{name}.hotness must be an integer in [1, {MAX_HOTNESS}], got {hot!r}")
         for name in self.numerical_names:
             if self.dtype(name) != self.dtype(self.numerical_names[0]):
                 fail(f"feature_spec.{name}: all numerical features must share one dtype")

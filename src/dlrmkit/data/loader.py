@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from dlrmkit.data.split_binary import RawBatch, SplitBinaryDataset
+from dlrmkit.model.embedding import Ids
 
 
 @dataclass
 class Batch:
     dense: torch.Tensor  # float32 [B, num_numerical]
-    ids: torch.Tensor  # int64 [B, num_tables]
+    ids: Ids  # int64 [B, num_tables] one-hot, or a multi-hot dataset's JaggedIds
     labels: torch.Tensor  # float32 [B]
 
     def __len__(self) -> int:
@@ -30,10 +31,15 @@ class Batch:
 
 
 def to_batch(raw: RawBatch) -> Batch:
-    """numpy -> torch in whole-array operations (no per-sample Python work)."""
+    """numpy -> torch in whole-array operations (no per-sample Python work); a multi-hot
+    dataset's fixed-size bags become JaggedIds."""
+    from dlrmkit.data.multi_hot import fixed_bags
+
     return Batch(
         dense=torch.from_numpy(np.asarray(raw.dense, dtype=np.float32)),
-        ids=torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),
+        ids=fixed_bags(raw.ids, raw.hotness)
+        if raw.hotness is not None
+        else torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),
         labels=torch.from_numpy(np.asarray(raw.labels, dtype=np.float32)),
     )
 

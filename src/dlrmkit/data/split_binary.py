@@ -75,8 +75,9 @@ class RawBatch:
     """A slice of a mapping as numpy arrays, before conversion to tensors."""
 
     dense: np.ndarray  # [n, num_numerical] float16 (or the spec's dtype)
-    ids: np.ndarray  # [n, num_tables] int (widest cat dtype)
+    ids: np.ndarray  # [n, num_tables] int (widest cat dtype); multi-hot: [n, sum(hotness)], table by table
     labels: np.ndarray  # [n] bool
+    hotness: list[int] | None = None  # ids per sample of each table, when some table is multi-hot
 
 
 class SplitBinaryDataset:
@@ -91,8 +92,12 @@ class SplitBinaryDataset:
         num_names = spec.numerical_names
         num_dtype = spec.dtype(num_names[0]) if num_names else np.float16
         self.numerical = Column(files.numerical, num_dtype, len(num_names), base) if num_names else None
+        self.hotness = spec.hotness  # ids per sample of each table (fixed-size bags)
+        self.multi_hot = any(h != 1 for h in self.hotness)
+        self.id_columns = np.concatenate([[0], np.cumsum(self.hotness)]).astype(np.int64)  # table t: [c_t, c_t+1)
         self.categorical = [
-            Column(f, spec.dtype(name), 1, base) for f, name in zip(files.categorical, spec.categorical_names)
+            Column(f, spec.dtype(name), h, base)
+            for f, name, h in zip(files.categorical, spec.categorical_names, self.hotness)
         ]
         self.rows = self.label.rows
         for col in ([self.numerical] if self.numerical else []) + self.categorical:
@@ -124,15 +129,23 @@ class SplitBinaryDataset:
         """Rows [start, end). Ids are checked against the cardinalities (vectorized, per batch)."""
         n = end - start
         dense = self.numerical.read(start, end) if self.numerical else np.zeros((n, 0), np.float16)
-        ids = np.empty((n, len(self.categorical)), dtype=self.id_dtype)
+        ids = np.empty((n, int(self.id_columns[-1])), dtype=self.id_dtype)
         for t, col in enumerate(self.categorical):
-            ids[:, t] = col.read(start, end)[:, 0]
+            ids[:, self.id_columns[t] : self.id_columns[t + 1]] = col.read(start, end)
         labels = self.label.read(start, end)[:, 0]
         if check_ids and n:
             if ids.size:
                 self.check_ids(ids, start)
             self.check_values(dense, labels, start)
-        return RawBatch(dense, ids, labels)
+        return RawBatch(dense, ids, labels, self.hotness if self.multi_hot else None)
+
+    def read_tables(self, start: int, end: int, tables: list[int]) -> np.ndarray:
+        """The id columns of `tables` for rows [start, end), [n, sum of their hotness], checked."""
+        cols = [self.categorical[t].read(start, end) for t in tables]
+        ids = np.concatenate(cols, axis=1) if cols else np.zeros((end - start, 0), self.id_dtype)
+        if ids.size:
+            self.check_ids(ids, start, tables)
+        return ids
 
     def check_values(self, dense: np.ndarray, labels: np.ndarray, start: int) -> None:
         """Labels 0 or 1 (a bool file may hold any byte: 7 is an error, not True) and finite
@@ -154,13 +167,16 @@ class SplitBinaryDataset:
                 )
 
     def check_ids(self, ids: np.ndarray, start: int, tables: list[int] | None = None) -> None:
-        """Ids of rows start.. (columns: every table, or `tables`) lie in [0, cardinality)."""
-        tables = list(range(ids.shape[1])) if tables is None else list(tables)
-        cards = self.cardinalities[tables]
+        """Ids of rows start.. (columns: every table's, or those of `tables`, each table's
+        `hotness` columns side by side) lie in [0, cardinality)."""
+        tables = list(range(len(self.categorical))) if tables is None else list(tables)
+        hot = [self.hotness[t] for t in tables]
+        col_table = np.repeat(np.asarray(tables, dtype=np.int64), hot)  # the table of each column
+        cards = self.cardinalities[col_table]
         bad = (ids.max(axis=0) >= cards) | (ids.min(axis=0) < 0)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            t, col = tables[k], ids[:, k]
+            t, col = int(col_table[k]), ids[:, k]
             row = int(np.flatnonzero((col < 0) | (col >= cards[k]))[0])
             name = self.spec.categorical_names[t]
             raise DatasetError(
@@ -211,7 +227,13 @@ class SplitBinaryWriter:
     renames the folder, so an interrupted write never leaves a dataset that looks complete."""
 
     def __init__(
-        self, out_dir: str, num_numerical: int, cardinalities: list[int], overwrite: bool = False, val: bool = False
+        self,
+        out_dir: str,
+        num_numerical: int,
+        cardinalities: list[int],
+        overwrite: bool = False,
+        val: bool = False,
+        hotness: list[int] | None = None,
     ):
         from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir
 
@@ -220,7 +242,10 @@ class SplitBinaryWriter:
         allow_open_files((len(cardinalities) + 2) * (3 if val else 2), f"{len(cardinalities):,} tables")
         self.tmp_dir = self.out_dir + ".tmp"
         fresh_temp_dir(self.tmp_dir)
-        self.spec = FeatureSpec.default(num_numerical, cardinalities, base_directory=self.tmp_dir, val=val)
+        self.spec = FeatureSpec.default(
+            num_numerical, cardinalities, base_directory=self.tmp_dir, val=val, hotness=hotness
+        )
+        self.id_columns = np.concatenate([[0], np.cumsum(hotness or [1] * len(cardinalities))]).astype(np.int64)
         self.cat_dtypes = [categorical_dtype(c) for c in cardinalities]
         self.spec_num_numerical = num_numerical
         self.mappings = (TRAIN, VAL, TEST) if val else (TRAIN, TEST)
@@ -240,8 +265,10 @@ class SplitBinaryWriter:
         n = len(labels)
         if h["numerical"] is not None:
             np.ascontiguousarray(dense, dtype=np.float16).tofile(h["numerical"])
-        for t, f in enumerate(h["categorical"]):
-            np.ascontiguousarray(ids[:, t], dtype=self.cat_dtypes[t]).tofile(f)
+        for t, f in enumerate(h["categorical"]):  # a multi-hot table: its bags' columns, row-major
+            np.ascontiguousarray(ids[:, self.id_columns[t] : self.id_columns[t + 1]], dtype=self.cat_dtypes[t]).tofile(
+                f
+            )
         np.ascontiguousarray(labels, dtype=np.bool_).tofile(h["label"])
         self.rows[mapping] += n
 

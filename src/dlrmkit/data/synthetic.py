@@ -16,6 +16,7 @@ table sizes as well as of rows (generation runs in chunks of `chunk_rows`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 import numpy as np
@@ -101,6 +102,12 @@ class Teacher:
             else:
                 self.cdfs.append(None)
         self.offset = 0.0
+        # the cross teacher's U [n, r] and V [r, n] over x0 = [dense projection, T latent vectors]
+        n = (len(cfg.table_sizes) + 1) * k
+        cross_rng = np.random.default_rng([seed, 6])
+        self.cross_u = cross_rng.normal(0, 1, (n, cfg.cross_rank)) if cfg.teacher == "cross" else None
+        self.cross_v = cross_rng.normal(0, 1, (cfg.cross_rank, n)) if cfg.teacher == "cross" else None
+        self.cross_scale = 1.0
 
     def sample_features(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Numerical features (float16, log-scaled like preprocessed counts) and Zipf ids."""
@@ -120,6 +127,7 @@ class Teacher:
         logit = x @ self.dense_w + self.offset
         f = np.tanh(x @ self.dense_proj)
         total, squares = f.copy(), (f * f).sum(axis=1)
+        feats = [f]
         for t in range(ids.shape[1]):
             hashed = self.hashed[t]
             if hashed is None:
@@ -130,11 +138,24 @@ class Teacher:
                 f = hashed.latent(ids[:, t])
             total += f
             squares += (f * f).sum(axis=1)
+            if self.cross_u is not None:
+                feats.append(f)
+        if self.cross_u is not None:
+            return logit + self.cross_scale * self.cross_term(np.concatenate(feats, axis=1))
         return logit + 0.5 * ((total * total).sum(axis=1) - squares)
+
+    def cross_term(self, x0: np.ndarray) -> np.ndarray:
+        """sum_i x0_i (U V x0)_i: one DCNv2 cross layer's output, summed."""
+        return (x0 * ((x0 @ self.cross_v.T) @ self.cross_u.T)).sum(axis=1)
 
     def calibrate(self, rng: np.random.Generator) -> None:
         """Shift the logit so the mean click probability is the configured click rate."""
         dense, ids = self.sample_features(rng, 20_000)
+        if self.cross_u is not None:  # the cross term's spread: the pairwise dots' (std ~1.1)
+            self.cross_scale = 1.0
+            plain = self.logits(dense, ids)
+            self.cross_scale = 0.0
+            self.cross_scale = 1.1 / max(float(np.std(plain - self.logits(dense, ids))), 1e-12)
         z = self.logits(dense, ids)
         lo, hi = -20.0, 20.0
         for _ in range(60):
@@ -144,6 +165,10 @@ class Teacher:
             else:
                 hi = mid
         self.offset = (lo + hi) / 2
+
+
+# the teacher and bag fields at their defaults are left out of a dataset's metadata (as before they existed)
+_UNSET = {"teacher": "dot", "cross_rank": 8, "multi_hot": None}
 
 
 def generate(
@@ -171,7 +196,8 @@ def _generate(
 ) -> FeatureSpec:
     teacher = Teacher(cfg, seed)
     teacher.calibrate(np.random.default_rng([seed, 2]))
-    writer = SplitBinaryWriter(out_dir, cfg.num_numerical, cfg.table_sizes, overwrite=overwrite)
+    writer = SplitBinaryWriter(out_dir, cfg.num_numerical, cfg.table_sizes, overwrite=overwrite, hotness=cfg.multi_hot)
+    expansion = None
     test_probs, test_labels = [], []
     bar = tqdm(
         total=cfg.rows + cfg.test_rows,
@@ -183,6 +209,10 @@ def _generate(
         leave=False,
     )
     try:
+        if cfg.multi_hot is not None:  # lookup files in the writer's folder, removed before it is published
+            from dlrmkit.data.multi_hot import Expansion
+
+            expansion = Expansion(cfg.table_sizes, cfg.multi_hot, seed, os.path.join(writer.tmp_dir, "lookup.tmp"))
         for mapping, rows, stream in ((TRAIN, cfg.rows, 3), (TEST, cfg.test_rows, 4)):
             rng = np.random.default_rng([seed, stream])
             for start in range(0, rows, cfg.chunk_rows):
@@ -190,12 +220,14 @@ def _generate(
                 dense, ids = teacher.sample_features(rng, n)
                 probs = 1 / (1 + np.exp(-teacher.logits(dense, ids)))
                 labels = rng.random(n) < probs
-                writer.append(mapping, dense, ids, labels)
+                writer.append(mapping, dense, ids if expansion is None else expansion.expand(ids), labels)
                 if mapping == TEST:
                     test_probs.append(probs)
                     test_labels.append(labels)
                 bar.update(n)
         bar.close()
+        if expansion is not None:
+            expansion.close()
         labels = np.concatenate(test_labels)
         metadata = {
             "generator": "dlrmkit synth",
@@ -203,10 +235,18 @@ def _generate(
             "seed": seed,
             "optimal_auc": roc_auc(labels, np.concatenate(test_probs)),
             "test_click_rate": float(labels.mean()),
-            "synth_config": {k: v for k, v in asdict(cfg).items() if k != "chunk_rows"},
+            "synth_config": {
+                k: v
+                for k, v in asdict(cfg).items()
+                if k != "chunk_rows"
+                and (k, v) not in _UNSET.items()
+                and not (k == "cross_rank" and cfg.teacher == "dot")
+            },
         }
         return writer.finish(metadata)
     except BaseException:
         bar.close()
+        if expansion is not None:
+            expansion.close()
         writer.abort()
         raise

@@ -23,6 +23,13 @@ class SynthConfig:
     dense_weight_std: float = 0.5
     click_rate: float = 0.25
     chunk_rows: int = 1 << 18
+    # the teacher's interaction: "dot" (pairwise dots of the latent vectors) or "cross" (DCNv2's:
+    # x0 . (U V x0) over the concatenated vectors, rank `cross_rank`)
+    teacher: str = "dot"
+    cross_rank: int = 8
+    # ids per sample of each table: MLPerf DCNv2's synthetic expansion of the teacher's one-hot ids
+    # (dlrmkit.data.multi_hot); the label depends on the first id of each bag, so the optimal AUC holds
+    multi_hot: list[int] | None = None
 
 
 # Criteo Kaggle (Display Advertising Challenge, 45.8M rows): the table sizes the DLRM reference

@@ -8,7 +8,7 @@ from torch import nn
 
 from dlrmkit.model.config import ModelConfig  # noqa: F401  (re-exported: the model and its config)
 from dlrmkit.model.embedding import EmbeddingCollection, Ids
-from dlrmkit.model.interaction import CatInteraction, DotInteraction
+from dlrmkit.model.interaction import CatInteraction, CrossInteraction, DotInteraction, cross_flops
 from dlrmkit.model.mlp import MLP
 
 
@@ -28,6 +28,8 @@ class DLRM(nn.Module):
         num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":
             self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction, self.has_dense)
+        elif cfg.interaction == "dcn":
+            self.interaction = CrossInteraction(num_features, d, cfg.dcn_layers, cfg.dcn_rank)
         else:
             self.interaction = CatInteraction(num_features)
         self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False)
@@ -46,6 +48,8 @@ class DLRM(nn.Module):
             with torch.no_grad():
                 self.linear.weight.zero_()
                 self.linear.bias.zero_()
+        if isinstance(self.interaction, CrossInteraction):  # last: other models' draws stay as they were
+            self.interaction.reset_parameters(gen)
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
         """Click logits [B] for numerical features [B, F] and categorical ids."""
@@ -83,6 +87,9 @@ def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
         flops += 2 * t * t * cfg.embedding_dim
         pairs = t * (t + 1) // 2 if cfg.self_interaction else t * (t - 1) // 2
         top_in = cfg.embedding_dim * int(has_dense) + pairs
+    elif cfg.interaction == "dcn":
+        top_in = cfg.embedding_dim * t
+        flops += cross_flops(top_in, cfg.dcn_layers, cfg.dcn_rank)
     else:
         top_in = cfg.embedding_dim * t
     sizes = [top_in] + cfg.top_mlp

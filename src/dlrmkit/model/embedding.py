@@ -184,7 +184,7 @@ class PooledLookup(torch.autograd.Function):
             keys = values.int() if ctx.weight_shape[0] <= torch.iinfo(torch.int32).max else values
             rows, order = keys.sort(stable=True)
             values, bags = rows.long(), bags.index_select(0, order)
-        bag_grad = BagGrad(values, bags, grad)  # not read here: it may still be arriving (comm.AllToAll)
+        bag_grad = BagGrad(values, bags, grad)  # not read here: it may still be arriving (parallel PooledAllToAll)
         if ctx.sink is not None:
             ctx.sink.append(bag_grad)
             return None, None, None, None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -73,3 +74,53 @@ class CatInteraction(nn.Module):
 
     def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
         return pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
+
+
+class CrossInteraction(nn.Module):
+    """DCNv2's cross network (Wang et al. 2021; torchrec's CrossNet / LowRankCrossNet) over the
+    concatenation x_0 = [bottom-MLP output, pooled embeddings]: layer by layer
+    x_{l+1} = x_0 * (U_l (V_l x_l) + b_l) + x_l, with V_l [rank, n] and U_l [n, rank], or one
+    full [n, n] matrix W_l when `rank` is None. The output keeps x_0's width, n = dim x features."""
+
+    def __init__(self, num_features: int, dim: int, layers: int, rank: int | None = None):
+        super().__init__()
+        self.num_features, self.rank = num_features, rank
+        n = num_features * dim
+        if rank is None:
+            self.W = nn.ParameterList(nn.Parameter(torch.empty(n, n)) for _ in range(layers))
+        else:
+            self.V = nn.ParameterList(nn.Parameter(torch.empty(rank, n)) for _ in range(layers))
+            self.U = nn.ParameterList(nn.Parameter(torch.empty(n, rank)) for _ in range(layers))
+        self.bias = nn.ParameterList(nn.Parameter(torch.zeros(n)) for _ in range(layers))
+        self.layers = layers
+
+    def output_size(self, dim: int) -> int:
+        return dim * self.num_features
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """torchrec's initialization: Xavier-normal matrices, zero biases."""
+        mats = list(self.W) if self.rank is None else [m for pair in zip(self.V, self.U) for m in pair]
+        for m in mats:
+            fan_out, fan_in = m.shape
+            m.normal_(0.0, (2.0 / (fan_in + fan_out)) ** 0.5, generator=generator)
+        for b in self.bias:
+            b.zero_()
+
+    def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
+        # dense [B, D] (or None), pooled [B, T, D] -> [B, (T + 1) D]
+        x0 = pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
+        x = x0
+        for i in range(self.layers):
+            if self.rank is None:
+                mixed = F.linear(x, self.W[i], self.bias[i])
+            else:
+                mixed = F.linear(F.linear(x, self.V[i]), self.U[i], self.bias[i])
+            x = x0 * mixed + x
+        return x
+
+
+def cross_flops(width: int, layers: int, rank: int | None) -> int:
+    """Multiply-add FLOPs of a cross network on one sample (forward)."""
+    per_layer = 2 * width * width if rank is None else 4 * width * rank
+    return layers * (per_layer + 3 * width)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
+from dlrmkit.model.config import INTERACTIONS
 from dlrmkit.options import option
 
 
@@ -29,4 +30,18 @@ class ModelOptions:
         None,
         "applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)",
         choices=("none", "signed-log"),
+    )
+    # ---- the interaction (dlrmkit.model.interaction) ----------------------------------------------
+    interaction: str | None = option(
+        None,
+        "feature interaction: dot, cat or dcn (DCNv2's cross network) (default: the preset's)",
+        choices=INTERACTIONS,
+    )
+    dcn_layers: int | None = option(
+        None, "with --interaction dcn: cross layers (default: the preset's, else 3)", parse=ct.positive_int
+    )
+    dcn_rank: int | None = option(
+        None,
+        "with --interaction dcn: rank of each cross layer's U V (default: the preset's, else full rank)",
+        parse=ct.positive_int,
     )

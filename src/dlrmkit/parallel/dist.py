@@ -47,8 +47,8 @@ def bind_cores(local_rank: int, local_world: int) -> list[int] | None:
     """Binds every thread of this process to this rank's share of the cores the process may use
     (contiguous shares by local rank, as `mpirun --bind-to core` does) and returns it; None, and
     nothing changed, when ranks outnumber cores. Gloo's threads then wake on the core whose caches
-    hold the rank's tensors, and ranks stop trading cores: 2 ranks on 2 cores train up to 1.2x
-    faster (docs/BENCHMARKS.md). Threads started later inherit the binding."""
+    hold the rank's tensors, and ranks stop trading cores (docs/BENCHMARKS.md, `--no-pin`).
+    Threads started later inherit the binding."""
     try:
         cores = sorted(os.sched_getaffinity(0))
     except AttributeError:  # no affinity API (not Linux)
@@ -139,9 +139,8 @@ def batch_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int
 
 
 # below about this many samples per rank, a CPU rank's fixed cost per step (its collectives, the
-# gradients' sum, the sharded step's bookkeeping) outweighs what splitting the batch saves: 2 ranks
-# x 1 thread ran at 0.67-0.75x of one process x 2 threads at 64 per rank (every table replicated),
-# 0.86x at 256, 0.95x at 1,024 (docs/BENCHMARKS.md, benchmarks/parallel_pingpong.py)
+# gradients' sum, the sharded step's bookkeeping) outweighs what splitting the batch saves
+# (docs/BENCHMARKS.md, "Hybrid parallel": benchmarks/parallel_pingpong.py at 64 to 1,024 per rank)
 MIN_SAMPLES_PER_RANK_CPU = 1000
 
 

@@ -1,7 +1,6 @@
 """Hybrid parallelism applied from outside a single-device DLRM: swap `model.embeddings` for a
-ShardedEmbedding, then each step sums dense gradients (MLPs and replicated tables) over ranks
-in buckets. The loss is the global batch's mean: each rank back-propagates sum(local BCE) / G,
-so summed gradients equal the single-process ones even when G is not divisible by N.
+ShardedEmbedding, choose once how bytes travel (`make_transport`), and sum the dense gradients
+(MLPs and replicated tables) over ranks in buckets. The step itself is parallel/hybrid_step.py.
 On GPUs (DistContext.device 'cuda', NCCL) the model moves there after the swap; dense features
 and labels follow each batch, ids stay on the CPU for the id exchange (ShardedEmbedding)."""
 
@@ -9,25 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch.profiler import record_function
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.dlrm import DLRM
-from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import DistContext
-from dlrmkit.parallel.grad_buckets import GradBuckets, nonzero_rows
+from dlrmkit.parallel.grad_buckets import GradBuckets
+from dlrmkit.parallel.hybrid_step import HybridStep
 from dlrmkit.parallel.options import ParallelOptions, torchrun_env
 from dlrmkit.parallel.plan import ShardingPlan, host_replica_budget, make_plan
-from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts, take_local
 from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
+from dlrmkit.parallel.shared_memory import SharedMemorySum
 from dlrmkit.parallel.sharded_embedding import ShardedEmbedding
+from dlrmkit.parallel.transport import Bf16Wire, CommStats, Transport, all_gather_objects, torch_collectives
 
 
 @dataclass
@@ -36,13 +33,7 @@ class ParallelConfig:
     plan_path: str | None = None
     loader: str = "exchange"  # exchange | own-features | broadcast
     comm_dtype: torch.dtype | None = None
-    bucket_bytes: int = 25 << 20
-    # the first bucket (the top layers, whose gradients come first) closes at 1 MiB so its
-    # all-reduce starts while the rest of backward runs, as DDP's first bucket does. Not for two
-    # gloo ranks (comm.pairwise, one exchange per sum): with a core each, an early bucket only
-    # added a collective (0.7 ms a step at criteo-kaggle's batch 128, nothing gained at `small`'s
-    # 2048: docs/BENCHMARKS.md)
-    first_bucket_bytes: int = 1 << 20
+    bucket_bytes: int = 25 << 20  # dense gradients summed per bucket of about this size
     min_rows_sharded: int = 2048
     # overlap communication with compute: pooled all-to-all started before the model and backward's
     # as soon as its gradient is known, dense gradients all-reduced in buckets during backward,
@@ -50,7 +41,7 @@ class ParallelConfig:
     overlap: bool = True
     # replicated weights with more rows exchange their lookups' rows, not a dense gradient
     dense_replica_rows: int = DENSE_REPLICA_ROWS
-    # ranks on one host sum dense gradients through shared memory (parallel/shared_slots.py);
+    # ranks on one host sum dense gradients through shared memory (parallel/shared_memory.py);
     # gloo still runs a small collective per sum. False: every byte through gloo's TCP
     shared_memory: bool = True
     ids_ahead: bool = True  # with overlap: exchange the next batch's ids during this step (gloo; parallel/ids_ahead.py)
@@ -89,7 +80,7 @@ def check_same_plan(plan: ShardingPlan, ctx: DistContext) -> None:
     if ctx.world_size < 2 or not dist.is_initialized():
         return
     digest = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
-    digests = comm.all_gather_objects(digest, ctx.cpu_group)
+    digests = all_gather_objects(digest, ctx.cpu_group)
     if len(set(digests)) > 1:
         raise DlrmkitError(
             "the ranks made different sharding plans (their hosts differ in memory or devices): "
@@ -97,11 +88,35 @@ def check_same_plan(plan: ShardingPlan, ctx: DistContext) -> None:
         )
 
 
+def make_transport(ctx: DistContext, pcfg: ParallelConfig, model: DLRM, sharded: ShardedEmbedding) -> Transport:
+    """How bytes travel, decided once: torch's collectives (gloo, NCCL; none for one rank), with
+    float32 values as bfloat16 on the wire for `comm_dtype` bf16, or else, for CPU ranks on one
+    host, sums and gathers through shared memory (parallel/shared_memory.py) where every rank
+    could map every slot (a collective: every rank calls it)."""
+    torch_ops = torch_collectives(None, CommStats())
+    if pcfg.comm_dtype == torch.bfloat16:
+        return Bf16Wire(torch_ops)
+    if pcfg.shared_memory and ctx.device.type == "cpu":
+        # room for a step's sums: dense and small replicated gradients (4-byte values: split-SGD
+        # makes some bf16 later), the loss, and the large replicated tables' lookups
+        params = list(model.dense_parameters()) + sharded.replicated_parameters()
+        nbytes = sum(4 * p.numel() for p in params) + 64 * (len(params) + 8) + REPLICA_LOOKUP_BYTES
+        return SharedMemorySum.create(torch_ops, nbytes) or torch_ops
+    return torch_ops
+
+
+# room in each rank's shared-memory slot for its large replicated tables' lookups (row ids and
+# gradient rows, at the per-rank batches that replicate them: plan.REPLICATE_MAX_LOCAL_BATCH);
+# more travels through gloo
+REPLICA_LOOKUP_BYTES = 4 << 20
+
+
 class HybridParallel:
-    """Owns the sharded embeddings of `model` (replaced in place) and the gradient reduction.
-    With `seed`, the model is initialized after the swap (model.reset_parameters(seed)): each
-    rank generates only its shards, with the values single-process init gives them; without
-    it, shards are copied out of the model's (already initialized) tables."""
+    """Owns the sharded embeddings of `model` (replaced in place), the transports and the dense
+    gradients' buckets. With `seed`, the model is initialized after the swap
+    (model.reset_parameters(seed)): each rank generates only its shards, with the values
+    single-process init gives them; without it, shards are copied out of the model's (already
+    initialized) tables."""
 
     def __init__(
         self,
@@ -113,23 +128,25 @@ class HybridParallel:
     ):
         self.model, self.plan, self.ctx = model, plan, ctx
         self.pcfg = pcfg or ParallelConfig()
-        sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.comm_dtype, self.pcfg.dense_replica_rows)
-        sharded.cpu_group = ctx.cpu_group
+        ids_transport = torch_collectives(ctx.cpu_group) if ctx.cpu_group is not None else None
+        sharded = ShardedEmbedding(plan, ctx.rank, self.pcfg.dense_replica_rows, ids_transport=ids_transport)
         if seed is None and not any(p.is_meta for p in model.embeddings.parameters()):
             sharded.load_from(model.embeddings)
         model.embeddings = sharded
         if seed is not None:
             model.reset_parameters(seed)
         model.to(ctx.device)  # before GradBuckets' hooks and the optimizers: parameters keep identity
-        self.sharded = sharded
-        self.stats = sharded.stats
-        self.buckets = None
+        self.transport = make_transport(ctx, self.pcfg, model, sharded)
+        sharded.transport, sharded.stats = self.transport, self.transport.stats
+        if ids_transport is None:
+            sharded.ids_transport = self.transport
+        else:
+            ids_transport.stats = self.transport.stats
+        self.sharded, self.stats = sharded, self.transport.stats
+        self.buckets = GradBuckets(list(model.dense_parameters()), self.pcfg.bucket_bytes, self.transport)
         self.ahead = None
-        self.replica_waits: list = []  # replica_grads.ReplicaExchange.alone's waits of this step
         self.steps_taken = 0  # steps this process took (not those before a resume)
-        self._early: tuple = (None, [])  # (optimizer and replica ids, the optimizers that step early)
-        # False: the loss check can only raise, not skip a step, so tables step before it is known
-        self.gate_early = True
+        self._unsummed: tuple = (None, [])  # (optimizer ids, the optimizers no sum touches)
         if self.pcfg.ids_ahead:
             from dlrmkit.parallel.ids_ahead import IdsAhead
 
@@ -148,22 +165,7 @@ class HybridParallel:
 
     def set_overlap(self, on: bool) -> None:
         """Switch between overlapped and blocking communication (bench compares both)."""
-        if on and self.buckets is None and self.ctx.world_size > 1:
-            self.buckets = GradBuckets(
-                self.model.dense_parameters(),
-                self.pcfg.bucket_bytes,
-                self.pcfg.comm_dtype,
-                self.stats,
-                None if comm.pairwise() else self.pcfg.first_bucket_bytes,
-                shared=self.pcfg.shared_memory and self.ctx.device.type == "cpu",
-            )
-        if self.buckets is not None:
-            self.buckets.enabled = on
-        self.sharded.overlap = on
-        # two gloo ranks: backward's pooled all-to-all rides in the dense gradients' exchange (one
-        # collective fewer; what it could overlap shares the rank's core anyway)
-        rides = self.buckets is not None and comm.pairwise() and self.pcfg.comm_dtype is None
-        self.sharded.rider_sink = self.buckets if rides else None
+        self.buckets.overlap = self.sharded.overlap = on
 
     def to_device(self, batch):
         """`batch` with dense features and labels on this rank's device (ids stay for the exchange)."""
@@ -175,163 +177,31 @@ class HybridParallel:
             labels=batch.labels.to(self.ctx.device, non_blocking=True),
         )
 
-    def start_lookups(self, batch) -> None:
-        """Starts `batch`'s lookups and pooled all-to-all when overlapping (forward then waits)."""
-        if self.overlapping:
-            self.sharded.start(batch.ids)
-
     @staticmethod
     def global_size(batch) -> int:
         """Samples in the global batch (every rank's local batch size travels with the ids)."""
         return sum(batch.ids.batch_sizes)
 
-    # ---- the step's hooks: the methods of dlrmkit.train.step.StepHooks (duck-typed: parallel
-    # sits below train and imports nothing from it) -----------------------------------------
-    def before_forward(self, batch) -> None:
-        """Starts the lookups and their all-to-all: they travel while the bottom MLP runs."""
-        self.forward_start = time.perf_counter()
-        self.start_lookups(batch)
+    def make_step(self, optimizers: list, amp=None, move=None, loss_ok=None, gate: bool = True):
+        """The training step (parallel/hybrid_step.py HybridStep) over these optimizers."""
+        return HybridStep(self, optimizers, amp, move, loss_ok, gate)
 
-    def loss(self, logits: torch.Tensor, batch) -> torch.Tensor:
-        """This rank's share of the global batch's mean loss: sum(local BCE) / global batch."""
-        self.stats.add("forward", 0, time.perf_counter() - self.forward_start)
-        self.loss_sum = F.binary_cross_entropy_with_logits(logits.float(), batch.labels, reduction="sum")
-        self.global_batch = self.global_size(batch)
-        return self.loss_sum / self.global_batch
-
-    def backward_and_update(self, loss: torch.Tensor, optimizers: list, loss_ok=None) -> torch.Tensor:
-        """Backward, gradients summed over ranks, updates; the global mean loss as a tensor."""
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        return self.backward_step(self.loss_sum, self.global_batch, optimizers, loss_ok, self.gate_early)
-
-    # ---- backward and the gradient reduction --------------------------------------------
-    def loss_backward(self, logits: torch.Tensor, labels: torch.Tensor, global_batch: int) -> float:
-        """Back-propagates this rank's share of the global mean loss, sums dense gradients over
-        ranks, and returns the global mean loss (the same value on every rank)."""
-        loss_sum = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-        return float(self.backward_step(loss_sum, global_batch, []))
-
-    def backward_step(
-        self, loss_sum: torch.Tensor, global_batch: int, optimizers: list, loss_ok=None, gate_early: bool = True
-    ) -> torch.Tensor:
-        """Backward of `loss_sum / global_batch`, then the optimizers' steps (all of them or none:
-        `loss_ok(global mean loss)` decides, e.g. on a non-finite loss). Optimizers whose
-        parameters take no all-reduce (the model-parallel tables') step while the dense
-        gradients' all-reduce is still in flight; the others after it. Overlapped, the loss sum
-        and the replicated tables' gradients travel in the dense gradients' last all-reduce; with
-        `gate_early` False (loss_ok can only raise, not skip) the tables step before the loss is
-        known, so they keep overlapping that all-reduce (on a non-finite local loss a rank leaves
-        its tables alone). Returns the global mean loss, a tensor (the same on every rank)."""
-        total = loss_sum.detach().reshape(1).clone()
-        overlapped = self.buckets is not None and self.buckets.enabled
-        # blocking mode: the loss sum travels during backward (no collective to wait for after it)
-        work = dist.all_reduce(total, async_op=True) if self.ctx.world_size > 1 and not overlapped else None
-        t0 = time.perf_counter()
-        (loss_sum / global_batch).backward()
-        self.stats.add("backward", 0, time.perf_counter() - t0)
-        reps, rep_grads = self.replicated_grads()
-        exchanges = self.replica_exchanges()
-        if overlapped and comm.pairwise() and self.pcfg.comm_dtype is None:
-            self.buckets.riders.extend(exchanges)  # their lookups ride in the dense gradients' exchange
-        else:
-            self.replica_waits = [x.alone() for x in exchanges]
-        rep_rest = None
-        riding = overlapped and bool(self.buckets.riders)  # tables' gradients arrive with the dense ones
-        if overlapped:
-            rest = self.buckets.launch_pending([total] + rep_grads)
-            if any(t is total for t in rest):  # a wire dtype would round the loss: its own collective
-                work = dist.all_reduce(total, async_op=True)
-            rep_rest = [t for t in rest if t is not total]
-        early = self.early_optimizers(optimizers, reps + [x.p for x in exchanges]) if self.overlapping else []
-        gated = gate_early and loss_ok is not None
-        finished = overlapped and ((gated and work is None) or riding)
-        if finished:
-            self.buckets.finish()  # the loss decides before any update; riding, the tables need it
-        if work is not None:
-            with record_function("allreduce wait (loss)"):
-                work.wait()
-        known = work is not None or finished or self.ctx.world_size == 1
-        go = loss_ok is None or not known or loss_ok(total[0] / global_batch)
-        t0 = time.perf_counter()
-        for opt in early if go and (known or bool(torch.isfinite(loss_sum))) else []:
-            opt.step()
-        self.stats.add("optimizer", 0, time.perf_counter() - t0)
-        self.reduce_gradients((reps, rep_grads, rep_rest, finished))
-        loss = total[0] / global_batch
-        if not known and loss_ok is not None:
-            go = loss_ok(loss)
-        t0 = time.perf_counter()
-        for opt in optimizers if go else []:
-            if not any(opt is o for o in early):
-                opt.step()
-        self.stats.add("optimizer", 0, time.perf_counter() - t0)
-        return loss
-
-    def early_optimizers(self, optimizers: list, reps: list) -> list:
+    def unsummed_optimizers(self, optimizers: list) -> list:
         """The optimizers whose parameters take no sum over ranks (the model-parallel tables'):
-        they may step before the dense gradients' sum lands. Kept per optimizer list, not found
-        by walking every module's parameters each step (small steps feel Python's overhead)."""
-        key = (tuple(map(id, optimizers)), tuple(map(id, reps)))
-        if self._early[0] != key:
-            reduced = {id(p) for p in self.model.dense_parameters()} | {id(p) for p in reps}
-            early = [o for o in optimizers if not any(id(p) in reduced for g in o.param_groups for p in g["params"])]
-            self._early = (key, early)
-        return self._early[1]
-
-    def replica_exchanges(self) -> list[ReplicaExchange]:
-        """The large replicated weights' gradient exchanges of this step (their lookups packed;
-        launched by the caller: riding, or alone)."""
-        pairs = self.sharded.exchanged_replicas()
-        if not pairs or self.ctx.world_size == 1:
-            return []
-        sizes, one_hot = self.sharded.batch_sizes, self.sharded.one_hot
-        out = []
-        for p, tables in pairs:
-            local = take_local(p)
-            counts = lookup_counts(sizes, tables, one_hot, len(local[0]), self.ctx.cpu_group)
-            unit = (
-                self.buckets.buckets[-1][0].dtype if self.buckets is not None and self.buckets.buckets[-1] else p.dtype
-            )
-            out.append(ReplicaExchange(p, local, counts, self.ctx.rank, unit, self.stats))
-        return out
-
-    def replicated_grads(self) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
-        """The replicated tables and their gradients as dense tensors (summed over ranks in place)."""
-        reps = self.sharded.replicated_parameters()
-        return reps, [
-            p.grad.to_dense()
-            if p.grad is not None and p.grad.is_sparse
-            else (p.grad if p.grad is not None else torch.zeros_like(p))
-            for p in reps
-        ]
-
-    def reduce_gradients(self, taken: tuple | None = None) -> None:
-        """Sums dense and replicated gradients over ranks. `taken`: backward_step's (replicated
-        tables, their dense gradients, those of them not launched with the buckets (None: all,
-        blocking mode), whether the buckets are already finished)."""
-        t0 = time.perf_counter()
-        reps, rep_grads, rest, finished = taken if taken is not None else (*self.replicated_grads(), None, False)
-        if self.buckets is not None and self.buckets.enabled:
-            if not finished:
-                self.buckets.finish()
-            grads = []
-        else:
-            grads = [p.grad for p in self.model.dense_parameters() if p.grad is not None]
-        comm.all_reduce_sum(
-            grads + (rep_grads if rest is None else rest), self.pcfg.bucket_bytes, self.pcfg.comm_dtype, self.stats
-        )
-        waits, self.replica_waits = self.replica_waits, []
-        for wait in waits:  # the large replicated weights' lookups, when they took a collective of their own
-            wait()
-        for p, g in zip(reps, rep_grads):
-            p.grad = nonzero_rows(g)  # rows nobody touched drop out: the sparse optimizers skip them
-        self.stats.add("reduce_total", 0, time.perf_counter() - t0)
+        they may step before the gradients' sum completes. Kept per optimizer list, not found by
+        walking every module's parameters each step (small steps feel Python's overhead)."""
+        key = tuple(map(id, optimizers))
+        if self._unsummed[0] != key:
+            summed = {id(p) for p in self.model.dense_parameters()}
+            summed |= {id(p) for lookup in self.sharded.local_lookups for p in lookup.parameters()}
+            unsummed = [o for o in optimizers if not any(id(p) in summed for g in o.param_groups for p in g["params"])]
+            self._unsummed = (key, unsummed)
+        return self._unsummed[1]
 
 
 def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tuple[np.ndarray, np.ndarray]:
     """All ranks' predictions and labels (for AUC over the whole test set), on every rank."""
-    parts = comm.all_gather_objects((probs, labels), group)
+    parts = all_gather_objects((probs, labels), group)
     return np.concatenate([p for p, _ in parts]), np.concatenate([l for _, l in parts])
 
 
@@ -410,7 +280,7 @@ class TrainerParallel(HybridParallel):
             if isinstance(v, torch.Tensor)
         )
         planned = self.plan.rank_stats()[self.ctx.rank]["memory"]
-        ranks = comm.all_gather_objects((tables, state, planned), self.ctx.cpu_group)
+        ranks = all_gather_objects((tables, state, planned), self.ctx.cpu_group)
         return {
             "rank_table_bytes": [t for t, _, _ in ranks],
             "rank_state_bytes": [s for _, s, _ in ranks],

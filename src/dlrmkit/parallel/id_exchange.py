@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.distributed as dist
 
 from dlrmkit.model.embedding import Ids, JaggedIds
-from dlrmkit.parallel import comm
+from dlrmkit.parallel.transport import AllToAll, Transport
 
 Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank needs for some shards
 
@@ -21,35 +20,37 @@ Key = tuple[int, int, int]  # (table, row_start, row_end): the ids one rank need
 @dataclass
 class DistIds:
     """Ids as a rank sees them: its local samples' ids of every table (one-hot [L, T] or
-    JaggedIds), the local batch size of every rank, and optionally the global batch's one-hot
-    ids [G, len(id_tables[rank])] of this rank's sharded tables (when the loader already
+    JaggedIds), the local batch size of every rank, and optionally the global batch's ids of this
+    rank's sharded tables, one-hot [G, len(id_tables[rank])] or JaggedIds (when the loader already
     delivered them, so the id all-to-all is skipped), or the general path's exchanged bags (when
     the exchange ran a batch ahead, dlrmkit.parallel.ids_ahead)."""
 
     local: Ids
     batch_sizes: list[int]
-    global_ids: torch.Tensor | None = None
+    global_ids: Ids | None = None
     bags: tuple | None = None  # (values, lengths, order) already exchanged (ShardedEmbedding.exchange)
 
 
 class IdExchange:
     """ShardedEmbedding's id exchange, as a mixin: it reads the layout ShardedEmbedding builds
     (rank, world_size, keys and all_keys, id_tables and all_id_tables, widths, strategies,
-    table_sizes, bucketed), its CommStats `stats` and its `cpu_group`."""
+    table_sizes, bucketed) and `ids_transport`, the Transport of CPU tensors."""
 
-    def exchange(self, ids: DistIds, group=None, kind: str = "ids") -> DistIds:
-        """`ids` with the id all-to-all done now, on process group `group` (default: cpu_group),
-        so forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
+    def exchange(self, ids: DistIds, transport: Transport | None = None, kind: str = "ids") -> DistIds:
+        """`ids` with the id all-to-all done now, on `transport` (default: ids_transport), so
+        forward skips it: how dlrmkit.parallel.ids_ahead runs it a batch ahead."""
         if not any(self.widths) or ids.global_ids is not None or ids.bags is not None:
             return ids
         if isinstance(ids.local, torch.Tensor) and not self.bucketed:
-            return replace(ids, global_ids=self.exchange_ids(ids.local, ids.batch_sizes, group, kind))
-        return replace(ids, bags=self.exchange_bags(ids.local, ids.batch_sizes, group, kind))
+            return replace(ids, global_ids=self.exchange_ids(ids.local, ids.batch_sizes, transport, kind))
+        return replace(ids, bags=self.exchange_bags(ids.local, ids.batch_sizes, transport, kind))
 
-    def exchange_ids(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids") -> torch.Tensor:
+    def exchange_ids(
+        self, local: torch.Tensor, sizes: list[int], transport: Transport | None = None, kind: str = "ids"
+    ) -> torch.Tensor:
         """Fast path, one-hot ids and no bucketing: [G, tables of this rank]; each rank sends
         the ids of its samples to every rank that holds shards of their tables."""
-        return self.exchange_started(local, sizes, group, kind)()
+        return self.exchange_started(local, sizes, transport, kind)()
 
     def one_hot_fast(self, ids: DistIds) -> bool:
         """Whether `ids` take the fast path's single all-to-all (counts known without asking)."""
@@ -61,29 +62,17 @@ class IdExchange:
             and ids.bags is None
         )
 
-    def exchange_started(self, local: torch.Tensor, sizes: list[int], group=None, kind: str = "ids"):
-        """The fast path's all-to-all launched (gloo runs it in its own threads): a function
-        that waits for it and returns [G, tables of this rank]."""
+    def exchange_started(self, local: torch.Tensor, sizes: list[int], transport: Transport | None = None, kind="ids"):
+        """The fast path's all-to-all started: a function that waits for it and returns
+        [G, tables of this rank]."""
+        request = (transport or self.ids_transport).start([self.ids_op(local, sizes, kind)])
+        return lambda: request.wait()[0].view(sum(sizes), len(self.id_tables))
+
+    def ids_op(self, local: torch.Tensor, sizes: list[int], kind: str = "ids") -> AllToAll:
+        """The fast path's all-to-all of one-hot ids [b, tables] (every rank's batch `sizes`)."""
         send, send_counts = self.id_sends(local)
         recv_counts = [sizes[r] * len(self.id_tables) for r in range(self.world_size)]
-        if not dist.is_initialized() or self.world_size == 1:
-            out = comm.all_to_all(send, send_counts, recv_counts, stats=self.stats, kind=kind)
-            return lambda: out.view(sum(sizes), len(self.id_tables))
-        out, wait = comm.all_to_all_started(
-            send,
-            send_counts,
-            recv_counts,
-            None,
-            self.stats,
-            kind,
-            group if group is not None else self.cpu_group,
-        )
-
-        def result() -> torch.Tensor:
-            wait()
-            return out.view(sum(sizes), len(self.id_tables))
-
-        return result
+        return AllToAll(send, send_counts, recv_counts, kind)
 
     def id_sends(self, local: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
         """One-hot ids [b, tables] as the fast path sends them: rank by rank, the columns of the
@@ -113,7 +102,7 @@ class IdExchange:
         return values, lens
 
     def exchange_bags(
-        self, local: Ids, sizes: list[int], group=None, kind: str = "ids"
+        self, local: Ids, sizes: list[int], transport: Transport | None = None, kind: str = "ids"
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """General path: (values, lengths, order) of the global batch's bags for this rank's
         keys; bag order[k * G + g] of (values, lengths) is key k's bag of global sample g.
@@ -128,22 +117,21 @@ class IdExchange:
             len_counts.append(sizes[me] * len(self.all_keys[r]))
         k = len(self.keys)
         empty = torch.zeros(0, dtype=torch.int64)
-        group = group if group is not None else self.cpu_group
+        transport = transport or self.ids_transport
         recv_len_counts = [k * sizes[s] for s in range(n)]
-        got_len = comm.all_to_all(
-            torch.cat(lens) if lens else empty, len_counts, recv_len_counts, stats=self.stats, kind=kind, group=group
-        )
+        got_len = transport.all_to_all_single(torch.cat(lens) if lens else empty, len_counts, recv_len_counts, kind)
+        got_len = got_len.wait()
         recv_val_counts = [int(x.sum()) for x in torch.split(got_len, recv_len_counts)]
-        got_val = comm.all_to_all(
-            torch.cat(vals) if vals else empty, val_counts, recv_val_counts, stats=self.stats, kind=kind, group=group
-        )
+        got_val = transport.all_to_all_single(torch.cat(vals) if vals else empty, val_counts, recv_val_counts, kind)
+        got_val = got_val.wait()
         # received bag order is (source, key, sample); wanted (key, source, sample) = (key, global sample)
         base = torch.tensor([0] + recv_len_counts).cumsum(0).tolist()
         order = torch.cat([(base[s] + torch.arange(recv_len_counts[s])).view(k, sizes[s]) for s in range(n)], dim=1)
         return got_val, got_len, order.reshape(-1)
 
-    def dense_bags(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        """The general path's (values, lengths, order) from loader-delivered one-hot global ids."""
+    def dense_bags(self, global_ids: Ids) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The general path's (values, lengths, order) from loader-delivered global ids (one-hot,
+        or a multi-hot dataset's JaggedIds)."""
         col = {t: j for j, t in enumerate(self.id_tables)}
         v, l = self.key_bags(global_ids, self.keys, [col[t] for t, _, _ in self.keys])
         empty = torch.zeros(0, dtype=torch.int64)

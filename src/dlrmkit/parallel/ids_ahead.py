@@ -1,13 +1,11 @@
 """The id all-to-all one batch ahead (torchrec's sparse-dist pipelining, on gloo): while step i
-trains, the ids of batch i+1 travel on a process group of their own, so the step's forward
-starts at the lookups. One-hot ids (the fast path: one all-to-all whose counts every rank
-knows) ride in the current step's pooled all-to-all on CPU (ShardedEmbedding.carry: one
-collective fewer a step), or else are launched as an async collective of their own from the main
-thread and waited for at the next step: no Python thread, no hand-off. Jagged ids need two dependent all-to-alls (bag lengths,
-then ids), so a worker thread runs them. Collectives of one group must be issued in the same
-order on every rank: the step's all-to-alls and all-reduces use the default group from the main
-thread, this group's are issued in batch order, on every rank alike. Measured: docs/BENCHMARKS.md
-(2 ranks against one process)."""
+trains, the ids of batch i+1 travel, so the step's forward starts at the lookups. One-hot ids
+(the fast path: one all-to-all whose counts every rank knows) travel coalesced with the current
+step's pooled all-to-all on CPU (`coalesce`: one collective fewer a step), or else as an async
+all-to-all of their own, started from the main thread and waited for at the next step. Jagged
+ids need two dependent all-to-alls (bag lengths, then ids), so a worker thread runs them, on a
+process group of its own. Collectives of one group must be started in the same order on every
+rank: this group's are started in batch order, on every rank alike."""
 
 from __future__ import annotations
 
@@ -19,8 +17,8 @@ from typing import Callable, Iterator
 
 import torch.distributed as dist
 
-from dlrmkit.parallel import comm
-from dlrmkit.parallel.sharded_embedding import DistIds, ShardedEmbedding
+from dlrmkit.parallel.sharded_embedding import DistIds, NextIds, ShardedEmbedding
+from dlrmkit.parallel.transport import TorchCollectives
 
 
 def with_ids(batch, ids: DistIds):
@@ -61,9 +59,9 @@ class IdsAhead:
 
     def __init__(self, sharded: ShardedEmbedding):
         self.sharded = sharded
-        self.group = None  # made at first use (dist.new_group), from the main thread of every rank
+        self.transport = None  # on a group made at first use (dist.new_group), from every rank's main thread
         self.pool: DaemonWorker | None = None
-        # (batch, the function returning its exchanged ids, comm.Carried if they ride in a pooled all-to-all)
+        # (batch, the function returning its exchanged ids, NextIds if they travel with a pooled all-to-all)
         self.pending: tuple[object, Callable[[], DistIds], object] | None = None
 
     @classmethod
@@ -79,57 +77,57 @@ class IdsAhead:
         return cls(sharded)
 
     def _exchange(self, ids: DistIds) -> DistIds:
-        return self.sharded.exchange(ids, self.group, kind="ids_ahead")
+        return self.sharded.exchange(ids, self.transport, kind="ids_ahead")
 
     def take(self, batch, following=None):
         """`batch` with its ids exchanged (started a step ago if `batch` was last call's
         `following`, else now), after starting the exchange of `following` (if any)."""
         if self.pool is None:  # every rank reaches its first step at the same point
-            self.group = dist.new_group(backend="gloo")
+            self.transport = TorchCollectives(dist.new_group(backend="gloo"), self.sharded.stats)
             self.pool = DaemonWorker("dlrmkit-ids-ahead")
         if self.pending is not None and self.pending[0] is batch:
             current = self.pending[1]
         else:
             self.drain()
             current = self._start(batch.ids)
-        rides = following is not None and self.sharded.one_hot_fast(following.ids)
-        self.pending = (following, self._start(following.ids), None) if following is not None and not rides else None
+        coalesced = following is not None and self.sharded.one_hot_fast(following.ids)
+        self.pending = (
+            (following, self._start(following.ids), None) if following is not None and not coalesced else None
+        )
         out = with_ids(batch, current())
-        if rides:  # in this batch's pooled all-to-all when it can carry them, else on their own
-            carried = self.carry(out.ids, following.ids)
-            wait = self._carried(following.ids, carried) if carried is not None else self._start(following.ids)
-            self.pending = (following, wait, carried)
+        if coalesced:  # with this batch's pooled all-to-all where they can, else on their own
+            nxt = self.coalesce(following.ids)
+            wait = self._coalesced(nxt) if nxt is not None else self._start(following.ids)
+            self.pending = (following, wait, nxt)
         return out
 
-    def carry(self, after: DistIds, ids: DistIds) -> comm.Carried | None:
-        """Has one-hot `ids` ride in the pooled all-to-all that `sharded.start(after)` launches,
-        instead of an all-to-all of their own: the Carried whose `received` is then [G, tables of
-        this rank], as exchange_ids returns. None where they cannot ride: blocking mode, or ids on
-        a group of their own (NCCL runs keep them on gloo, pooled embeddings on the GPU)."""
+    def coalesce(self, ids: DistIds) -> NextIds | None:
+        """Has one-hot `ids` travel coalesced with the pooled all-to-all that the next
+        `sharded.start` starts, instead of an all-to-all of their own. None where they cannot:
+        blocking mode, or ids on a transport of their own (NCCL runs keep them on gloo, the
+        pooled embeddings on the GPU)."""
         sharded = self.sharded
-        sharded.carrying = None
-        if not (sharded.overlap and sharded.cpu_group is None and sharded.device.type == "cpu"):
+        sharded.next_ids = None
+        if not (sharded.overlap and sharded.ids_with_pooled):
             return None
-        data, send_counts = sharded.id_sends(ids.local)
-        recv_counts = [n * len(sharded.id_tables) for n in ids.batch_sizes]
-        sharded.carrying = (after, comm.Carried(data, send_counts, recv_counts, "ids_ahead"))
-        return sharded.carrying[1]
+        sharded.next_ids = NextIds(ids, sharded.ids_op(ids.local, ids.batch_sizes, "ids_ahead"))
+        return sharded.next_ids
 
-    def _carried(self, ids: DistIds, carried) -> Callable[[], DistIds]:
-        """The function returning `ids` as the pooled all-to-all that carried them delivered
-        them; exchanged then if none did (no forward ran in between: on every rank alike)."""
+    def _coalesced(self, nxt: NextIds) -> Callable[[], DistIds]:
+        """The function returning the ids as the pooled all-to-all delivered them; exchanged
+        then if none did (no forward ran in between: on every rank alike)."""
 
         def result() -> DistIds:
-            if carried.received is None:
-                return self._exchange(ids)
-            return dataclasses.replace(ids, global_ids=carried.received.view(sum(ids.batch_sizes), -1))
+            if nxt.received is None:
+                return self._exchange(nxt.ids)
+            return dataclasses.replace(nxt.ids, global_ids=nxt.received.view(sum(nxt.ids.batch_sizes), -1))
 
         return result
 
     def _start(self, ids: DistIds) -> Callable[[], DistIds]:
         """Launches the exchange of `ids`; returns the function that waits for it."""
         if self.sharded.one_hot_fast(ids):
-            wait = self.sharded.exchange_started(ids.local, ids.batch_sizes, self.group, kind="ids_ahead")
+            wait = self.sharded.exchange_started(ids.local, ids.batch_sizes, self.transport, kind="ids_ahead")
             return lambda: dataclasses.replace(ids, global_ids=wait())
         return self.pool.submit(self._exchange, ids).result
 
@@ -144,7 +142,7 @@ class IdsAhead:
 
     def drain(self) -> None:
         """Waits for the exchange started ahead (every rank started it) and drops it."""
-        if self.pending is not None and self.pending[2] is None:  # carried ids: nothing in flight
+        if self.pending is not None and self.pending[2] is None:  # coalesced ids: nothing in flight
             self.pending[1]()
         self.pending = None
 

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from dlrmkit.data.loader import Batch, BatchLoader, pin_batch, prefetched, to_batch
+from dlrmkit.data.multi_hot import fixed_bags
 from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.dist import batch_slice, batch_split
@@ -47,7 +48,7 @@ class DistBatchLoader(BatchLoader):
         self.id_tables = list(id_tables or [])
         self.bytes_read = 0
         self.ahead = None  # an IdsAhead: epochs' batches come with ids exchanged during the previous step
-        id_sizes = [c.dtype.itemsize for c in dataset.categorical]
+        id_sizes = [c.dtype.itemsize * c.width for c in dataset.categorical]  # a row's bag of each table
         self.row_bytes = (
             (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
         )
@@ -76,29 +77,40 @@ class DistBatchLoader(BatchLoader):
         batch = to_batch(raw)
         global_ids = None
         if self.strategy == "own-features":
-            cols = [self.dataset.categorical[t].read(lo, hi)[:, 0] for t in self.id_tables]
+            # every row of the batch, not only this rank's slice: checked here too
+            stacked = self.dataset.read_tables(lo, hi, self.id_tables)
             self.bytes_read += sum((hi - lo) * self.id_bytes[t] for t in self.id_tables)
-            global_ids = torch.zeros(hi - lo, 0, dtype=torch.int64)
-            if cols:  # every row of the batch, not only this rank's slice: checked here too
-                stacked = np.stack(cols, axis=1)
-                self.dataset.check_ids(stacked, lo, self.id_tables)
-                global_ids = torch.from_numpy(stacked.astype(np.int64))
+            global_ids = self._ids(stacked, self.id_tables)
         return Batch(batch.dense, DistIds(batch.ids, sizes, global_ids), batch.labels)
+
+    def _ids(self, ids: np.ndarray | torch.Tensor, tables: list[int]):
+        """Id columns of `tables` as the model takes them: [n, tables] one-hot, JaggedIds multi-hot."""
+        if self.dataset.multi_hot:
+            return fixed_bags(ids, [self.dataset.hotness[t] for t in tables])
+        return torch.as_tensor(np.asarray(ids, dtype=np.int64)) if isinstance(ids, np.ndarray) else ids
 
     def _broadcast(self, lo: int, hi: int, a: int, b: int, sizes: list[int]) -> Batch:
         g = hi - lo
         if self.rank == 0:
-            full = to_batch(self.dataset.read(lo, hi))
+            raw = self.dataset.read(lo, hi)
             self.bytes_read += g * self.row_bytes
-            dense, ids, labels = full.dense, full.ids, full.labels
+            dense = torch.from_numpy(np.asarray(raw.dense, dtype=np.float32))
+            ids = torch.from_numpy(np.asarray(raw.ids, dtype=np.int64))
+            labels = torch.from_numpy(np.asarray(raw.labels, dtype=np.float32))
         else:
             dense = torch.empty(g, self.dataset.num_numerical)
-            ids = torch.empty(g, len(self.dataset.categorical), dtype=torch.int64)
+            ids = torch.empty(g, int(self.dataset.id_columns[-1]), dtype=torch.int64)
             labels = torch.empty(g)
         if dist.is_initialized() and self.world_size > 1:
             for t in (dense, ids, labels):
                 dist.broadcast(t, 0, group=self.group)
-        return Batch(dense[a:b], DistIds(ids[a:b], sizes, ids[:, self.id_tables].contiguous()), labels[a:b])
+        cols = self.dataset.id_columns
+        own = [c for t in self.id_tables for c in range(int(cols[t]), int(cols[t + 1]))]
+        tables = list(range(len(self.dataset.categorical)))
+        local = self._ids(ids[a:b], tables)
+        return Batch(
+            dense[a:b], DistIds(local, sizes, self._ids(ids[:, own].contiguous(), self.id_tables)), labels[a:b]
+        )
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """Batches of `epoch`; prefetched in a thread except with broadcast (collectives must be

@@ -6,7 +6,9 @@ and the trainer compares the memory figure with what it holds (TrainerParallel.h
 Memory counts weights, the tables' optimizer state (values per weight value) and the per-step
 buffers of a shard (pooled output and its gradient for the batch it looks up, and its ids).
 Bytes sent count the id all-to-all, the pooled all-to-all forward and backward, and the
-all-reduce of replicated tables; the MLPs' all-reduce is the same on every plan and left out."""
+all-reduce of replicated tables; the MLPs' all-reduce is the same on every plan and left out.
+A multi-hot table (`bag` ids per sample, MLPerf DCNv2's 1..100) looks up and sends `bag` ids per
+sample, plus one bag length per sample (the id exchange's general path), and buffers them."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ class TablePlan:
     dim: int
     strategy: str
     shards: list[Shard]
+    bag: int = 1  # ids per sample (a multi-hot table's fixed bag size)
 
     @property
     def model_parallel(self) -> bool:
@@ -79,27 +82,30 @@ class CostModel:
         widths = [0] * n  # pooled columns each rank sends
         id_cols: list[set[int]] = [set() for _ in range(n)]
         exchanged = sum(tp.rows for tp in tables if not tp.model_parallel) > DENSE_REPLICA_ROWS
+        jagged = any(tp.bag != 1 for tp in tables)  # bags travel with their lengths
         for t, tp in enumerate(tables):
             model_parallel = tp.model_parallel
             for s in tp.shards:
                 st = stats[s.rank]
                 st["shards"].append((t, s))
-                st["memory"] += self.shard_memory(s)
+                st["memory"] += self.shard_memory(s) + (tp.bag - 1) * g * ID_BYTES  # a bag's ids buffered
                 if model_parallel:
-                    st["lookups"] += g
+                    st["lookups"] += g * tp.bag
                     widths[s.rank] += s.cols
                     id_cols[s.rank].add(t)
                 else:
-                    st["lookups"] += local[s.rank]
+                    st["lookups"] += local[s.rank] * tp.bag
                     st["sent_bytes"] += (
-                        self.replica_lookup_bytes(local[s.rank], tp.dim, n)
+                        self.replica_lookup_bytes(local[s.rank] * tp.bag, tp.dim, n)
                         if exchanged
                         else self.replica_sync_bytes(tp.rows, tp.dim, n)
                     )
-        total_w, total_ids = sum(widths), sum(len(c) for c in id_cols)  # O(ranks), not O(ranks^2)
+        # ids each rank's tables take per sample (one per table one-hot; bag + its length multi-hot)
+        per_sample = [sum(tables[t].bag + int(jagged) for t in c) for c in id_cols]
+        total_w, total_ids = sum(widths), sum(per_sample)  # O(ranks), not O(ranks^2)
         for r, st in enumerate(stats):
             others_w = total_w - widths[r]
-            others_ids = total_ids - len(id_cols[r])
+            others_ids = total_ids - per_sample[r]
             st["sent_bytes"] += (
                 (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * ID_BYTES
             )

@@ -6,18 +6,15 @@ row) pairs reach every rank, which concatenates them in rank order, the global b
 and updates its copy as one process would with the global batch. Every rank applies the same
 rows in the same order, so the replicas stay equal bit for bit.
 
-On two gloo ranks the pairs ride in the dense gradients' exchange (GradBuckets, a `Rider`);
-otherwise they take one all-gather of their own, padded to the largest rank's lookups."""
+The pairs travel in one all-gather (padded to the largest rank's lookups), started with the dense
+gradients' last sum (coalesced: parallel/grad_buckets.py)."""
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
-import torch.distributed as dist
 
 from dlrmkit.model.embedding import BagGrad
-from dlrmkit.parallel import comm
+from dlrmkit.parallel.transport import AllGather, Transport
 
 
 def take_local(p: torch.nn.Parameter) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,78 +78,33 @@ def set_global(p: torch.nn.Parameter, parts: list[tuple[torch.Tensor, torch.Tens
 
 
 class ReplicaExchange:
-    """One replicated weight's gradient exchange for one step: this rank's lookups packed, the
-    lookup count of every rank (one-hot: local batch x tables), then either riding (two gloo
-    ranks: `outgoing`, `incoming`, `land`, as GradBuckets' riders) or its own all-gather."""
+    """One replicated weight's gradient exchange for one step: this rank's lookups packed as
+    bytes, padded to the largest rank's, and `op`, the all-gather that brings every rank's;
+    `finish(gathered)` sets the global gradient."""
 
-    def __init__(
-        self,
-        p: torch.nn.Parameter,
-        local: tuple[torch.Tensor, torch.Tensor],
-        counts: list[int],
-        rank: int,
-        unit: torch.dtype,
-        stats: comm.CommStats | None,
-    ):
+    def __init__(self, p: torch.nn.Parameter, local: tuple[torch.Tensor, torch.Tensor], counts: list[int], rank: int):
         """`local`: this rank's (rows, values) (take_local); `counts`: every rank's lookups."""
-        self.p, self.counts, self.rank, self.unit, self.stats = p, counts, rank, unit, stats
+        self.p, self.counts, self.rank = p, counts, rank
         self.rows, self.values = local
         if len(self.rows) != counts[rank]:
             raise RuntimeError(f"replicated table: {len(self.rows)} lookups, {counts[rank]} expected")
         self.dim, self.value_dtype = p.shape[1], self.values.dtype
-        self.data = pack(self.rows, self.values, unit)
+        self.width = max(packed_size(n, self.dim, self.value_dtype, torch.uint8) for n in counts)
+        data = pack(self.rows, self.values, torch.uint8)
+        self.op = AllGather(torch.cat([data, data.new_zeros(self.width - data.numel())]), "replica_grads")
 
-    def size(self, r: int) -> int:
-        return packed_size(self.counts[r], self.dim, self.value_dtype, self.unit)
-
-    # ---- riding in the pairwise exchange (GradBuckets) ----------------------------------------
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.unit
-
-    def outgoing(self, peer: int) -> torch.Tensor:
-        if self.stats is not None:
-            self.stats.add("replica_grads", self.data.numel() * self.unit.itemsize)
-        return self.data
-
-    def incoming(self, peer: int) -> int:
-        return self.size(peer)
-
-    def land(self, received: torch.Tensor) -> None:
-        peer = 1 - self.rank
-        theirs = unpack(received, self.counts[peer], self.dim, self.value_dtype)
-        mine = (self.rows, self.values)
-        set_global(self.p, [mine, theirs] if self.rank == 0 else [theirs, mine])
-
-    def alone(self, group=None) -> Callable[[], None]:
-        """Its own collective: an all-gather of every rank's pack, padded to the largest; the
-        returned wait sets the global gradient."""
-        n = dist.get_world_size(group)
-        width = max(self.size(r) for r in range(n))
-        send = torch.cat([self.data, self.data.new_zeros(width - self.data.numel())])
-        out = send.new_empty(n * width)
-        if self.stats is not None:
-            self.stats.add("replica_grads", (n - 1) * width * self.unit.itemsize)
-        work = dist.all_gather_into_tensor(out, send, group=group, async_op=True)
-
-        def wait() -> None:
-            work.wait()
-            parts = [
-                unpack(out[r * width : (r + 1) * width], self.counts[r], self.dim, self.value_dtype) for r in range(n)
-            ]
-            parts[self.rank] = (self.rows, self.values)
-            set_global(self.p, parts)
-
-        return wait
+    def finish(self, gathered: torch.Tensor) -> None:
+        parts = [
+            unpack(gathered[r * self.width : (r + 1) * self.width], n, self.dim, self.value_dtype)
+            for r, n in enumerate(self.counts)
+        ]
+        parts[self.rank] = (self.rows, self.values)
+        set_global(self.p, parts)
 
 
-def lookup_counts(sizes: list[int], tables: int, one_hot: bool, local: int, group=None) -> list[int]:
+def lookup_counts(sizes: list[int], tables: int, one_hot: bool, local: int, ids: Transport) -> list[int]:
     """Every rank's lookups of a replicated weight: local batch x tables for one-hot ids, else
-    gathered (one small all-gather)."""
+    gathered (one small all-gather on `ids`, the transport of CPU tensors)."""
     if one_hot:
         return [s * tables for s in sizes]
-    if not dist.is_initialized() or dist.get_world_size(group) == 1:
-        return [local]
-    out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(out, torch.tensor([local], dtype=torch.int64), group=group)
-    return [int(x) for x in out]
+    return ids.all_gather_into_tensor(torch.tensor([local], dtype=torch.int64), "replica_grads").wait().tolist()

@@ -1,31 +1,33 @@
 """The sharded replacement for `model.embeddings`: same input (one-hot [B, T] ids or multi-hot
 JaggedIds) and output [local batch, tables, dim], computed by hybrid parallelism. This module
 orchestrates; what differs between strategies (which ids a shard receives, where its columns
-land, local lookups of replicated tables) is each strategy's (dlrmkit.parallel.sharding).
+go, local lookups of replicated tables) is each strategy's (dlrmkit.parallel.sharding).
 
 Forward on each rank: (1) all-to-all of ids: each rank receives, for the global batch, the bags
 of ids of every (table, row range) it holds a shard of, as the table's strategy selects them
 (row-wise: only the ids in the range, with bag lengths: Strategy.select_ids); (2) sum-pooled
 lookups on local shards -> [global batch, local columns]; (3) one all-to-all that turns that
 into [local batch, columns of every shard]; (4) index_add adds each shard's columns at the
-output columns its strategy names (Strategy.columns: column slices land side by side, row-range
+output columns its strategy names (Strategy.columns: column slices side by side, row-range
 partial sums add up, a reduce-scatter built from all-to-all, as gloo has none). Tables of a
 strategy that is not model-parallel (replicated) are looked up on the local batch by that
 strategy's module (Strategy.local_lookup). Backward is autograd's: the reverse all-to-all
-(comm.AllToAll), then the lookups' sparse gradients, so sparse optimizers update owned rows only.
+(pooled_exchange.PooledAllToAll), then the lookups' sparse gradients, so sparse optimizers update
+owned rows only. Every collective goes through a Transport (parallel/transport.py): `transport`
+for the pooled embeddings, `ids_transport` for the ids (a gloo group of its own under NCCL).
 One-hot ids with no bucketing strategy take a fast path: one id per (sample, table), no lengths.
 
 On a GPU (the module moved there with .to), ids stay CPU tensors through step (1), on
-`cpu_group` (gloo, under NCCL), and go to the device for the lookups; the pooled all-to-alls
-and the output are device tensors on the default group.
+`ids_transport`, and go to the device for the lookups; the pooled all-to-alls and the output
+are device tensors.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from dlrmkit.errors import DlrmkitError
@@ -40,11 +42,12 @@ from dlrmkit.model.embedding import (
     regroup,
     to_offsets,
 )
-from dlrmkit.parallel import comm
 from dlrmkit.parallel.id_exchange import DistIds, IdExchange, Key
 from dlrmkit.parallel.plan import ShardingPlan
 from dlrmkit.parallel.plan_cost import DENSE_REPLICA_ROWS
+from dlrmkit.parallel.pooled_exchange import PooledAllToAll
 from dlrmkit.parallel.sharding import Shard, strategy
+from dlrmkit.parallel.transport import AllReduce, AllToAll, CommStats, Transport, torch_collectives
 
 
 def rank_layout(plan: ShardingPlan, rank: int) -> tuple[list[tuple[int, Shard]], list[int]]:
@@ -68,6 +71,17 @@ def table_weight(emb: EmbeddingCollection, t: int) -> torch.Tensor:
     raise IndexError(t)
 
 
+@dataclass
+class NextIds:
+    """The next batch's one-hot ids, to travel coalesced with this batch's pooled all-to-all
+    (parallel/ids_ahead.py): `op` is their all-to-all, `received` its result once forward
+    waited for the pooled one (None until then)."""
+
+    ids: DistIds
+    op: AllToAll
+    received: torch.Tensor | None = None
+
+
 class ShardedEmbedding(IdExchange, nn.Module):
     """This rank's shards of a ShardingPlan, and the exchanges that make their lookups the
     single-device EmbeddingCollection's (see the module docstring)."""
@@ -76,15 +90,16 @@ class ShardedEmbedding(IdExchange, nn.Module):
         self,
         plan: ShardingPlan,
         rank: int,
-        comm_dtype: torch.dtype | None = None,
         dense_replica_rows: int = DENSE_REPLICA_ROWS,
+        transport: Transport | None = None,
+        ids_transport: Transport | None = None,
     ):
         super().__init__()
         self.dense_replica_rows = dense_replica_rows
         dims = {tp.dim for tp in plan.tables}
         if len(dims) != 1:
             raise DlrmkitError("sharded embeddings need one width for all tables (the dot interaction's layout)")
-        self.plan, self.rank, self.world_size, self.comm_dtype = plan, rank, plan.world_size, comm_dtype
+        self.plan, self.rank, self.world_size = plan, rank, plan.world_size
         self.dim = dims.pop()
         self.num_tables = len(plan.tables)
         self.table_sizes = [tp.rows for tp in plan.tables]
@@ -130,14 +145,14 @@ class ShardedEmbedding(IdExchange, nn.Module):
         self.all_replicated = len(self.local_lookups) == 1 and getattr(self.local_lookups[0], "tables", None) == list(
             range(self.num_tables)
         )
-        self.stats = comm.CommStats()  # bytes sent and seconds in all-to-alls (and "lookup" seconds)
-        self.started: tuple | None = None  # (ids, launched state) of start()
-        self.carrying: tuple | None = None  # (ids, comm.Carried): rides in start(ids) (IdsAhead.carry)
-        self.rider_sink = None  # a GradBuckets whose exchange backward's may ride in (HybridParallel)
+        self.stats = transport.stats if transport is not None else CommStats()  # bytes and seconds, by kind
+        self.transport = transport or torch_collectives(None, self.stats)  # the pooled embeddings'
+        self.ids_transport = ids_transport or self.transport  # the ids' (CPU tensors)
+        # whether ids may travel in the pooled embeddings' collectives (one group, CPU tensors)
+        self.ids_with_pooled = ids_transport is None
+        self.started: tuple | None = None  # (ids, started state) of start()
+        self.next_ids: NextIds | None = None  # travels with start(ids) (IdsAhead.coalesce)
         self.overlap = True  # False: the pooled all-to-alls block (HybridParallel.set_overlap)
-        self.cpu_group = None  # process group of the id collectives (CPU tensors); None: the default
-        self.batch_sizes: list[int] = []  # every rank's local batch, and whether its ids are one-hot,
-        self.one_hot = True  # as of the last forward (replicated tables' gradient exchange)
 
     @property
     def device(self) -> torch.device:
@@ -193,14 +208,15 @@ class ShardedEmbedding(IdExchange, nn.Module):
     def gather_tables(self) -> list[torch.Tensor]:
         """Every table as one logical [rows, dim] tensor, on every rank (small models only:
         tests, and checkpoints written in the single-process format)."""
-        full = [torch.zeros(r, self.dim) for r in self.table_sizes]  # in host memory, summed on cpu_group
+        full = [torch.zeros(r, self.dim) for r in self.table_sizes]  # in host memory, summed on ids_transport
         pieces = self.logical_shards()
         for p in pieces:
             if p.rank is not None and p.weight is not None:
                 full[p.table][p.row_start : p.row_end, p.col_start : p.col_end] = p.data.cpu()
-        comm.all_reduce_sum(
-            [full[t] for t, st in enumerate(self.strategies) if st.model_parallel], group=self.cpu_group
-        )
+        sharded = [t for t, st in enumerate(self.strategies) if st.model_parallel]
+        summed = self.ids_transport.start([AllReduce(full[t]) for t in sharded]).wait()
+        for t, total in zip(sharded, summed):
+            full[t] = total
         for p in pieces:
             if p.rank is None:
                 full[p.table] = p.data.cpu().clone()
@@ -249,34 +265,32 @@ class ShardedEmbedding(IdExchange, nn.Module):
         return torch.cat(outs, dim=1)
 
     def start(self, ids: DistIds | Ids) -> None:
-        """Lookups and the pooled all-to-all of `ids` launched now; forward(ids) (the same ids
+        """Lookups and the pooled all-to-all of `ids` started now; forward(ids) (the same ids
         object) then only waits and places the columns. The hybrid-parallel step calls this
         before the model, so the exchange travels while the bottom MLP runs."""
-        carrying, self.carrying = self.carrying, None
-        self.started = (ids, self._launch(ids, carrying[1] if carrying is not None and carrying[0] is ids else None))
+        following, self.next_ids = self.next_ids, None
+        self.started = (ids, self._start(ids, following))
 
     def forward(self, ids: DistIds | Ids) -> torch.Tensor:
         started, self.started = self.started, None
-        if started is not None and started[0] is not ids:  # started for other ids: let it land, unused
-            with torch.no_grad():
-                for wait in started[1][3]:
-                    wait()
+        if started is not None and started[0] is not ids:  # started for other ids: let it finish, unused
+            if started[1][3] is not None:
+                started[1][3].wait()
             started = None
-        return self._finish(*(started[1] if started is not None else self._launch(ids)))
+        return self._finish(*(started[1] if started is not None else self._start(ids)))
 
-    def _launch(self, ids: DistIds | Ids, carry: comm.Carried | None = None) -> tuple:
-        """Id exchange (unless done ahead), local lookups, and the pooled all-to-all launched,
-        with `carry` in it: (local ids, local batch, received buffer or None, its waits,
-        early-launch arguments)."""
+    def _start(self, ids: DistIds | Ids, following: NextIds | None = None) -> tuple:
+        """Id exchange (unless done ahead), local lookups, and the pooled all-to-all started,
+        with `following`'s ids coalesced into it: (local ids, local batch, pooled lookups or
+        None, the request, (send counts, receive counts, following))."""
         if not isinstance(ids, DistIds):
             b = ids.batch_size if isinstance(ids, JaggedIds) else ids.shape[0]
             ids = DistIds(ids, self._gather_sizes(b))
         local, sizes = ids.local, ids.batch_sizes
-        self.batch_sizes, self.one_hot = sizes, isinstance(local, torch.Tensor)
         me, n, l = self.rank, self.world_size, sizes[self.rank]
         g = sum(sizes)
         if not any(self.widths):
-            return local, l, None, [], None
+            return local, l, None, None, None
         fast = isinstance(local, torch.Tensor) and not self.bucketed
         if fast:
             global_ids = ids.global_ids if ids.global_ids is not None else self.exchange_ids(local, sizes)
@@ -289,38 +303,31 @@ class ShardedEmbedding(IdExchange, nn.Module):
         t0 = time.perf_counter()
         if not self.shards:
             # a rank owning no table sends nothing, yet must join the exchange's backward as its
-            # peers do: its (empty) input requires grad so autograd runs AllToAll.backward here too
+            # peers do: its (empty) input requires grad so autograd runs the backward here too
             pooled = torch.zeros(g, 0, device=self.device, requires_grad=torch.is_grad_enabled())
         else:
             pooled = self.lookup(global_ids) if fast else self.lookup_bags(*bags, g)
         self.stats.add("lookup", 0, time.perf_counter() - t0)
-        w_me = self.widths[me]
-        send = [sizes[r] * w_me for r in range(n)]
+        send = [sizes[r] * self.widths[me] for r in range(n)]
         recv = [l * self.widths[r] for r in range(n)]
-        # one table group, all deferring: nothing reads the gradient between this exchange and
-        # the tables' backward (views only), so it may still be in flight there
-        late = self.overlap and len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
-        waits: list | None = [] if self.overlap else None
-        sink = self.rider_sink  # only while it sums the dense gradients (a disabled one never would)
-        early: dict = {"riders": sink.riders} if late and sink is not None and sink.enabled else {}
-        flat = comm.AllToAll.apply(pooled, send, recv, self.comm_dtype, self.stats, late, waits, early, carry)
-        if flat.requires_grad and waits:  # the gradient leaves as soon as it is known (comm.LaunchBackward)
-            return local, l, flat, waits, (early, send, recv)
-        return local, l, flat, waits or [], None
+        ops = [AllToAll(pooled.detach(), send, recv, "pooled_fwd")] + ([following.op] if following else [])
+        return local, l, pooled, self.transport.start(ops), (send, recv, following)
 
-    def _finish(self, local: Ids, l: int, flat: torch.Tensor | None, waits: list, early: tuple | None) -> torch.Tensor:
+    def _finish(self, local: Ids, l: int, pooled: torch.Tensor | None, request, counts: tuple | None) -> torch.Tensor:
         """Waits for the pooled all-to-all, places every shard's columns, adds local lookups."""
         if self.all_replicated:  # the lookup is the output: no placing (a small-batch plan's step)
             return self.local_lookups[0](local).view(l, self.num_tables, self.dim)
         dtype = next((p.dtype for p in self.parameters()), torch.float32)  # bf16 tables under split-SGD
         out = torch.zeros(l, self.num_tables * self.dim, dtype=dtype, device=self.device)
-        if flat is not None:
-            with torch.no_grad():  # fills `flat` in place (gloo writes it; a wire-dtype copy)
-                for wait in waits:
-                    wait()
-            if early is not None:
-                flat = comm.LaunchBackward.apply(flat, *early, self.comm_dtype, self.stats)
-            recv = [l * w for w in self.widths]
+        if pooled is not None:
+            send, recv, following = counts
+            results = request.wait()
+            if following is not None:
+                following.received = results[1]
+            # one table group, all deferring: nothing reads the gradient between the backward
+            # exchange and the tables' backward (views only), so it may still be in flight there
+            deferred = self.overlap and len(self.local_tables) == 1 and all(t.deferred for t in self.local_tables)
+            flat = PooledAllToAll.apply(pooled, results[0], self.transport, send, recv, deferred)
             blocks = torch.split(flat, recv)
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)
@@ -329,9 +336,5 @@ class ShardedEmbedding(IdExchange, nn.Module):
         return out.view(l, self.num_tables, self.dim)
 
     def _gather_sizes(self, local: int) -> list[int]:
-        if not dist.is_initialized() or self.world_size == 1:
-            return [local]
-        t = torch.tensor([local], dtype=torch.int64)
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        dist.all_gather(out, t, group=self.cpu_group)
-        return [int(x) for x in out]
+        sizes = self.ids_transport.all_gather_into_tensor(torch.tensor([local], dtype=torch.int64), "ids")
+        return sizes.wait().tolist()

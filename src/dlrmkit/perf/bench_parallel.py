@@ -14,11 +14,10 @@ import torch.distributed as dist
 
 from dlrmkit.model.dlrm import DLRM, ModelConfig
 from dlrmkit.model.embedding import JaggedIds
-from dlrmkit.parallel import comm
 from dlrmkit.parallel.dist import batch_slice, batch_split, init_distributed, launched_by_torchrun
 from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig, build_plan
 from dlrmkit.parallel.sharded_embedding import DistIds, rank_keys, rank_layout
-from dlrmkit.train.step import training_step
+from dlrmkit.parallel.transport import ring_bytes
 
 A2A = ("ids", "pooled_fwd", "pooled_bwd")
 
@@ -62,11 +61,12 @@ class BenchParallel(HybridParallel):
         return self.cycle
 
     def step(self, batch: LocalBatch, optimizers) -> torch.Tensor:
-        """One training step (dlrmkit.train.step, with this wrapper's hooks); bench walks
-        `self.cycle` in order, so (as the trainer's loader does) the next batch's ids are
-        exchanged during this step."""
+        """One training step (parallel/hybrid_step.py HybridStep); bench walks `self.cycle` in
+        order, so (as the trainer's loader does) the next batch's ids are exchanged during this
+        step."""
         if getattr(self, "step_of", (None,))[0] is not optimizers:
-            self.step_of = (optimizers, training_step(self.model, optimizers, hooks=self, move=self.ids_ahead))
+            move = lambda b: self.to_device(self.ids_ahead(b))  # noqa: E731
+            self.step_of = (optimizers, self.make_step(optimizers, move=move, gate=False))
         return self.step_of[1](batch)
 
     def ids_ahead(self, batch: LocalBatch) -> LocalBatch:
@@ -96,7 +96,7 @@ class BenchParallel(HybridParallel):
             pooled += 2 * others * sum(s.cols for _, s in rank_layout(self.plan, r)[0]) * 4
         dense = sum(p.numel() * p.element_size() for p in self.model.dense_parameters())
         dense += sum(p.numel() * p.element_size() for p in self.sharded.replicated_parameters())
-        return {"ids": ids, "pooled": pooled, "allreduce": n * comm.ring_bytes(dense, n)}
+        return {"ids": ids, "pooled": pooled, "allreduce": n * ring_bytes(dense, n)}
 
     def measure(self, step, batches: list, steps: int, overlap: bool) -> dict[str, float]:
         """Seconds per step by phase (mean over ranks) and bytes per step (sum over ranks)."""
@@ -191,6 +191,6 @@ def parallel_setup(
         return None
     ctx = init_distributed(backend, bind=bind)
     pcfg = ParallelConfig(sharding=sharding, overlap=overlap, ids_ahead=ids_ahead, shared_memory=shared_memory)
-    if bucket_bytes is not None:  # every bucket, the first included
-        pcfg.bucket_bytes = pcfg.first_bucket_bytes = bucket_bytes
+    if bucket_bytes is not None:
+        pcfg.bucket_bytes = bucket_bytes
     return BenchParallel(model, build_plan(model, ctx, pcfg, batch_size), ctx, pcfg, seed=seed)

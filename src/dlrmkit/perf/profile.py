@@ -103,8 +103,14 @@ def instrument(model: torch.nn.Module, optimizers: list, parallel=None) -> None:
     for opt in optimizers:
         _wrap(opt, "step", "optimizer")
     if parallel is not None:
-        _wrap(parallel, "backward_step", "backward")  # the optimizer and all-reduce ranges nest inside
-        _wrap(parallel, "reduce_gradients", "all_reduce")
+        make = parallel.make_step
+
+        def make_instrumented(*args, **kwargs):  # the hybrid step's gradient sum, in its own range
+            step = make(*args, **kwargs)
+            _wrap(step.gradients, "wait", "all_reduce")
+            return step
+
+        parallel.make_step = make_instrumented
 
 
 def phase_range(phase: str):

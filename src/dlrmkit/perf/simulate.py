@@ -129,31 +129,43 @@ def measure_here(size: int = 1024) -> HardwareProfile:
     )
 
 
-def dense_costs(dim: int, num_tables: int, num_numerical: int = 13) -> tuple[int, int, int]:
-    """(FLOPs per sample fwd+bwd, activation values per sample, MLP parameters)."""
+def dense_costs(
+    dim: int, num_tables: int, num_numerical: int = 13, cross: tuple[int, int | None] | None = None
+) -> tuple[int, int, int]:
+    """(FLOPs per sample fwd+bwd, activation values per sample, MLP parameters); `cross`:
+    (layers, rank) of a DCNv2 cross network in place of the dot interaction."""
     from dlrmkit.model.dlrm import ModelConfig, flops_per_sample
 
     bottom, top = mlp_for_dim(dim)
-    cfg = ModelConfig(num_numerical, [10] * num_tables, dim, bottom, top)
     t = num_tables + 1
-    top_in = dim + t * (t - 1) // 2
-    acts = sum(bottom) + sum(top) + t * dim + t * t + top_in
+    if cross is None:
+        cfg = ModelConfig(num_numerical, [10] * num_tables, dim, bottom, top)
+        top_in = dim + t * (t - 1) // 2
+        acts = sum(bottom) + sum(top) + t * dim + t * t + top_in
+        extra = 0
+    else:
+        layers, rank = cross
+        cfg = ModelConfig(num_numerical, [10] * num_tables, dim, bottom, top, "dcn", dcn_layers=layers, dcn_rank=rank)
+        top_in = t * dim  # each layer's U V x (or W x) and its output, on top of x_0
+        acts = sum(bottom) + sum(top) + top_in + layers * ((rank or top_in) + 2 * top_in)
+        extra = layers * ((2 * top_in * rank if rank else top_in * top_in) + top_in)
     sizes_b, sizes_t = [num_numerical] + bottom, [top_in] + top
     params = sum(a * b + b for a, b in zip(sizes_b[:-1], sizes_b[1:])) + sum(
         a * b + b for a, b in zip(sizes_t[:-1], sizes_t[1:])
     )
-    return flops_per_sample(cfg), acts, params
+    return flops_per_sample(cfg), acts, params + extra
 
 
-def simulate(plan, hw: HardwareProfile, precision: str = "fp32") -> dict:
+def simulate(plan, hw: HardwareProfile, precision: str = "fp32", cross: tuple[int, int | None] | None = None) -> dict:
     """Estimated step of `plan` on `hw`: seconds per phase for the slowest rank, samples/s and
     the communication share. `precision` amp halves activation and all-to-all bytes and uses
-    the fp16/bf16 peak."""
+    the fp16/bf16 peak. Multi-hot tables (TablePlan.bag) count each id's row; `cross`: the
+    (layers, rank) of a DCNv2 interaction."""
     n, g = plan.world_size, plan.batch_size
     dim, tables = plan.tables[0].dim, len(plan.tables)
     amp = precision in ("amp", "bf16", "fp16")
     act_bytes = 2 if amp else 4
-    flops, acts, params = dense_costs(dim, tables)
+    flops, acts, params = dense_costs(dim, tables, cross=cross)
     peak = (hw.peak_flops_amp if amp else hw.peak_flops) * hw.gemm_efficiency
     mem = hw.mem_bw * hw.mem_efficiency
     # communication links: the share of a rank's peers in other nodes goes over the network
@@ -165,8 +177,12 @@ def simulate(plan, hw: HardwareProfile, precision: str = "fp32") -> dict:
     for st in stats:
         local = g // n + (1 if st["rank"] < g % n else 0)
         compute = local * flops / peak + local * acts * act_bytes * 6 / mem
-        # forward reads pooled rows; backward reads gradient rows, reads and writes table rows
-        lookups = st["lookups"] * dim * 4 * 4 / mem
+        # forward reads pooled rows; backward reads gradient rows, reads and writes table rows: each
+        # id of a bag, at its shard's width (a column slice reads its columns only)
+        rows_cols = sum(
+            (g if plan.tables[t].model_parallel else local) * plan.tables[t].bag * s.cols for t, s in st["shards"]
+        )
+        lookups = rows_cols * 4 * 4 / mem
         a2a = st["sent_bytes"] * (act_bytes / 4) / link if n > 1 else 0.0
         allreduce = 2 * (n - 1) / n * params * 4 / ring if n > 1 else 0.0
         latency = (4 + math.ceil(params * 4 / (25 << 20))) * hw.latency_s * (1 + math.log2(max(n, 1))) if n > 1 else 0.0
@@ -199,8 +215,11 @@ def simulate_scaling(
     precision: str = "fp32",
     sharding: str = "auto",
     weak: bool = False,
+    bags: list[int] | None = None,
+    cross: tuple[int, int | None] | None = None,
 ) -> list[dict]:
-    """simulate() for a fresh plan at each world size; `weak`: batch_size is per rank."""
+    """simulate() for a fresh plan at each world size; `weak`: batch_size is per rank; `bags`:
+    ids per sample of each table (multi-hot); `cross`: a DCNv2 interaction's (layers, rank)."""
     from dlrmkit.parallel.plan import make_plan
 
     out = []
@@ -209,7 +228,9 @@ def simulate_scaling(
         if g < n:
             raise DlrmkitError(f"global batch {g} is smaller than world size {n}")
         plan = make_plan(rows, dim, n, sharding, None, g)
-        out.append(simulate(plan, hw, precision))
+        for tp, k in zip(plan.tables, bags or []):
+            tp.bag = k
+        out.append(simulate(plan, hw, precision, cross))
     return out
 
 

@@ -41,7 +41,13 @@ def check_simulate_options(args: argparse.Namespace) -> None:
         raise DlrmkitError(f"{named[0]} applies with --simulate: add --simulate, or leave {named[0]} out")
 
 
-def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
+def run_simulate(
+    args: argparse.Namespace,
+    rows: list[int],
+    dim: int,
+    bags: list[int] | None = None,
+    cross: tuple[int, int | None] | None = None,
+) -> int:
     from dlrmkit.perf.simulate import anchor_errors, format_table, load_profile, simulate_scaling
 
     args.hardware = args.hardware or "a100-80gb"
@@ -50,11 +56,15 @@ def run_simulate(args: argparse.Namespace, rows: list[int], dim: int) -> int:
     sizes = [args.world_size] if args.world_size else [8, 16, 32, 64, 128, 256, 512, 1024]
     if any(n < 1 for n in sizes):
         raise DlrmkitError("--world-size must be at least 1")
-    results = simulate_scaling(rows, dim, hw, sizes, args.batch_size, args.precision, args.sharding, args.weak)
+    results = simulate_scaling(
+        rows, dim, hw, sizes, args.batch_size, args.precision, args.sharding, args.weak, bags, cross
+    )
     kind = "per-rank" if args.weak else "global"
     print(
         f"simulated on {hw.name} ({args.precision}), {kind} batch {args.batch_size}, sharding {args.sharding}; "
         f"no compute/communication overlap assumed"
+        + (f"; multi-hot, {sum(bags)} ids per sample" if bags else "")
+        + (f"; DCNv2 interaction, {cross[0]} layers of rank {cross[1] or 'full'}" if cross else "")
     )
     print(format_table(results))
     out = {"hardware": vars(hw) if hasattr(hw, "__dict__") else hw, "runs": results}

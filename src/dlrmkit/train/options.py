@@ -37,6 +37,12 @@ class SelectionOptions:
     eval_every: int = option(
         0, "evaluate on the validation rows every N steps (default: each epoch end)", parse=ct.nonneg_int
     )
+    evals_per_epoch: int | None = option(
+        None,
+        "evaluate on the validation rows N times per epoch, unless --eval-every is given (default: the preset's; "
+        "mlperf-dcnv2: 20, every 0.05 epoch)",
+        parse=ct.nonneg_int,
+    )
     val_fraction: float | None = option(
         None,
         "hold out the last F of the train mapping for model selection (default: "

@@ -30,7 +30,8 @@ from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.run_log import append_record
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.selection import BestWeights, validation_split
-from dlrmkit.train.step import ONE_PROCESS, training_step
+from dlrmkit.model.step import Step
+from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 
 
@@ -99,19 +100,16 @@ class Trainer:
         self.schedule = LRSchedule(
             cfg.optimizer.lr, cfg.schedule.warmup_steps, cfg.schedule.decay_start, cfg.schedule.decay_steps
         )
-        if self.par is not None:  # hybrid parallel plugs into the one step (dlrmkit.train.step)
-            self.par.gate_early = cfg.schedule.skip_nonfinite > 0
         # the skip decision needs the loss on the host before the update: one process with
         # --skip-nonfinite syncs for it each step; without, nothing waits for the loss (track_loss)
         check_each_step = self.par is not None or cfg.schedule.skip_nonfinite > 0
-        self.step_fn = training_step(
-            self.model,
-            self.optimizers,
-            cfg.device.precision,
-            move=self.par.to_device if self.par else self.move,
-            amp=lambda: autocast(cfg.device.precision, self.device.type),
-            loss_ok=(functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None),
-            hooks=self.par or ONE_PROCESS,
+        loss_ok = functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None
+        amp = functools.partial(autocast, cfg.device.precision, self.device.type)
+        # the Step (dlrmkit.model.step): parallel/hybrid_step.py under torchrun, train/step.py otherwise
+        self.step_fn: Step = (
+            self.par.make_step(self.optimizers, amp, loss_ok=loss_ok, gate=cfg.schedule.skip_nonfinite > 0)
+            if self.par is not None
+            else OneProcessStep(self.model, self.optimizers, cfg.device.precision, amp, self.move, loss_ok)
         )
         self.loader = (
             self.par.loader(self.train_set, cfg)
@@ -124,6 +122,9 @@ class Trainer:
                 pin_memory=self.device.type == "cuda",
             )
         )
+        sel = cfg.selection
+        if not sel.eval_every and sel.evals_per_epoch:  # the preset's cadence (mlperf-dcnv2: every 0.05 epoch)
+            sel.eval_every = max(1, len(self.loader) // sel.evals_per_epoch)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.skipped_nonfinite, self.start_time, self.last_save_time = 0, time.monotonic(), None
         self.last_saved_step: int | None = None
