@@ -6,6 +6,8 @@ Grammar (the whole value must match; anything else is one line, exit 2, when a c
     POINT  = "save:after-data"      DCP files written, no manifest yet
            | "save:before-rename"   manifest written, folder not yet renamed into place
            | "save:before-latest"   folder in place, `latest` not yet updated
+           | "shared-memory:created" a rank's shared-memory slot made, not yet shared
+           | "shared-memory:mapped"  the peers' slots mapped
            | "train:step-" N        after optimizer step N (N >= 1)
            | "train:nan-loss-" N    does not signal: the loss of step N reads as NaN (a diverged step)
     RANK   = decimal digits          only that rank (default: every rank)
@@ -25,7 +27,8 @@ from typing import NamedTuple
 
 ENV = "DLRMKIT_FAULT"
 GRAMMAR = re.compile(
-    r"(?P<point>save:(?:after-data|before-rename|before-latest)|train:(?:step|nan-loss)-[1-9][0-9]{0,17})"
+    r"(?P<point>save:(?:after-data|before-rename|before-latest)|shared-memory:(?:created|mapped)"
+    r"|train:(?:step|nan-loss)-[1-9][0-9]{0,17})"
     r"(?:@(?P<rank>[0-9]{0,6})(?::(?P<signal>[A-Za-z0-9]{1,16}))?)?"
 )
 
@@ -44,7 +47,8 @@ def parse(spec: str) -> Fault:
     if m is None:
         raise DlrmkitError(
             f"environment variable {ENV}={spec[:80]!r}: expected POINT[@[RANK][:SIGNAL]], POINT one of "
-            f"save:after-data, save:before-rename, save:before-latest, train:step-N, train:nan-loss-N "
+            f"save:after-data, save:before-rename, save:before-latest, shared-memory:created, "
+            f"shared-memory:mapped, train:step-N, train:nan-loss-N "
             f"(dlrmkit/faults.py); unset it outside reliability tests"
         )
     name = m["signal"] or "SIGKILL"
