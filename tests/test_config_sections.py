@@ -22,7 +22,8 @@ FLAT_OPTIONS = (
     "wide embedding_init_scale numerical_transform eval_batch_size target_auc checkpoint_dir checkpoint_every "
     "checkpoint_every_seconds collective_timeout keep_checkpoints final_checkpoint skip_nonfinite resume "
     "metrics_json log_jsonl seed shuffle threads progress run_dir tensorboard log_every embedding_dim bottom_mlp "
-    "top_mlp device table_placement sharding plan loader backend bind_cores"
+    "top_mlp device table_placement sharding plan loader backend bind_cores "
+    "interaction dcn_layers dcn_rank evals_per_epoch"
 ).split()
 
 

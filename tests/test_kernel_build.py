@@ -61,12 +61,14 @@ def copy_of(built: Path, tmp_path: Path) -> tuple[Path, Path]:
     return ext, only_folder(ext)
 
 
+@pytest.mark.slow  # builds the C++ kernel in a private folder
 def test_two_first_loads_at_once_share_one_build(built):
     folder = only_folder(built)
     assert (folder / "built").exists()
     assert len(list(folder.glob("*.so"))) == 1
 
 
+@pytest.mark.slow  # builds the C++ kernel in a private folder
 def test_stale_torch_lock_of_a_dead_process_does_not_hang(built, tmp_path):
     ext, folder = copy_of(built, tmp_path)
     (folder / "lock").touch()  # torch's lock file, left by a process killed mid-build
@@ -79,6 +81,7 @@ def test_stale_torch_lock_of_a_dead_process_does_not_hang(built, tmp_path):
     assert (folder / "built").exists() and not (folder / "lock").exists()
 
 
+@pytest.mark.slow  # builds the C++ kernel in a private folder
 def test_corrupt_library_is_rebuilt_with_a_message(built, tmp_path):
     ext, folder = copy_of(built, tmp_path)
     (lib,) = folder.glob("*.so")

@@ -231,6 +231,7 @@ def test_resume_with_other_model_shape_is_refused(tiny_data, tmp_path):
     assert "does not match" in result.err and "Traceback" not in result.err
 
 
+@pytest.mark.slow  # an interrupted and an uninterrupted run per case
 @pytest.mark.parametrize(
     "cut, extra",
     [

@@ -98,6 +98,7 @@ def train_selecting(data, folder, in_memory_max: int, monkeypatch) -> tuple[dict
     return json.loads(out.read_text()), [json.loads(x) for x in (ck / "log.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # two whole runs with early stopping
 def test_restore_best_from_a_file_equals_from_memory(tiny_data, tmp_path, monkeypatch):
     """The same run with the copy in memory and forced to disk: the best evaluation is restored
     (not the last), and the test metrics of the restored weights are the same both ways."""

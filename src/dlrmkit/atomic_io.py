@@ -88,8 +88,15 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
     /dev/null (written to once, empty, to prove it), or a link to an existing file; one that is
     replaced by rename may not be a device (the rename would replace the device itself; a link is
     replaced, never the file it names)."""
-    if not path:
+    if not path or is_stdout(path):
         return
+    if not append:  # a log may be appended to a stream the caller opened (/dev/stderr, /dev/fd/N)
+        _check_pseudo(path, what)
+    if not append and _in_system_folder(path):
+        raise DlrmkitError(
+            f"{what} {path}: is in /dev, where a file would replace a device or the system's link; "
+            f"`-` (or /dev/stdout) writes to standard output"
+        )
     _check_link(path, what, follow=append)
     if os.path.isdir(path):
         raise DlrmkitError(f"{what} {path}: is a folder, a file name is needed")
@@ -100,8 +107,57 @@ def check_output_file(path: str | None, what: str, append: bool = False) -> None
         if append and os.access(path, os.W_OK):
             return
         raise DlrmkitError(f"{what} {path}: exists and is not a regular file")
+    if not append and os.path.islink(path) and os.path.exists(path) and not os.path.isfile(path):
+        # e.g. /dev/stderr, /dev/fd/N: a rename would replace the link (the system's) with a file
+        raise DlrmkitError(
+            f"{what} {path}: is a link to a device or stream, not a file; `-` (or /dev/stdout) writes to "
+            f"standard output"
+        )
     _check_parent(path, what)
     _check_space(path, what)
+    if not append:
+        _probe_folder(path, what)
+
+
+PSEUDO = ("/proc", "/sys")  # kernel file systems: nothing a command writes belongs there
+
+
+def _under(path: str, tops: tuple[str, ...]) -> str | None:
+    return next((t for t in tops if path == t or path.startswith(t + os.sep)), None)
+
+
+def _in_system_folder(path: str) -> bool:
+    """`path` (as given, or after links) names something in /dev (but /dev/shm, a plain tmpfs),
+    /proc or /sys."""
+    return any(
+        _under(p, ("/dev", *PSEUDO)) and not _under(p, ("/dev/shm",))
+        for p in (os.path.abspath(path), os.path.realpath(path))
+    )
+
+
+def _check_pseudo(path: str, what: str) -> None:
+    for p in (os.path.abspath(path), os.path.realpath(path)):
+        top = _under(p, PSEUDO)
+        if top:
+            raise DlrmkitError(f"{what} {path}: is in {top}, a kernel file system; choose another path")
+
+
+def _probe_folder(path: str, what: str) -> None:
+    """Create and remove an empty file (exclusive, not following links) in the folder that will
+    hold `path`, when it exists: what permission bits cannot tell (root, a read-only mount, a
+    file system that refuses new files) is found before the work, not after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return
+    probe = os.path.join(folder, f".dlrmkit-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.remove(probe)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise DlrmkitError(f"{what} {path}: cannot write in {folder} ({os_error_text(exc)})") from None
 
 
 def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> None:
@@ -109,6 +165,7 @@ def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> N
     `allow_root` (the parent of an output, checked for writing)."""
     if not path:
         return
+    _check_pseudo(path, what)
     _check_link(path, what, follow=True)
     if not allow_root and os.path.abspath(path) == os.path.abspath(os.sep):
         raise DlrmkitError(f"{what} {path}: the root folder cannot be an output; choose a new folder")
@@ -164,6 +221,8 @@ def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside `path` for a library that writes by name (torch.save, savefig,
     onnx); renamed over `path` when the block ends without error, removed otherwise."""
     path = os.fspath(path)
+    if _in_system_folder(path):  # a rename there would replace a device or the system's link (/dev/stderr)
+        raise DlrmkitError(f"{path}: is in a system folder (/dev, /proc, /sys); not replaced by a file")
     folder = os.path.dirname(os.path.abspath(path))
     make_dirs(folder)
     try:
@@ -193,6 +252,54 @@ def atomic_write(path: str, mode: str = "w") -> Iterator[IO[Any]]:
         with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
             f.flush()
+
+
+@contextlib.contextmanager
+def removed_if_interrupted(folder: str | None) -> Iterator[None]:
+    """Run the block with SIGTERM (and SIGHUP) raising SystemExit(128 + signal) instead of ending
+    the process where it stands, and remove the temporary `folder` (None: nothing of ours) when the
+    block ends by any exception, an interrupt (SIGINT) or such a signal included: a process
+    stopped while saving leaves nothing behind. (SIGKILL cannot be caught: the next save removes
+    what it leaves, saying so.) Handlers are set only in the main thread, and restored after."""
+    import shutil
+    import signal
+    import threading
+
+    def stop(signum: int, frame: Any) -> None:  # noqa: ARG001
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    except BaseException:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def create_new(path: str, mode: str = "w") -> IO[Any]:
+    """A new file at `path`, never written through a link: whatever is there (a stale temporary
+    file, or a link planted to a file elsewhere) is removed first, not followed, and the file is
+    created exclusively (O_EXCL | O_NOFOLLOW)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def append_no_follow(path: str, text: str) -> None:
+    """Append `text` to the file `path` inside an output folder, created if missing; a symbolic
+    link there is refused (ELOOP), never appended through."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _umask() -> int:
@@ -234,9 +341,23 @@ def nonfinite_keys(obj: dict[str, Any]) -> list[str]:
     return [k for k, v in obj.items() if isinstance(v, float) and not math.isfinite(v)]
 
 
-def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
-    """Strict JSON (no NaN tokens), written atomically."""
+@contextlib.contextmanager
+def output_text(path: str) -> Iterator[IO[Any]]:
+    """A text file to write `path` through: standard output itself for `-` or /dev/stdout (never
+    replaced by a file of that name), else atomic_write."""
+    if is_stdout(path):
+        import sys
+
+        yield sys.stdout
+        sys.stdout.flush()
+        return
     with atomic_write(path) as f:
+        yield f
+
+
+def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
+    """Strict JSON (no NaN tokens), written atomically (or to standard output: output_text)."""
+    with output_text(path) as f:
         json.dump(strict_json(obj), f, indent=indent, allow_nan=False)
         f.write("\n")
 
@@ -244,3 +365,85 @@ def write_json(path: str, obj: Any, indent: int | None = 2) -> None:
 def write_text(path: str, text: str) -> None:
     with atomic_write(path) as f:
         f.write(text)
+
+
+# ---- one writer per output ----------------------------------------------------------------------------
+STREAMS = ("-", "/dev/stdout")  # outputs that mean standard output: written there, never replaced
+
+
+def is_stdout(path: str | None) -> bool:
+    return path is not None and (path in STREAMS or os.path.abspath(path) in ("/dev/stdout", "/proc/self/fd/1"))
+
+
+def _boot_id() -> str:
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        return f.read().strip()[:64]
+    return "unknown"
+
+
+@contextlib.contextmanager
+def output_lock(out: str, option: str = "--out") -> Iterator[None]:
+    """Hold `<out>.lock` (flock) for the whole write: a second process writing the same output stops
+    at once with one line naming the holder. The lock file records the holder (pid and boot id) and is
+    removed when the block ends; a file left by a holder that died (flock is released with its
+    process) is taken over, saying so. Standard output (`-`) takes no lock."""
+    if is_stdout(out):
+        yield
+        return
+    absolute = os.path.abspath(out)
+    if not os.path.basename(absolute):
+        raise DlrmkitError(f"{option} {out}: the root folder cannot be an output; choose a new folder")
+    path = absolute.rstrip(os.sep) + ".lock"
+    make_dirs(os.path.dirname(path), option)
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise DlrmkitError(f"{option} {out}: cannot create lock file {path} ({os_error_text(exc)})") from None
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = f" (pid {holder[1][:12]})" if len(holder) > 1 and holder[0] == "pid" else ""
+            raise DlrmkitError(
+                f"{option} {out}: another dlrmkit process{who} is writing it (lock {path} is held); wait for it or choose another {option}"
+            ) from None
+        try:  # the holder before us may have removed the file after we opened it: lock the current one
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    left = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+    if len(left) >= 4 and left[0] == "pid" and left[2] == "boot":
+        import sys
+
+        on = "" if left[3] == _boot_id() else " before the machine restarted"
+        print(f"took over the lock {path} left by process {left[1]}{on}, which is no longer running", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} boot {_boot_id()}\n".encode(), 0)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)
+
+
+_held = contextlib.ExitStack()
+
+
+def hold_output_lock(out: str, option: str) -> None:
+    """output_lock held until release_output_locks() (the CLI calls it when a command ends): for a
+    command whose outputs are set up in one function and written until it returns."""
+    _held.enter_context(output_lock(out, option))
+
+
+def release_output_locks() -> None:
+    _held.close()
+

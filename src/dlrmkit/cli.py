@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     args._argv = args_in  # `train --config` re-parses with YAML defaults
     try:
+        from dlrmkit.faults import check_environment
+
+        check_environment()  # a malformed DLRMKIT_FAULT is one line before any work
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a reader gone before the last buffered line is seen here, not at exit
         return code
@@ -153,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
         tell_torchrun(line)
         return code
+    finally:
+        from dlrmkit.atomic_io import release_output_locks
+
+        release_output_locks()  # locks a command held on its outputs (dlrmkit.atomic_io.output_lock)
 
 
 SIGPIPE_EXIT = 141  # what a shell reports for a program killed by SIGPIPE (128 + 13), as `cat` is

@@ -53,6 +53,43 @@ def read_bytes(path: str, what: str, limit: int, follow_links: bool = True) -> b
         os.close(fd)
 
 
+def check_regular_input(path: str, what: str) -> None:
+    """An input file read whole or by blocks is a regular file (after links): a FIFO would block the
+    command forever and a character device (/dev/zero) never ends; either is one line, as is a
+    missing file or a folder. Checked without opening (opening a FIFO blocks)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DlrmkitError(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise DlrmkitError(f"{what} {path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DlrmkitError(f"{what} {path}: is a folder, a file is needed")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "special"
+        raise DlrmkitError(f"{what} {path}: not a regular file ({kind}); give a file")
+
+
+def open_regular(path: str, what: str, mode: str = "rb", **kwargs: Any):
+    """`open(path, mode)` for reading, refused unless a regular file: opened non-blocking (a FIFO
+    does not block the open), checked by fstat on the open descriptor (no swap in between)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise DlrmkitError(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise DlrmkitError(f"{what} {path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            check_regular_input(path, what)  # names what it is
+            raise DlrmkitError(f"{what} {path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_text(path: str, what: str, limit: int, follow_links: bool = True) -> str:
     data = read_bytes(path, what, limit, follow_links)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from dlrmkit.atomic_io import create_new
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint.storage import os_error
 from dlrmkit.untrusted import read_text
@@ -66,7 +67,7 @@ def check_writable_directory(directory: str) -> None:
     probe = os.path.join(directory, f".write-probe-{os.getpid()}")
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(probe, "w", encoding="utf-8") as f:
+        with create_new(probe) as f:  # not through a link planted there
             f.write("ok")
         os.remove(probe)
     except OSError as exc:
@@ -97,11 +98,35 @@ def latest_or_none(directory: str) -> str | None:
         return None
 
 
-def prune(directory: str, keep: int) -> None:
-    """Keep the checkpoint `latest` names and the newest others, `keep` in all."""
-    if keep <= 0:
+def step_folders(directory: str) -> list[str]:
+    """The step_N folders of `directory`, newest (highest N) first."""
+    names = [n for n in existing_checkpoints(directory) if n != LATEST]
+    return sorted(names, key=lambda n: -int(n[5:]))
+
+
+def run_id_of(folder: str) -> str | None:
+    """The run a checkpoint folder belongs to (its manifest's `run_id`), or None when it has none
+    or its manifest cannot be read (such a folder is never treated as this run's)."""
+    from dlrmkit.checkpoint.manifest import read_manifest
+
+    try:
+        rid = read_manifest(folder).get("run_id")
+    except (OSError, DlrmkitError):
+        return None
+    return rid if isinstance(rid, str) else None
+
+
+def prune(directory: str, keep: int, run_id: str | None) -> None:
+    """Keep the checkpoint `latest` names and the newest others, `keep` in all; only checkpoints
+    of run `run_id` (their manifest says so) are ever removed: a folder another run wrote, or one
+    whose manifest cannot be read, stays."""
+    if keep <= 0 or run_id is None:
         return
     current = os.path.basename(latest_or_none(directory) or "")
-    others = sorted((int(n[5:]), n) for n in existing_checkpoints(directory) if n not in (LATEST, current))
+    others = sorted(
+        (int(n[5:]), n)
+        for n in existing_checkpoints(directory)
+        if n not in (LATEST, current) and run_id_of(os.path.join(directory, n)) == run_id
+    )
     for _, name in others[: max(0, len(others) - (keep - 1 if current else keep))]:
         shutil.rmtree(os.path.join(directory, name), ignore_errors=True)

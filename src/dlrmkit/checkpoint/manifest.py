@@ -20,6 +20,16 @@ MAX_INT = 1 << 62  # sizes, offsets and counters: below what an int64 holds
 MAX_NDIM = 64
 MAX_WIDTH = 1 << 20  # MLP layer widths
 MAX_TABLE_ROWS = 1 << 48
+MAX_STEP = 1 << 53  # steps and samples: exact as a float (the log writes them as numbers)
+# counters a command reads: each bounded (an epoch of 2^62 would resume past any --epochs)
+COUNTERS = {
+    "step": MAX_STEP,
+    "epoch": MAX_STEP,
+    "batch_in_epoch": MAX_STEP,
+    "skipped_nonfinite": MAX_STEP,
+    "samples_seen": MAX_STEP,
+    "world_size": 1 << 16,
+}
 DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
@@ -52,11 +62,15 @@ def read_manifest(path: str) -> dict[str, Any]:
             or info.get("dtype") not in DTYPES
         ):
             raise _bad(fp, f"tensors.{str(name)[:60]}", f"is not {{shape: [sizes], dtype: one of {sorted(DTYPES)}}}")
-    for field in ("step", "epoch", "batch_in_epoch", "skipped_nonfinite", "world_size"):
-        if field in m and not is_int(m[field]):
-            raise _bad(fp, field, f"is {str(m[field])[:40]!r}, not a non-negative integer")
-    if not _number(m.get("best_auc")):
-        raise _bad(fp, "best_auc", "is not a number")
+    for field, hi in COUNTERS.items():
+        if field in m and not is_int(m[field], 0, hi):
+            raise _bad(fp, field, f"is {str(m[field])[:40]!r}, not an integer in [0, {hi}]")
+    auc = m.get("best_auc")
+    if not _number(auc) or (auc is not None and not (math.isnan(auc) or 0 <= auc <= 1)):
+        raise _bad(fp, "best_auc", "is not a number in [0, 1] (or NaN: not evaluated yet)")
+    rid = m.get("run_id")
+    if rid is not None and not (isinstance(rid, str) and 0 < len(rid) <= 64 and rid.isascii() and rid.isalnum()):
+        raise _bad(fp, "run_id", "is not a run identifier (1 to 64 letters and digits)")
     for field in ("train_config", "dataset", "optimizer_scalars"):
         if field in m and not isinstance(m[field], dict):
             raise _bad(fp, field, "is not a mapping")
@@ -65,7 +79,7 @@ def read_manifest(path: str) -> dict[str, Any]:
     ):
         raise _bad(fp, "optimizers", "is not a list of names")
     for name, value in m.get("optimizer_scalars", {}).items():
-        if "." not in name or not (_number(value) or isinstance(value, bool)):
+        if "." not in name or value is None or not (_number(value) or isinstance(value, bool)):
             raise _bad(fp, f"optimizer_scalars.{name[:60]}", "is not '<parameter>.<key>': number")
     data = m.get("dataset", {})
     if not all(isinstance(data.get(k, ""), str) for k in ("path", "fingerprint")):

@@ -27,15 +27,17 @@ import math
 import os
 import shutil
 import stat
+import sys
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from dlrmkit.atomic_io import create_new, removed_if_interrupted
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import storage as storage
 from dlrmkit.checkpoint import legacy, state as ckpt_state
-from dlrmkit.checkpoint.dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint
+from dlrmkit.checkpoint.dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint, run_id_of
 from dlrmkit.checkpoint.manifest import check_model_fits, model_config_of, read_manifest
 
 # re-exported: callers find every checkpoint function here
@@ -43,6 +45,7 @@ from dlrmkit.checkpoint.dirs import check_fresh_directory as check_fresh_directo
 from dlrmkit.checkpoint.dirs import check_writable_directory as check_writable_directory
 from dlrmkit.checkpoint.dirs import existing_checkpoints as existing_checkpoints
 from dlrmkit.checkpoint.dirs import latest_checkpoint as latest_checkpoint
+from dlrmkit.checkpoint.dirs import step_folders as step_folders
 from dlrmkit.checkpoint.state import checkpoint_meta, model_state  # noqa: F401 (re-exported)
 from dlrmkit.checkpoint.state import quiet as _quiet
 from dlrmkit.faults import fault_point
@@ -180,7 +183,15 @@ def save_checkpoint(
     """Write `state` (flat: name -> tensor, ShardedTensor or DTensor) with DCP and `meta` into the
     manifest, atomically. Under torch.distributed every rank calls this with its own shards.
     A write error (disk full, read-only) is one line on every rank; the temporary folder is
-    removed and the previous checkpoint and `latest` stay as they were."""
+    removed and the previous checkpoint and `latest` stay as they were; so it is when SIGINT,
+    SIGTERM or SIGHUP stops the save. Pruning (--keep) removes only checkpoints of this run
+    (`meta["run_id"]`)."""
+    tmp = os.path.join(directory, f".tmp-step_{step}")
+    with removed_if_interrupted(tmp if _rank() == 0 else None):
+        return _save(directory, step, state, meta, keep, show)
+
+
+def _save(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int, show: bool) -> str:
     name = f"step_{step}"
     tmp, final = os.path.join(directory, f".tmp-{name}"), os.path.join(directory, name)
     rank0 = _rank() == 0
@@ -198,9 +209,11 @@ def save_checkpoint(
     if rank0:
         try:
             os.makedirs(directory, exist_ok=True)
-            for stale in os.listdir(directory):  # left by a process killed mid-save (only our names)
-                if stale.startswith(".tmp-") and is_step_name(stale[5:]):
+            for stale in sorted(os.listdir(directory)):  # left by a process killed mid-save (only our names)
+                if stale.startswith(".tmp-") and is_step_name(stale[5:]) and stale != os.path.basename(tmp):
                     shutil.rmtree(os.path.join(directory, stale), ignore_errors=True)
+                    print(f"removed {os.path.join(directory, stale)}, left by an interrupted save", file=sys.stderr)
+            shutil.rmtree(tmp, ignore_errors=True)  # ours, from a run killed at this very step
             os.makedirs(tmp)
         except OSError as exc:
             error = failed(exc)
@@ -211,6 +224,8 @@ def save_checkpoint(
             metadata = _dcp().save(state, storage_writer=writer, no_dist=not _distributed())
     except (Exception, storage.checkpoint_exception()) as exc:  # DCP raises the same on every rank
         cause = storage.cause(exc)
+        if isinstance(cause, (KeyboardInterrupt, SystemExit)):  # a signal: removed_if_interrupted cleans up
+            raise cause from None
         if isinstance(cause, DlrmkitError):  # refused state (not a tensor): no half-written folder either
             if rank0:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -231,6 +246,12 @@ def save_checkpoint(
         dist.all_gather_object(gathered, (error, digests))
         error = next((e for e, _ in gathered if e), None)
         digests = {k: v for _, d in gathered for k, v in d.items()}
+    if rank0 and error is None and os.path.lexists(final) and run_id_of(final) != meta.get("run_id"):
+        shutil.rmtree(tmp, ignore_errors=True)  # never replace what another run (or no one known) wrote
+        error = (
+            f"cannot write checkpoint {final}: the folder exists and is not this run's checkpoint; "
+            f"refused to replace it (move it away, or give a fresh --checkpoint-dir)"
+        )
     if rank0 and error is None:
         try:
             _publish(
@@ -254,14 +275,14 @@ def save_checkpoint(
         except OSError as exc:
             error = failed(exc)
         else:
-            prune(directory, keep)
+            prune(directory, keep, meta.get("run_id"))
     _broadcast_error(error)
     return final
 
 
 def _publish(directory: str, name: str, tmp: str, final: str, manifest: dict[str, Any]) -> None:
     """Manifest (fsynced), rename the folder into place, then point `latest` at it (atomic rename)."""
-    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+    with create_new(os.path.join(tmp, MANIFEST)) as f:
         json.dump(manifest, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
@@ -271,7 +292,7 @@ def _publish(directory: str, name: str, tmp: str, final: str, manifest: dict[str
     fault_point("save:before-latest")
     pointer_tmp = os.path.join(directory, f".{LATEST}.tmp")
     try:
-        with open(pointer_tmp, "w", encoding="utf-8") as f:
+        with create_new(pointer_tmp) as f:  # never through a link planted there
             f.write(name)
             f.flush()
             os.fsync(f.fileno())
@@ -311,11 +332,12 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
                 f"{path}: tensor '{key}' has shape {saved[key].get('shape')} in the checkpoint "
                 f"but {shape} in this model; the checkpoint belongs to another model shape"
             )
+        _check_dtype(path, key, saved[key].get("dtype"), value)
     show = show and _rank() == 0
     reader = (
-        legacy.LegacyReader(path)
+        legacy.LegacyReader(path, manifest)
         if manifest.get("format") == LEGACY_FORMAT
-        else storage.RawReader(path, show=show)
+        else storage.RawReader(path, manifest, show=show)
     )
     reader.read_metadata()  # refused here, in one line, before DCP (which would log and retry)
     with _quiet():
@@ -328,6 +350,20 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             if isinstance(cause, DlrmkitError):
                 raise DlrmkitError(str(cause)) from None
             raise DlrmkitError(f"{path}: checkpoint could not be read ({storage.os_error(cause)})") from None
+
+
+def _check_dtype(path: str, key: str, stored: Any, value: Any) -> None:
+    """A stored dtype is read into the model's tensor as is, or converted between floating-point
+    types (a bf16 table into an fp32 model); anything else (an RNG state as float, an integer
+    counter as float) means the checkpoint is not this model's."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or str(dtype).replace("torch.", "") == stored:
+        return
+    if not (dtype.is_floating_point and getattr(torch, str(stored), torch.uint8).is_floating_point):
+        raise DlrmkitError(
+            f"{path}: tensor '{key}' is {stored} in the checkpoint but {str(dtype).replace('torch.', '')} "
+            f"in this model; refused"
+        )
 
 
 def restore_model_state(
@@ -373,7 +409,7 @@ def load_logical_state(path: str) -> tuple[dict[str, torch.Tensor], dict[str, An
 
     sizes = {k: (v["shape"], getattr(torch, v["dtype"])) for k, v in manifest["tensors"].items()}
     check_memory(sum(math.prod(s) * d.itemsize for s, d in sizes.values()), f"{path}: the tensors its manifest lists")
-    tensors = {k: torch.empty(s, dtype=d) for k, (s, d) in sizes.items()}
+    tensors = {k: torch.zeros(s, dtype=d) for k, (s, d) in sizes.items()}  # never memory it did not fill
     load_into(path, tensors, manifest)
     return tensors, manifest
 

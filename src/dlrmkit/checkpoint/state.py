@@ -17,6 +17,9 @@ import torch.distributed as dist
 from dlrmkit.errors import DlrmkitError
 
 
+SCALAR_STATE = {"step"}  # optimizer state kept as one number per parameter (0-d tensor)
+
+
 def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
@@ -176,10 +179,13 @@ def restore_model_state(
             fqn, k = key[len("dense_opt.") :].rsplit(".", 1)
             p = params.get(fqn)
             if p is not None and id(p) in dense_opt and k not in dense_opt[id(p)].state.get(p, {}):
-                if info["shape"] not in ([], list(p.shape)):  # never allocate a size only the file gives
+                # never allocate a size only the file gives: a step count is a scalar, the rest
+                # (moments) the parameter's shape, all floating point (as the optimizers make them)
+                want = [] if k in SCALAR_STATE else list(p.shape)
+                if info["shape"] != want or not getattr(torch, info["dtype"]).is_floating_point:
                     raise DlrmkitError(
-                        f"{path}: optimizer state '{key}' has shape {info['shape'][:8]}, neither a scalar nor "
-                        f"its parameter's {list(p.shape)}; refused"
+                        f"{path}: optimizer state '{key}' is {info['dtype']} {info['shape'][:8]}, not a floating-point "
+                        f"{'scalar' if not want else 'tensor of its parameter' + chr(39) + 's shape ' + str(want)}; refused"
                     )
                 # where dlrmkit's optimizers keep it: a 0-d `step` on the CPU (torch's Adam too, unless
                 # fused or capturable, which keep it on the GPU), anything larger beside the parameter
@@ -202,6 +208,11 @@ def restore_model_state(
             opt = dense_opt.get(id(p)) if p is not None else None
             if opt is not None:
                 current = opt.state[p].get(k)
+                if torch.is_tensor(current) and current.dim() > 0:  # a scalar over row-sized state
+                    raise DlrmkitError(
+                        f"{path}/manifest.json: field 'optimizer_scalars.{name[:60]}' is a number, but the "
+                        f"optimizer keeps '{k}' as a tensor of shape {list(current.shape)[:8]}; refused"
+                    )
                 opt.state[p][k] = (
                     torch.tensor(value, dtype=current.dtype, device=current.device)
                     if torch.is_tensor(current)

@@ -43,6 +43,8 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.atomic_io import create_new
+from dlrmkit.checkpoint import coverage
 from dlrmkit.checkpoint.manifest import DTYPES, MAX_INT, MAX_NDIM
 from dlrmkit.untrusted import load_json
 
@@ -158,7 +160,7 @@ class RawWriter(StorageWriter):
             if i.type != WriteItemType.BYTE_IO
         )
         results, digest = [], hashlib.sha256()
-        with open(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
+        with create_new(os.path.join(self.path, name), "wb") as f, progress(total, "saving checkpoint", self.show) as bar:
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
                     raise DlrmkitError(f"checkpoint state '{item.index.fqn}' is not a tensor; only tensors are saved")
@@ -202,7 +204,7 @@ class RawWriter(StorageWriter):
                 ],
             }
         tmp = os.path.join(self.path, METADATA + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with create_new(tmp) as f:
             json.dump({"format": STORAGE_FORMAT, "tensors": tensors}, f)
             f.flush()
             os.fsync(f.fileno())
@@ -228,21 +230,27 @@ def _ints(value: Any, n: int | None, where: str) -> list[int]:
     return value
 
 
-def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict, list[int], torch.dtype]]]:
+def parse_metadata(path: str, manifest: dict[str, Any]) -> tuple[Metadata, dict[MetadataIndex, tuple[dict, list[int], torch.dtype]]]:
     """DCP Metadata from `path`/metadata.json, every field checked (types, dtypes from an
-    allow-list, chunks inside their tensor, byte ranges matching the shape, plain file names)."""
+    allow-list, plain file names), its size bounded before parsing relative to the model the
+    manifest declares, and its chunk lists proven whole (dlrmkit.checkpoint.coverage): each
+    tensor tiled exactly once, each data file exactly its chunks' bytes, each tensor's dtype and
+    shape those of the manifest."""
     fp = os.path.join(path, METADATA)
-    raw = load_json(fp, "checkpoint metadata", MAX_METADATA, follow_links=False)
+    raw = load_json(fp, "checkpoint metadata", coverage.metadata_limit(manifest, MAX_METADATA), follow_links=False)
     if not isinstance(raw, dict) or raw.get("format") != STORAGE_FORMAT or not isinstance(raw.get("tensors"), dict):
         raise DlrmkitError(f"{fp}: not {STORAGE_FORMAT} metadata")
-    sd_md, storage = {}, {}
+    sd_md, storage, described = {}, {}, {}
+    ranges: dict[str, list[tuple[int, int, str]]] = {}
     for fqn, t in raw["tensors"].items():
-        where = f"{fp}: tensor '{fqn}'"
+        where = f"{fp}: tensor '{str(fqn)[:80]}'"
         if not isinstance(t, dict) or t.get("dtype") not in DTYPES or not isinstance(t.get("chunks"), list):
             raise DlrmkitError(f"{where}: bad entry (dtype must be one of {sorted(DTYPES)})")
         dtype = getattr(torch, t["dtype"])
         size = _ints(t.get("size"), None, where)
-        chunks = []
+        if len(t["chunks"]) > coverage.MAX_CHUNKS:
+            raise DlrmkitError(f"{where}: {len(t['chunks'])} chunks, more than a checkpoint holds; refused")
+        chunks, boxes = [], []
         for c in t["chunks"]:
             if not isinstance(c, dict):
                 raise DlrmkitError(f"{where}: bad chunk")
@@ -256,11 +264,15 @@ def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict,
             if length != math.prod(sizes) * torch._utils._element_size(dtype):
                 raise DlrmkitError(f"{where}: chunk length {length} does not match its shape {sizes}")
             chunks.append(ChunkStorageMetadata(torch.Size(offs), torch.Size(sizes)))
+            boxes.append((offs, sizes))
             storage[MetadataIndex(fqn, offs)] = ({"file": name, "offset": start, "length": length}, sizes, dtype)
-        stored = sum(math.prod(c.sizes) for c in chunks)
-        if stored != math.prod(size):  # a chunk missing (the tensor would keep what it held) or repeated
-            raise DlrmkitError(f"{where}: its chunks hold {stored} values, the tensor {size} has {math.prod(size)}")
+            ranges.setdefault(name, []).append((start, length, str(fqn)[:80]))
+        coverage.check_tiling(where, size, boxes)
+        described[fqn] = (t["dtype"], size)
         sd_md[fqn] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), chunks)
+    coverage.check_against_manifest(fp, described, manifest)
+    data_files = [n for n in manifest.get("files", {}) if DATA_FILE.fullmatch(n)]
+    coverage.check_byte_ranges(path, ranges, coverage.file_sizes(path, data_files), exact=True)
     meta = Metadata(
         state_dict_metadata=sd_md,
         planner_data={k: (k,) for k in sd_md},
@@ -274,9 +286,9 @@ def parse_metadata(path: str) -> tuple[Metadata, dict[MetadataIndex, tuple[dict,
 class RawReader(StorageReader):
     """Reads what RawWriter wrote, straight into the destination tensors."""
 
-    def __init__(self, path: str, show: bool = False):
+    def __init__(self, path: str, manifest: dict[str, Any], show: bool = False):
         super().__init__()
-        self.path, self.show, self.storage = str(path), show, {}
+        self.path, self.show, self.storage, self.manifest = str(path), show, {}, manifest
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         if checkpoint_id:
@@ -286,7 +298,7 @@ class RawReader(StorageReader):
         """Parsed once (load_into calls it before DCP, so a refusal is one line, not DCP's
         fallback tracebacks); DCP then gets the same object."""
         if getattr(self, "_meta", None) is None:
-            self._meta, self.storage = parse_metadata(self.path)
+            self._meta, self.storage = parse_metadata(self.path, self.manifest)
         return self._meta
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from dlrmkit.atomic_io import hold_output_lock, is_stdout
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.checkpoint.save_load import load_single_process_model
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     torchrun_env()  # a garbage RANK or WORLD_SIZE: one line before any work
     check_not_inside(args.metrics_json, "--metrics-json", {"--data": args.data, "--checkpoint": args.checkpoint})
     check_output_file(args.metrics_json, "--metrics-json")
+    if args.metrics_json and torchrun_env().rank == 0:  # one writer per output, before any work
+        hold_output_lock(args.metrics_json, "--metrics-json")
     check_plan_file(args.plan)  # a bad file is named first, as under torchrun
     opts = build(ParallelOptions, given(ParallelOptions, args))  # the torchrun options, as train's
     refuse_outside_torchrun(changed_torchrun_options(opts))
@@ -88,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         shutdown()
         if par.ctx.rank != 0:
             return 0
-    print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}")
+    shown = sys.stderr if is_stdout(args.metrics_json) else sys.stdout  # `--metrics-json -`: stdout is the JSON
+    print(f"{args.mapping}: {result['rows']} rows  AUC {result['auc']:.6f}  logloss {result['logloss']:.6f}", file=shown)
     if args.metrics_json:
         from dlrmkit.train.run_dir import write_metrics_json
 

@@ -74,6 +74,12 @@ def export(checkpoint: str, out: str, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = export(args.checkpoint, args.out, args.format)
+    from dlrmkit.atomic_io import is_stdout, output_lock
+
+    if is_stdout(args.out):
+        raise DlrmkitError(f"--out {args.out}: export writes a model file; give a file name")
+    check_output_file(args.out, "--out")
+    with output_lock(args.out, "--out"):  # one writer per output, before any work
+        path = export(args.checkpoint, args.out, args.format)
     print(f"wrote {args.format} model to {path}")
     return 0

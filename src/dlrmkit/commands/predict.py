@@ -63,6 +63,7 @@ class PredictReport:
     rows_read: int = 0
     rows_scored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    empty_lines: int = 0  # of a CSV/TSV input: skipped, not rows
     first_bad_rows: list[str] = field(default_factory=list)
     unlabeled_shaped: int = 0  # rows of blocks with no valid row that have a label-less row's 39 fields
 
@@ -100,9 +101,9 @@ def _criteo_batches(
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """(rows, labels, dense float16, ids int64) per block of a Criteo TSV, via criteo.parse_block."""
     from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
+    from dlrmkit.untrusted import check_regular_input
 
-    if not os.path.isfile(path):
-        raise DlrmkitError(f"{path}: no such input file")
+    check_regular_input(path, "--input")
     task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
     tables = [vocab.id_table(t) for t in range(NUM_CAT)]
     bad, line0 = Bad(), 1
@@ -141,9 +142,9 @@ def _table_batches(
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean."""
     from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches
+    from dlrmkit.untrusted import check_regular_input
 
-    if not os.path.isfile(path):
-        raise DlrmkitError(f"{path}: no such input file")
+    check_regular_input(path, "--input")
     columns = [c for c in (args.columns or "").split(",") if c] or None
     opts = TranscodeOptions(
         inputs=[path],
@@ -174,6 +175,7 @@ def _table_batches(
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
+    report.empty_lines = tr.empty_lines
 
 
 def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictReport) -> Iterator[Scored]:
@@ -234,7 +236,8 @@ def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.atomic_io import atomic_write, check_not_inside, check_output_file
+    from dlrmkit.atomic_io import atomic_write, check_not_inside, check_output_file, hold_output_lock, is_stdout
+    from dlrmkit.untrusted import check_regular_input
 
     data = args.data
     if args.output and not data:
@@ -244,14 +247,16 @@ def run(args: argparse.Namespace) -> int:
             data = None  # reported by the scoring itself
     check_not_inside(args.output, "--output", {"--checkpoint": args.checkpoint, "--data": data})
     check_output_file(args.output, "--output")
-    if not os.path.isfile(args.input):
-        raise DlrmkitError(f"--input {args.input}: no such file")
-    if args.output and os.path.realpath(args.output) == os.path.realpath(args.input):
+    check_regular_input(args.input, "--input")  # a FIFO or /dev/zero: one line, not a hang
+    output = None if is_stdout(args.output) else args.output  # `-`, /dev/stdout: standard output itself
+    if output and os.path.realpath(output) == os.path.realpath(args.input):
         raise DlrmkitError(f"--output {args.output}: is the --input file; choose another name")
+    if output:
+        hold_output_lock(output, "--output")  # one writer per output, before any work
     report = PredictReport()
     batches = score(args.checkpoint, args.input, args, report)
-    if args.output:
-        with atomic_write(args.output) as f:  # a failed run leaves no partial CSV (and the old one intact)
+    if output:
+        with atomic_write(output) as f:  # a failed run leaves no partial CSV (and the old one intact)
             write_csv(batches, f)
             if not report.rows_scored:
                 raise report.no_valid_rows(args.input, args.no_label)
@@ -263,10 +268,11 @@ def run(args: argparse.Namespace) -> int:
     msg = f"rows read {report.rows_read:,}  scored {report.rows_scored:,}  skipped {n_skipped:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""
     )
-    err = sys.stderr if not args.output else sys.stdout  # keep stdout pure CSV when it carries the scores
+    msg += f"  empty lines skipped {report.empty_lines:,}" if report.empty_lines else ""
+    err = sys.stderr if not output else sys.stdout  # keep stdout pure CSV when it carries the scores
     print(msg, file=err)
     for pos in report.first_bad_rows:
         print(f"  bad row: {pos}", file=err)
-    if args.output:
-        print(f"wrote {report.rows_scored:,} probabilities to {args.output}", file=err)
+    if output:
+        print(f"wrote {report.rows_scored:,} probabilities to {output}", file=err)
     return 0

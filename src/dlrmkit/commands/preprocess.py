@@ -73,6 +73,8 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         f"rows read {report['rows_read']:,}  written {report['rows_written']:,}  skipped {n_skipped:,}"
         + (" (" + ", ".join(f"{k} {v:,}" for k, v in skipped.items() if v) + ")" if n_skipped else "")
     )
+    if report.get("empty_lines_skipped"):
+        print(f"empty lines skipped {report['empty_lines_skipped']:,}")
     for pos in report["first_bad_rows"]:
         print(f"  bad row: {pos}")
 

@@ -216,19 +216,21 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import output_lock
     from dlrmkit.train.run_dir import read_run
 
     out = args.out or args.run
     check_output_dir(out, "--out")
     check_output_dir(args.tensorboard, "--tensorboard")
-    info = read_run(args.run)
-    records = read_log(info["log_jsonl"])
-    if len(eval_mappings(records)) > MAX_MAPPINGS:
-        raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
-    make_dirs(out, "--out")
-    pngs = plots(records, out)
-    write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs))
-    if args.tensorboard:
-        tensorboard(records, args.tensorboard)
+    with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
+        info = read_run(args.run)
+        records = read_log(info["log_jsonl"])
+        if len(eval_mappings(records)) > MAX_MAPPINGS:
+            raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
+        make_dirs(out, "--out")
+        pngs = plots(records, out)
+        write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs))
+        if args.tensorboard:
+            tensorboard(records, args.tensorboard)
     print(f"wrote {len(pngs)} plots and {os.path.join(out, 'report.md')}")
     return 0

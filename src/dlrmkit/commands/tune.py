@@ -272,7 +272,23 @@ def write_plots(study: Any, out: str) -> list[str]:
     return written
 
 
+def sqlite_file(url: str) -> str | None:
+    """The database file of an SQLite storage URL (`sqlite:///f.db`, `sqlite+pysqlite:///f.db`, any
+    case), None for another database or an in-memory one."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - not a URL at all: RDBStorage reports it
+        return None
+    if parsed.get_backend_name().lower() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return parsed.database
+
+
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import check_output_file, hold_output_lock
+
     try:
         import optuna
     except ImportError:
@@ -282,13 +298,20 @@ def run(args: argparse.Namespace) -> int:
     get_preset(args.preset)  # an unknown preset is one line now, not a failure in every trial
     out = args.out or f"tune-{args.study}"
     check_not_inside(out, "--out", {"--data": args.data})
-    if args.storage and args.storage.startswith("sqlite:///"):  # a file: never inside the dataset
-        check_not_inside(args.storage[len("sqlite:///") :], "--storage", {"--data": args.data})
+    db = sqlite_file(args.storage) if args.storage else os.path.join(out, "study.db")
+    if db:  # a file (any sqlite dialect spelling): never inside the dataset, and written by one process
+        check_not_inside(db, "--storage", {"--data": args.data})
+        check_output_file(db, "--storage")
+        if not args.storage and os.path.islink(db):  # SQLite would write through a link planted in --out
+            raise DlrmkitError(f"--out {out}: its study.db is a symbolic link; remove it (the study is written there)")
     check_output_dir(out, "--out")
     check_tune_dir(out)
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     space = load_space(args.space)
+    hold_output_lock(out, "--out")  # one writer per folder, before any work
+    if db and not os.path.lexists(db):  # creating a new study storage: one creator
+        hold_output_lock(db, "--storage")
     make_dirs(out, "--out")
     url = args.storage or f"sqlite:///{os.path.join(out, 'study.db')}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import os
 import shutil
 from typing import Iterable, Iterator
 
 
-from dlrmkit.atomic_io import check_output_dir, make_dirs, os_error_text
+from dlrmkit.atomic_io import check_output_dir, os_error_text
+from dlrmkit.atomic_io import output_lock as folder_lock
 from dlrmkit.data.feature_spec import MAX_SPEC_BYTES, SPEC_FILE
 from dlrmkit.errors import DatasetError, DlrmkitError
 from dlrmkit.untrusted import load_yaml
@@ -158,37 +158,9 @@ def publish(tmp: str, out: str) -> None:
 
 @contextlib.contextmanager
 def output_lock(out: str) -> Iterator[None]:
-    """Hold `<out>.lock` for the whole write; a second writer of the same folder stops at once."""
+    """Hold `<out>.lock` for the whole write; a second writer of the same folder stops at once
+    (dlrmkit.atomic_io.output_lock, which every command that writes an output uses)."""
     check_not_empty(out)
-    absolute = os.path.abspath(out)
-    if not os.path.basename(absolute):
-        raise DlrmkitError(f"--out {out}: the root folder cannot be an output; choose a new folder")
-    path = absolute + ".lock"
     check_output_dir(out, "--out")
-    make_dirs(os.path.dirname(path), "--out")
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        except OSError as exc:
-            raise DlrmkitError(f"--out {out}: cannot create lock file {path} ({os_error_text(exc)})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DlrmkitError(
-                f"--out {out}: another dlrmkit process is writing it (lock {path} is held); "
-                "wait for it or choose another --out"
-            ) from None
-        try:  # the holder before us may have removed the file after we opened it: lock the current one
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    try:
+    with folder_lock(out, "--out"):
         yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-        os.close(fd)

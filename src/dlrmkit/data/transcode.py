@@ -53,6 +53,7 @@ class Report:
     first: list[str] = field(default_factory=list)
     _order: list[tuple[int, int]] = field(default_factory=list)  # (file, data row) of each listed position
     file_index: int = 0
+    empty_lines: int = 0  # skipped, not rows: reported beside the rows skipped
 
     def bad(self, reason: str, count: int, where: list[str]) -> None:
         """`count` rows skipped for `reason` (exact); `where` locates the first few."""
@@ -151,7 +152,9 @@ def _text_batches(
         nfields = np.diff(np.searchsorted(np.flatnonzero(b == delim[0]), ends), prepend=0) + 1
         line_no = data_row + np.arange(1, len(ends) + 1)
         data_row += len(ends)
-        blank = ends == starts  # empty lines are not rows (as CSV readers skip them)
+        blank = ends == starts  # empty lines are not rows (as CSV readers skip them): counted apart
+        if report is not None:
+            report.empty_lines += int(blank.sum())
         wrong = ~blank & (nfields != len(names))
         if b"\r" in block:  # a carriage return inside a line would end a row in Arrow: a bad row
             wrong[np.searchsorted(ends, np.flatnonzero(b == 13))] = True
@@ -362,6 +365,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                     "rows_read": report.read,
                     "rows_written": total,
                     "rows_skipped": report.skipped,
+                    "empty_lines_skipped": report.empty_lines,
                     "first_bad_rows": report.first,
                 }
             },

@@ -80,8 +80,8 @@ Ids = torch.Tensor | JaggedIds  # [B, T] one-hot ids, or multi-hot jagged ids
 
 def bag_of_each(offsets: torch.Tensor, n: int) -> torch.Tensor:
     """The bag of each of the n values in bags `offsets` [bags + 1] (empty bags allowed), i.e.
-    repeat_interleave(arange(bags), lengths), 1.4-6x faster (benchmarks/bench_id_prep.py): a 1 at
-    each later bag's start, then a running sum."""
+    repeat_interleave(arange(bags), lengths), done faster (benchmarks/bench_id_prep.py,
+    docs/BENCHMARKS.md): a 1 at each later bag's start, then a running sum."""
     if len(offsets) <= 2:  # one bag (or none): every value is in bag 0
         return torch.zeros(n, dtype=torch.int64, device=offsets.device)
     starts = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
@@ -139,10 +139,10 @@ def init_table_block(
 
 
 # Deferred gradients of tables at least this wide are sorted by row, so the update walks the table in
-# order. With the vectorized row kernel, lookup order won alone at every width measured (293k lookups,
-# 5.2M rows, sort counted, three runs: 64 wide 12.3-19.6 ms vs 15.2-20.8 sorted, 128 wide 17.1-23.2 vs
-# 19.8-25.0; benchmarks/bench_table_update.py), but whole mlperf-shape steps (128 wide) came within 2%
-# either way; so narrower tables skip the sort and 128 keeps it, unchanged where it was measured a tie.
+# order. With the vectorized row kernel, lookup order won alone at every width measured
+# (benchmarks/bench_table_update.py), but whole mlperf-shape steps (128 wide) tied either way; so
+# narrower tables skip the sort and 128 keeps it, unchanged where it was measured a tie (figures:
+# docs/BENCHMARKS.md, table update kernels).
 SORT_MIN_DIM = 128
 
 
@@ -164,7 +164,7 @@ class BagGrad:
 
 class PooledLookup(torch.autograd.Function):
     """Sum-pooled lookup whose weight gradient is sparse and sorted by row: one gradient row per
-    lookup, ordered by id, so the optimizer's scatter walks the table in order (2x faster than
+    lookup, ordered by id, so the optimizer's scatter walks the table in order (faster than
     random order on a large table, measured in docs/BENCHMARKS.md). With a `sink` list, the
     gradient is appended there as a BagGrad and the weight gets none (see FusedTable.defer_grads);
     a narrow table's BagGrad stays in lookup order (SORT_MIN_DIM)."""

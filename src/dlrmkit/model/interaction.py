@@ -10,8 +10,8 @@ from torch import nn
 class PairDots(torch.autograd.Function):
     """tril(F F^T) with a one-GEMM backward. Autograd's backward of bmm(F, F^T) runs two bmms with
     transposed operands (F^T G and G F) and adds them; since F F^T is symmetric, the gradient is
-    (G + G^T) F: the pair gradients are scattered to both triangles, then one bmm. Saves 10 ms of
-    a 2048-sample mlperf-shape step in fp32, 6 ms in bf16 (docs/BENCHMARKS.md)."""
+    (G + G^T) F: the pair gradients are scattered to both triangles, then one bmm (what it saves a
+    step: docs/BENCHMARKS.md)."""
 
     @staticmethod
     def forward(ctx, feats: torch.Tensor, flat_index: torch.Tensor, both_index: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,7 @@ from dlrmkit.optim.names import EMBEDDING_OPTIMIZERS, OPTIMIZERS
 from dlrmkit.options import option
 
 # an optimizer chosen without its learning rate: the preset's LR belongs to the preset's optimizer.
-# On `synth --preset small`, one epoch: Adagrad (MLPs and tables) at tiny's SGD 1.0 stayed at AUC
-# 0.50, at 0.05 (the small-data recipe's) 0.726; SGD MLPs with Adagrad or row-wise Adagrad tables at
-# 1.0: 0.504 / 0.509, at 0.05: 0.718 / 0.719. LAMB's own peak LR: 0.005 (docs/PRECISION.md; at batch
-# 256 there 0.002 and 0.01 came within 0.003 AUC, 0.05 stuck at 0.50, and tiny's 1.0 gave a NaN loss)
+# Adagrad's and LAMB's own rates, and the runs that chose them: docs/PRECISION.md, learning rates
 ADAGRAD_LR = 0.05
 LAMB_LR = 0.005
 ADAM_LR = 0.001  # torch's and FuxiCTR's default for Adam on the dense layers

@@ -39,8 +39,8 @@ def clear_bag_grads(opt: Optimizer) -> None:
 
 class SparseSGD(Optimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
-    summed without a sort or coalesce; torch's dense += sparse kernel does this 2-3x faster than
-    index_add_ and uses both cores (docs/BENCHMARKS.md). Tables that defer their gradients
+    summed without a sort or coalesce; torch's dense += sparse kernel does this faster than
+    index_add_ and uses both cores (figures: docs/BENCHMARKS.md). Tables that defer their gradients
     (FusedTable.defer_grads) are updated by the fused kernel straight from the pooled gradient."""
 
     def __init__(self, params, lr: float):

@@ -29,9 +29,9 @@ from dlrmkit.parallel.transport import Bf16Wire, CommStats, Transport, all_gathe
 
 @dataclass
 class ParallelConfig:
-    sharding: str = "auto"  # auto | data_parallel | table_wise | column_wise | row_wise
+    sharding: str = ParallelOptions.sharding  # the option's default (parallel/options.py)
     plan_path: str | None = None
-    loader: str = "exchange"  # exchange | own-features | broadcast
+    loader: str = ParallelOptions.loader
     comm_dtype: torch.dtype | None = None
     bucket_bytes: int = 25 << 20  # dense gradients summed per bucket of about this size
     min_rows_sharded: int = 2048

@@ -237,8 +237,8 @@ PRESET_TABLES: dict[str, tuple[list[int], int]] = {
 
 # ---- the planner -----------------------------------------------------------------------------
 # per-rank batch at or below which auto replicates every table that fits (2 CPU ranks, Criteo
-# Kaggle's shape: replicated 6-20% faster a step at 64-128 per rank, even at 256, model-parallel
-# ahead from 1,024: docs/BENCHMARKS.md)
+# Kaggle's shape: replicated steps were faster up to this batch, model-parallel ones from 1,024:
+# docs/BENCHMARKS.md)
 REPLICATE_MAX_LOCAL_BATCH = 256
 
 

@@ -103,7 +103,7 @@ def prepare_model(
 
 def compile_dense(model: torch.nn.Module) -> None:
     """torch.compile the interaction (bmm, triangle gather, concat fused). The MLPs stay eager:
-    compiled, mlperf-shape fp32 fell from 7,024 to 5,771 samples/s (docs/BENCHMARKS.md), as
+    compiled, mlperf-shape fp32 ran slower (docs/BENCHMARKS.md, optional kernels), as
     Inductor's Linear+ReLU graphs on CPU lose to oneDNN's addmm. The tables stay eager too."""
     model.interaction.compile(dynamic=False)
 

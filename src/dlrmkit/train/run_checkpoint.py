@@ -8,17 +8,41 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+import uuid
+from typing import Any, Protocol
 
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.options import flatten
 
-if TYPE_CHECKING:
-    from dlrmkit.train.trainer import Trainer
 
 
-def save(trainer: Trainer) -> str:
+class TrainerState(Protocol):
+    """What a checkpoint reads from, and a resume restores into, the training loop
+    (dlrmkit.train.trainer's Trainer): its config, model and optimizers, and where it stands."""
+
+    cfg: Any
+    model: Any
+    model_cfg: Any
+    optimizers: list
+    dist: Any
+    spec: Any
+    loader: Any
+    epoch: int
+    step: int
+    batch_in_epoch: int
+    best_auc: float
+    skipped_nonfinite: int
+    samples_seen: int
+    run_id: str | None
+    last_saved_step: int
+    last_save_time: float
+    data_fingerprint: str | None
+
+    def check_loss(self) -> None: ...
+
+
+def save(trainer: TrainerState) -> str:
     """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder."""
     cfg = trainer.cfg
     assert cfg.checkpoint.checkpoint_dir
@@ -34,6 +58,7 @@ def save(trainer: Trainer) -> str:
         samples_seen=trainer.samples_seen,
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
+        run_id=run_id(trainer),
     )
     path = ckpt.save_checkpoint(
         cfg.checkpoint.checkpoint_dir,
@@ -47,7 +72,7 @@ def save(trainer: Trainer) -> str:
     return path
 
 
-def fingerprint(trainer: Trainer) -> str:
+def fingerprint(trainer: TrainerState) -> str:
     """The train dataset's fingerprint (dlrmkit.data.fingerprint), computed once per trainer."""
     if trainer.data_fingerprint is None:
         from dlrmkit.data.fingerprint import dataset_fingerprint
@@ -56,7 +81,7 @@ def fingerprint(trainer: Trainer) -> str:
     return trainer.data_fingerprint
 
 
-def save_final(trainer: Trainer) -> None:
+def save_final(trainer: TrainerState) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
     with a line on screen."""
     cfg = trainer.cfg
@@ -77,12 +102,54 @@ def save_final(trainer: Trainer) -> None:
         )
 
 
-def resume(trainer: Trainer, path: str) -> str:
+def run_id(trainer: TrainerState) -> str:
+    """The run's identifier, recorded in each checkpoint it writes (pruning removes only these):
+    new for a fresh run, the checkpoint's own for a resumed one."""
+    if getattr(trainer, "run_id", None) is None:
+        trainer.run_id = uuid.uuid4().hex
+    return trainer.run_id
+
+
+def resume_from_dir(trainer: TrainerState) -> str:
+    """--resume: load the checkpoint `latest` names in --checkpoint-dir; without a `latest`, the
+    newest step_N folder that verifies (a run killed after its folder was renamed into place but
+    before `latest` was written); with none, a fresh start only where there is no step folder at
+    all. Never starts over another run's checkpoints. Returns the line to show."""
+    directory = trainer.cfg.checkpoint.checkpoint_dir
+    assert directory
+    if ckpt.latest_checkpoint(directory):
+        path = resume(trainer, directory)
+        return f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch})"
+    steps = ckpt.step_folders(directory)
+    if not steps:
+        return f"no checkpoint in {directory} yet: starting fresh"
+    reasons = []
+    for name in steps:
+        path = os.path.join(directory, name)
+        try:
+            manifest = ckpt.verify_checkpoint(path, show=trainer.cfg.output.progress)
+        except DlrmkitError as exc:
+            reasons.append(str(exc))
+            continue
+        resume(trainer, path, manifest)
+        return (
+            f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch}; no '{ckpt.LATEST}' in "
+            f"{directory}: the newest checkpoint that verifies)"
+        )
+    raise DlrmkitError(
+        f"--resume: {directory} holds {', '.join(steps[:3])}{'...' if len(steps) > 3 else ''} but no "
+        f"'{ckpt.LATEST}', and none of them verifies ({reasons[0][:160]}); write the name of a good one "
+        f"into {os.path.join(directory, ckpt.LATEST)}, or give a fresh --checkpoint-dir"
+    )
+
+
+def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> str:
     """Loads the checkpoint at `path` (or the one its `latest` names) into the trainer, after
-    checking its checksums, that it holds this run's model, and that it was trained on this --data."""
+    checking its checksums (`verified`: its manifest, checked already), that it holds this run's
+    model, that it was trained on this --data, and that its counters fit this run."""
     cfg = trainer.cfg
     path = ckpt.resolve_checkpoint(path)
-    meta = ckpt.verify_checkpoint(path, show=cfg.output.progress)
+    meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
     if saved != trainer.model_cfg:
         raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
@@ -97,6 +164,7 @@ def resume(trainer: Trainer, path: str) -> str:
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
+    check_counters(trainer, path, meta)
     ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.output.progress)
     trainer.step, trainer.epoch, trainer.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
@@ -105,4 +173,21 @@ def resume(trainer: Trainer, path: str) -> str:
     trainer.samples_seen = (
         int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
     )
+    trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
+
+
+def check_counters(trainer: TrainerState, path: str, meta: dict) -> None:
+    """The place in training a checkpoint records is one this run can reach: an epoch past
+    --epochs, more epochs than steps, or a batch past the end of an epoch is refused, naming it."""
+    fp, cfg = f"{path}/{ckpt.MANIFEST}", trainer.cfg
+    step, epoch, batch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
+    per_epoch = len(trainer.loader)
+    if epoch > step:
+        raise DlrmkitError(f"{fp}: field 'epoch' is {epoch}, more than its step {step}: every epoch takes a step; refused")
+    if not cfg.schedule.max_steps and epoch > cfg.schedule.epochs:
+        raise DlrmkitError(f"{fp}: field 'epoch' is {epoch}, past --epochs {cfg.schedule.epochs}; refused")
+    if batch > per_epoch:
+        raise DlrmkitError(
+            f"{fp}: field 'batch_in_epoch' is {batch}, past the {per_epoch} batches of an epoch of --data; refused"
+        )

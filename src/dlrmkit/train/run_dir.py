@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dlrmkit.atomic_io import make_dirs, nonfinite_keys, os_error_text, write_json, write_text
+from dlrmkit.atomic_io import hold_output_lock, make_dirs, nonfinite_keys, os_error_text, write_json, write_text
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import specs
@@ -96,6 +96,20 @@ def check_fresh_log(path: str | None, option: str, folder: str | None = None) ->
     )
 
 
+def lock_outputs(run_dir: str | None, run: RunDir) -> None:
+    """One writer per folder: rank 0 holds `<folder>.lock` on --run-dir and on the checkpoint folder
+    until the command ends (dlrmkit.atomic_io.output_lock), so a second `train` (or a --resume of
+    the same run) writing either stops with one line before any work. A run folder made fresh
+    (runs/<time>) is this process's alone already."""
+    if not is_rank_zero():
+        return
+    if run_dir:
+        hold_output_lock(run.path, "--run-dir")
+    if run.checkpoint_dir:
+        make_dirs(os.path.dirname(os.path.abspath(run.checkpoint_dir)) or ".", "--checkpoint-dir")
+        hold_output_lock(run.checkpoint_dir, "--checkpoint-dir")
+
+
 def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
     """Every train option as the run used it (preset defaults filled in), minus output paths."""
     res = cfg.resolved()
@@ -134,6 +148,14 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
             os.path.join(ck.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
         )
     run = RunDir(path, out.log_jsonl, ck.checkpoint_dir)
+    lock_outputs(out.run_dir, run)
+    log_folder = os.path.dirname(os.path.abspath(run.log_jsonl))
+    inside = log_folder in {os.path.abspath(p) for p in (path, run.checkpoint_dir) if p}
+    if inside and os.path.islink(run.log_jsonl):  # appended without following links (run_log.append_record)
+        raise DlrmkitError(
+            f"{run.log_jsonl}: is a symbolic link; a log inside an output folder is never written through one "
+            f"(remove the link)"
+        )
     if not ck.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():
@@ -213,28 +235,18 @@ def write_metrics_json(path: str, metrics: dict[str, Any]) -> None:
 
 
 def read_run(path: str) -> dict[str, Any]:
-    """run.json plus config.yaml of a run folder (for `report`)."""
-    import yaml
-
-    from dlrmkit.errors import DlrmkitError
+    """run.json plus config.yaml of a run folder (for `report`), read as untrusted files."""
+    from dlrmkit.untrusted import load_json, load_yaml
 
     info_path = os.path.join(path, "run.json")
-    if not os.path.isfile(info_path):
+    if not os.path.lexists(info_path):
         raise DlrmkitError(f"{path}: not a run folder (no run.json; `dlrmkit train --run-dir` writes one)")
-    try:
-        with open(info_path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise DlrmkitError(f"{info_path}: not valid JSON") from None
+    info = load_json(info_path, "run description", 1 << 20)  # regular file, bounded: a FIFO never blocks
     if not isinstance(info, dict) or not isinstance(info.get("log_jsonl"), str):
         raise DlrmkitError(f'{info_path}: not a run description (needs a "log_jsonl" path)')
     cfg_path = os.path.join(path, "config.yaml")
     info["config"] = {}
-    if os.path.isfile(cfg_path):
-        try:
-            with open(cfg_path, encoding="utf-8") as f:
-                cfg = yaml.safe_load(f)
-        except (yaml.YAMLError, UnicodeDecodeError):
-            raise DlrmkitError(f"{cfg_path}: not valid YAML") from None
+    if os.path.lexists(cfg_path):
+        cfg = load_yaml(cfg_path, "run config", 1 << 20)
         info["config"] = cfg if isinstance(cfg, dict) else {}
     return info

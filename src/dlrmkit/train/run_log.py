@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from dlrmkit.errors import DlrmkitError
+from dlrmkit.untrusted import open_regular
 
 NUMERIC = (
     "time",
@@ -23,6 +24,7 @@ NUMERIC = (
     "best_auc",
     "optimal_auc",
 )
+MAX_RECORD = 1 << 20  # characters of one log line (a record is a few hundred)
 MAPPING = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a mapping names report files (`val_auc.png`): no path parts
 
 
@@ -32,8 +34,10 @@ def read_log(path: str) -> list[dict[str, Any]]:
     Anything else is one line naming file:line."""
     records = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+        with open_regular(path, "run log", "r", encoding="utf-8") as f:  # a FIFO or /dev/zero: refused
+            for n, line in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), ""), 1):
+                if len(line) > MAX_RECORD:
+                    raise DlrmkitError(f"{path}:{n}: a line longer than {MAX_RECORD >> 20} MiB, not a log record")
                 if line.strip():
                     try:
                         r = json.loads(line)
@@ -58,6 +62,30 @@ def read_log(path: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise DlrmkitError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return records
+
+
+def append_record(path: str, line: str, output_folders: tuple[str | None, ...]) -> None:
+    """Append one JSON line to the run log. A log inside an output folder (the run folder's or the
+    checkpoint folder's own `log.jsonl`) is never written through a symbolic link (one planted
+    there is refused); a --log-jsonl the user named may be a link or a stream they chose."""
+    import errno
+    import os
+
+    from dlrmkit.atomic_io import append_no_follow
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if any(f and os.path.abspath(f) == folder for f in output_folders):
+        try:
+            append_no_follow(path, line)
+        except OSError as exc:
+            link = exc.errno == errno.ELOOP
+            why = "is a symbolic link; a log inside an output folder is never written through one" if link else exc.strerror
+            if not link:
+                raise
+            raise DlrmkitError(f"{path}: {why}") from None
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
 
 
 def summary_writer_class() -> Any:

@@ -27,6 +27,7 @@ from dlrmkit.precision import autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
+from dlrmkit.train.run_log import append_record
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run
 from dlrmkit.train.regression import start_from_regression
@@ -157,11 +158,7 @@ class Trainer:
         if cfg.checkpoint.resume:
             if not cfg.checkpoint.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
-            if ckpt.latest_checkpoint(cfg.checkpoint.checkpoint_dir):
-                path = self.load(cfg.checkpoint.checkpoint_dir)
-                said = f"resumed from {path} (step {self.step}, epoch {self.epoch})"
-            else:
-                said = f"no checkpoint in {cfg.checkpoint.checkpoint_dir} yet: starting fresh"
+            said = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
                 print(said, file=sys.stderr)
 
@@ -244,8 +241,7 @@ class Trainer:
             record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
                 os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
+                append_record(self.log_path, json.dumps(record) + "\n", (self.cfg.checkpoint.checkpoint_dir, self.cfg.output.run_dir))
             except OSError as exc:
                 raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 

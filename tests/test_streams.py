@@ -1,0 +1,188 @@
+"""Streams are streams and memory stays bounded: `-` and /dev/stdout as an output write to standard
+output (never a file of that name), FIFOs and devices as inputs are one line (never a hang), an
+output on a kernel file system is refused before any work, an SQLite storage URL in any dialect
+spelling is checked like the plain one, and 200 rows followed by 16 MiB of empty lines (plain or
+gzip) are read in bounded memory (RLIMIT_AS 4 GB in a subprocess) with the empty lines counted."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli, scratch_cwd
+from dlrmkit.data.feature_spec import FeatureSpec
+from test_checkpoint_trust import assert_one_line_error, transcoded  # noqa: F401 (fixture)
+
+EMPTY_LINES = 16 << 20
+
+
+def run_limited(*argv, cwd=None, limit_gb: int = 4, timeout: float = 120):
+    """`python -m dlrmkit ARGV` with at most `limit_gb` GB of address space."""
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_gb << 30, limit_gb << 30))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run(
+        [sys.executable, "-m", "dlrmkit", *map(str, argv)],
+        cwd=cwd or scratch_cwd(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+    )
+
+
+# ---- standard output -------------------------------------------------------------------------------------
+def test_metrics_json_dash_writes_json_to_standard_output(transcoded, tmp_path):  # noqa: F811
+    ds, c, _ = transcoded
+    r = run_cli("evaluate", "--data", ds, "--checkpoint", c, "--metrics-json", "-", cwd=tmp_path)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["rows"] == 100 and "AUC" in r.err
+    assert os.listdir(tmp_path) == []  # no file named '-', no lock
+
+
+@pytest.mark.skipif(not os.path.islink("/dev/stdout"), reason="/dev/stdout is not the usual link here")
+def test_dev_stdout_is_written_not_replaced(transcoded, tmp_path):  # noqa: F811
+    ds, c, csv = transcoded
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "dlrmkit", "predict", "--checkpoint", c, "--input", csv, "--output", "/dev/stdout"]
+    proc = subprocess.run(list(map(str, argv)), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("row,label,probability\n") and len(proc.stdout.splitlines()) == 601
+    assert os.path.islink("/dev/stdout")  # the system's link, not replaced by a file
+    for link in ("/dev/stderr", "/dev/fd/2"):  # another stream's link: refused, never replaced
+        r = run_cli("predict", "--checkpoint", c, "--input", csv, "--output", link)
+        assert r.code == 2 and "--output" in r.err, r.err
+        assert os.path.islink("/dev/stderr")
+
+
+def test_predict_output_dash_is_standard_output(transcoded, tmp_path):  # noqa: F811
+    ds, c, csv = transcoded
+    r = run_cli("predict", "--checkpoint", c, "--input", csv, "--output", "-", cwd=tmp_path)
+    assert r.code == 0, r.err
+    assert r.out.startswith("row,label,probability\n") and "rows read 600" in r.err
+    assert os.listdir(tmp_path) == []
+
+
+# ---- inputs that are not files ----------------------------------------------------------------------------
+@pytest.fixture
+def fifo(tmp_path) -> Path:
+    p = tmp_path / "pipe"
+    os.mkfifo(p)
+    return p
+
+
+def test_predict_input_fifo_or_device_is_one_line(transcoded, fifo):  # noqa: F811
+    ds, c, _ = transcoded
+    for bad in (fifo, "/dev/zero"):
+        r = run_cli("predict", "--checkpoint", c, "--input", bad)
+        assert_one_line_error(r, str(bad), "not a regular file")
+
+
+def test_report_on_a_log_that_is_a_fifo_or_device_is_one_line(tiny_data, tmp_path, fifo):
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", tiny_data, "--no-progress", "--max-steps", 2, "--run-dir", run)
+    assert r.code == 0, r.err
+    for bad in (fifo, Path("/dev/zero")):
+        info = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**info, "log_jsonl": str(bad)}))
+        r = run_limited("report", run, "--out", tmp_path / "rep", timeout=60)
+        assert r.returncode == 2 and "not a regular file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    r = run_limited("report", run, "--out", tmp_path / "rep", timeout=60)
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+
+
+# ---- outputs checked before any work ----------------------------------------------------------------------
+def test_an_output_on_a_kernel_file_system_is_refused_before_the_work(transcoded):  # noqa: F811
+    ds, c, csv = transcoded
+    r = run_cli("evaluate", "--data", ds, "--checkpoint", c, "--metrics-json", "/proc/self/dlrmkit.json")
+    assert_one_line_error(r, "--metrics-json", "/proc")
+    assert r.out == ""  # no evaluation ran
+    r = run_cli("predict", "--checkpoint", c, "--input", csv, "--output", "/sys/kernel/dlrmkit.csv")
+    assert_one_line_error(r, "--output", "/sys")
+
+
+def test_an_sqlite_dialect_url_is_checked_like_the_plain_one(tiny_data, tmp_path):
+    for url in (f"sqlite+pysqlite:///{tiny_data}/study.db", f"SQLite:///{tiny_data}/study.db"):
+        r = run_cli("tune", "--data", tiny_data, "--out", tmp_path / "t", "--trials", 1, "--storage", url)
+        assert_one_line_error(r, "--storage", "inside --data")
+    assert not (Path(tiny_data) / "study.db").exists()
+
+
+# ---- bounded memory on empty lines -------------------------------------------------------------------------
+def criteo_rows(n: int) -> bytes:
+    rng = random.Random(0)
+    lines = [
+        "\t".join(
+            [
+                str(rng.randint(0, 1)),
+                *(str(rng.randint(0, 99)) for _ in range(13)),
+                *(format(rng.randint(0, 40), "08x") for _ in range(26)),
+            ]
+        )
+        for _ in range(n)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.slow  # parses 16 MiB of empty lines
+def test_preprocess_reads_empty_lines_in_bounded_memory(tmp_path):
+    src = tmp_path / "rows.tsv"
+    src.write_bytes(criteo_rows(200) + b"\n" * EMPTY_LINES)
+    r = run_limited(
+        "preprocess",
+        "criteo",
+        "--input",
+        src,
+        "--out",
+        tmp_path / "o",
+        "--workers",
+        1,
+        "--test-rows",
+        20,
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = FeatureSpec.from_yaml(str(tmp_path / "o")).metadata["preprocess"]["report"]
+    assert rep["rows_written"] == 200 and sum(rep["rows_skipped"].values()) == EMPTY_LINES
+
+
+@pytest.mark.slow  # parses 16 MiB of empty lines twice
+def test_transcode_and_predict_read_a_gzip_of_empty_lines_in_bounded_memory(transcoded, tmp_path):  # noqa: F811
+    ds, c, csv = transcoded
+    src = tmp_path / "rows.csv.gz"
+    with gzip.open(src, "wb", compresslevel=9) as f:  # a few KiB that expand to 16 MiB
+        f.write(csv.read_bytes() + b"\n" * EMPTY_LINES)
+    assert src.stat().st_size < 64 << 10
+    r = run_limited("predict", "--checkpoint", c, "--input", src, "--output", tmp_path / "p.csv")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "scored 600" in r.stdout and f"empty lines skipped {EMPTY_LINES:,}" in r.stdout, r.stdout
+    r = run_limited(
+        "transcode",
+        "--input",
+        src,
+        "--out",
+        tmp_path / "t",
+        "--label",
+        "label",
+        "--numerical",
+        "x",
+        "--categorical",
+        "c1,c2",
+        "--test-rows",
+        100,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"empty lines skipped {EMPTY_LINES:,}" in r.stdout, r.stdout
