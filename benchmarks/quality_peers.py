@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # dlrmkit.train.regression.C_GRID
-RAW_NUMERICAL = 20.0  # dlrmkit.train.recipe.RAW_NUMERICAL
+RAW_NUMERICAL = 20.0  # dlrmkit.data.split_binary.RAW_NUMERICAL
 
 
 def splits(data: str):

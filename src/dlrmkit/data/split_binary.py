@@ -293,3 +293,15 @@ class SplitBinaryWriter:
                 if f is not None:
                     f.close()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes sign(x) log(1+|x|)
+
+
+def numerical_scale(train: SplitBinaryDataset, rows: int = 100_000) -> float:
+    """Largest |numerical value| in (a sample of) the training rows; inf when float16 overflowed."""
+    if not train.num_numerical or not len(train):
+        return 0.0
+    n = min(rows, len(train))
+    dense = train.read(0, n, check_ids=False).dense.astype(np.float32)
+    return float(np.nan_to_num(np.abs(dense), nan=0.0, posinf=np.inf).max())

@@ -16,12 +16,11 @@ import numpy as np
 
 from dlrmkit.config import AUTO, get_preset, own_lr
 from dlrmkit.data.feature_spec import FeatureSpec
-from dlrmkit.data.split_binary import SplitBinaryDataset
+from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
 
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
 SELECTION = ("patience", "restore_best")  # options that act on the validation rows
-RAW_NUMERICAL = 20.0  # |x| above this on a sample: raw values, the model takes sign(x) log(1+|x|)
 
 
 @dataclass
@@ -29,15 +28,6 @@ class Recipe:
     name: str
     values: dict[str, Any] = field(default_factory=dict)  # TrainConfig option (flat name) -> value
     reasons: list[str] = field(default_factory=list)
-
-
-def numerical_scale(train: SplitBinaryDataset, rows: int = 100_000) -> float:
-    """Largest |numerical value| in (a sample of) the training rows; inf when float16 overflowed."""
-    if not train.num_numerical or not len(train):
-        return 0.0
-    n = min(rows, len(train))
-    dense = train.read(0, n, check_ids=False).dense.astype(np.float32)
-    return float(np.nan_to_num(np.abs(dense), nan=0.0, posinf=np.inf).max())
 
 
 def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 NEAR_TIE_AUC = 0.002  # validation AUCs this close are a tie, broken by the lower log loss
@@ -93,13 +93,12 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
     recipe plus the candidate's values; options the user gave win in every candidate, and
     candidates that come out the same are tried once). Returns (winner, tried)."""
     from dlrmkit.options import flatten
-    from dlrmkit.train.recipe import Recipe
 
     tried: list[Candidate] = []
     seen: list[dict] = []
     for cand in candidates(num_numerical)[: max(budget, 1)]:
         trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
-        apply(trial, Recipe(base.name, {**base.values, **cand.values}))
+        apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
         values = flatten(trial)
         shape = {k: values[k] for k in (*base.values, *cand.values)}
         if shape in seen:

@@ -207,7 +207,7 @@ def fit(
     saw the same rows."""
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.resources import check_memory
-    from dlrmkit.train.recipe import RAW_NUMERICAL, numerical_scale
+    from dlrmkit.data.split_binary import RAW_NUMERICAL, numerical_scale
     from dlrmkit.train.selection import validation_split
 
     if c is not None and c <= 0:
