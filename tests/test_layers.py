@@ -167,3 +167,47 @@ def test_layer_of_takes_the_longest_prefix():
     assert names[layer_of("dlrmkit.commands.train")] == "commands"
     assert names[layer_of("dlrmkit.train.trainer")] == "train"
     assert layer_of("numpy") is None and layer_of("dlrmkitx") is None
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_circle_even_inside_functions():
+    modules = source_modules()
+    known = set(modules)
+    edges = {
+        m: {n for n, _ in imported_modules(p.read_text(encoding="utf-8"), m, p.name == "__init__.py", known)} - {m}
+        for m, p in modules.items()
+    }
+    edges = {m: {n for n in targets if n in known} for m, targets in edges.items()}
+    assert not import_cycles(edges), f"import circles: {import_cycles(edges)}"
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
