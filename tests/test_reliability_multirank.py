@@ -20,6 +20,8 @@ from dlrmkit.checkpoint import save_load as ckpt  # noqa: E402
 pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
 ARGS = [
+    "--search-budget",  # the base recipe: one process would search, torchrun does not
+    "0",
     "--batch-size",
     "250",
     "--no-progress",
