@@ -139,7 +139,6 @@ def test_wide_init_starts_the_model_at_the_validated_regression(tmp_path):
     assert torch.allclose(got, lr.logits(dense, ids), atol=1e-4)  # the deep part starts at 0
 
 
-@pytest.mark.slow  # trains every candidate recipe
 def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_search(tmp_path, monkeypatch):
     write_csv(tmp_path / "x.csv", 1500)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
@@ -171,7 +170,6 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
 
 
-@pytest.mark.slow  # fits the regression on 32k real rows, twice
 @pytest.mark.skipif(not os.path.isdir(KDD12), reason="the KDD Cup 2012 sample is not at ../shared/data/kdd12")
 def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
     pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")
