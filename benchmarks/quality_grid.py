@@ -62,6 +62,12 @@ VARIANTS: dict[str, dict] = {
         "min_id_count": 2, "standardize_numerical": True, "embedding_dim": 16, "bottom_mlp": [64, 16],
         "top_mlp": [64, 32, 1], "numerical_buckets": 16,
     },  # fmt: skip
+    "wider-fm-dropout": {
+        "min_id_count": 2, "standardize_numerical": True, "embedding_dim": 16, "bottom_mlp": [64, 16],
+        "top_mlp": [64, 32, 1], "fm": True, "dropout": 0.2,
+    },  # fmt: skip
+    "base-k2-std-b256": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256},
+    "fm-k2-std-b256": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "fm": True},
     "regression-k2-std": {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,
     },  # fmt: skip

@@ -52,8 +52,9 @@ def test_transcode_counts_every_bad_row_exactly(tmp_path):
     for i in range(61, 70):  # 9 numbers beyond float16 (65504): bad rows, never +-inf
         rows[i] = f"1,{70000 + i},k"
     rows[70] = "1,-1e400,k"  # overflows even float64
-    _, rep = transcode(tmp_path, ("y,a,c\n" + "\n".join(rows) + "\n").encode())
+    r, rep = transcode(tmp_path, ("y,a,c\n" + "\n".join(rows) + "\n").encode())
     assert rep["rows_skipped"]["bad_label"] == 12 and rep["rows_skipped"]["out_of_range"] == 10
+    assert "10 rows were skipped for numbers beyond float16" in r.out and "--log-transform" in r.out
     assert rep["rows_read"] == 100 and rep["rows_written"] == 78
     assert len(rep["first_bad_rows"]) == 5
     _, train, _ = open_dataset(str(tmp_path / "o"))

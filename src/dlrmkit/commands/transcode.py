@@ -86,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.commands.preprocess import print_report
 
     spec, _ = transcode(opts)
-    print_report(args.out, spec.metadata["preprocess"]["report"], up_to_date=False)
+    report = spec.metadata["preprocess"]["report"]
+    print_report(args.out, report, up_to_date=False)
+    if report["rows_skipped"].get("out_of_range") and not args.log_transform:
+        from dlrmkit.data.transcode import FLOAT16_HINT
+
+        print("note" + FLOAT16_HINT.format(n=report["rows_skipped"]["out_of_range"]).lstrip(";"))
     rows = spec.metadata["rows"]
     val = f" + {rows['val']:,} val" if "val" in rows else ""
     print(

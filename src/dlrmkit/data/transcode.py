@@ -46,6 +46,13 @@ class TranscodeOptions:
     force: bool = False
 
 
+# numerical columns are stored as float16: larger values are out of range, their rows skipped
+FLOAT16_HINT = (
+    "; {n:,} rows were skipped for numbers beyond float16's +-65504 (numerical columns are stored as "
+    "float16): --log-transform stores log(1+x) and keeps them"
+)
+
+
 @dataclass
 class Report:
     read: int = 0
@@ -318,7 +325,8 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     n_val = val_rows(opts.val_rows, opts.val_fraction, total - n_test)
     boundary = total - n_test - n_val  # train rows [0, boundary), val up to the test rows
     if boundary <= 0:
-        raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows)")
+        hint = FLOAT16_HINT.format(n=report.skipped["out_of_range"]) if report.skipped["out_of_range"] and not opts.log else ""
+        raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows){hint}")
     acc, seen = CountAccumulator(len(opts.categorical)), 0
     for lab, _, cats in iter_clean(opts, None):
         take = max(0, min(len(lab), boundary - seen))

@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-NEAR_TIE_AUC = 0.002  # validation AUCs this close are a tie, broken by the lower log loss
+# validation AUCs this close are a tie, broken by the lower log loss: 0.002 on 4,000 validation
+# rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
+NEAR_TIE_AUC, NEAR_TIE_ROWS = 0.002, 4_000
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
 DEFAULT_BUDGET = 5  # candidates tried (the run itself trains the winner once more)
 BUCKETS = 16  # the buckets candidate's quantiles per numerical feature
@@ -65,16 +67,23 @@ def candidates(num_numerical: int) -> list[Candidate]:
     ]
 
 
+def near_tie_auc(val_rows: int | None) -> float:
+    """The AUC gap that counts as a tie on `val_rows` validation rows (NEAR_TIE_AUC at NEAR_TIE_ROWS)."""
+    return NEAR_TIE_AUC * math.sqrt(NEAR_TIE_ROWS / val_rows) if val_rows else NEAR_TIE_AUC
+
+
 def choose(tried: list[Candidate]) -> Candidate:
-    """The best validation AUC; the candidates within NEAR_TIE_AUC of it are a tie, broken by the
-    lower log loss; log losses within NEAR_TIE_LOGLOSS of the lowest are a tie too, won by the
-    candidate tried first (the simplest: the order of `candidates`). On a few thousand validation
-    rows AUC moves by about 0.01 between samples, so a deeper model must win clearly to be kept."""
+    """The best validation AUC; the candidates within near_tie_auc(validation rows) of it are a
+    tie, broken by the lower log loss; log losses within NEAR_TIE_LOGLOSS of the lowest are a tie
+    too, won by the candidate tried first (the simplest: the order of `candidates`). On a few
+    thousand validation rows AUC moves by about 0.01 between samples, so a deeper model must win
+    clearly to be kept; on more rows a smaller gap is clear."""
     scored = [c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))]
     if not scored:
         return tried[0]
     top = max(c.result["val_auc"] for c in scored)
-    near = [c for c in scored if c.result["val_auc"] >= top - NEAR_TIE_AUC]
+    tie = near_tie_auc(scored[0].result.get("val_rows"))
+    near = [c for c in scored if c.result["val_auc"] >= top - tie]
     low = min(c.result["val_logloss"] for c in near)
     return next(c for c in near if c.result["val_logloss"] <= low + NEAR_TIE_LOGLOSS)
 
@@ -93,6 +102,7 @@ def train_candidate(cfg: Any) -> dict[str, float]:
     m = trainer.fit()
     epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
     return {
+        "val_rows": len(trainer.val_set) if trainer.val_set is not None else 0,
         "val_auc": m["val_auc"],
         "val_logloss": m["val_logloss"],
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
@@ -145,11 +155,12 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str
     if others:
         best_other = max(others, key=lambda c: c.result["val_auc"])
         gap = winner.result["val_auc"] - best_other.result["val_auc"]
-        if gap > NEAR_TIE_AUC:
+        tie = near_tie_auc(winner.result.get("val_rows"))
+        if gap > tie:
             why = f"the best validation AUC, {gap:+.4f} over {best_other.name}"
         else:
             why = (
-                f"a near-tie on validation AUC (within {NEAR_TIE_AUC}) with {best_other.name}, settled by the "
+                f"a near-tie on validation AUC (within {tie:.4f}) with {best_other.name}, settled by the "
                 f"lower log loss, or, within {NEAR_TIE_LOGLOSS} of it, by the simpler model"
             )
         lines.append(f"  why: {winner.name} ({winner.why}): {why}")
