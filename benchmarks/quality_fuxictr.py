@@ -29,7 +29,7 @@ FuxiCTR's feature_cols).
 
 Search, per model, coordinate-wise on validation AUC (near-ties of 0.001 by log loss, as
 quality_peers.pick()): embedding_regularizer over REGS at embedding_dim 16, min_categr_count 1,
-net_dropout 0; then min_categr_count 2 and 10; then embedding_dim 10; then (deep models) net_dropout
+net_dropout 0 (and REGS_MORE in turn while the largest one tried is the best); then min_categr_count 2 and 10; then embedding_dim 10; then (deep models) net_dropout
 0.2; each stage keeps the best configuration so far. Batch size by train rows: 128 under 10k, 256
 under 50k, else 512; at most 20 epochs. Prints one JSON line per (dataset, variant, model) with the
 chosen configuration, its validation and test AUC and log loss, and seconds; --trace FILE writes one
@@ -70,6 +70,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality_peers import numerical, pick, splits  # noqa: E402
 
 REGS = (0.0, 1e-4, 1e-3, 1e-2, 5e-2)
+REGS_MORE = (0.1, 0.2, 0.5)
 HIDDEN = [400, 400, 400]
 MODELS = ("LR", "FM", "DNN", "DeepFM", "DCNv2", "DLRM")
 DEEP = ("DNN", "DeepFM", "DCNv2", "DLRM")
@@ -411,6 +412,10 @@ def search(runner: Runner, name: str, trace) -> dict:
     strip = lambda c: {k: v for k, v in c.items() if k != "batch"}  # noqa: E731
     base = {"lr": 1e-3, "dim": 1 if name == "LR" else 16, "mcc": 1, "dropout": 0.0, "reg": 0.0}
     for reg in REGS:
+        run(dict(base, reg=reg))
+    for reg in REGS_MORE:  # while the largest regularizer tried is the best, a larger one
+        if best()["reg"] != max(r["config"]["reg"] for r in tried.values()):
+            break
         run(dict(base, reg=reg))
     for mcc in (2, 10):
         run(dict(strip(best()), mcc=mcc))
