@@ -9,6 +9,8 @@ line per dataset and model. Runs in a separate environment holding scikit-learn 
 
     python3 -m venv /tmp/peers && /tmp/peers/bin/pip install -c constraints.txt scikit-learn lightgbm pyyaml
     PYTHONPATH=src nice -n 10 /tmp/peers/bin/python benchmarks/quality_peers.py DATA [DATA ...]
+
+FuxiCTR's LR, FM, DNN, DeepFM, DCNv2 and DLRM on the same splits: benchmarks/quality_fuxictr.py.
 """
 
 from __future__ import annotations
