@@ -64,10 +64,10 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def default_threads(requested: int) -> int:
+def default_threads(requested: int | None) -> int:
     """Intra-op threads: `requested` if given, else usable cores / local ranks (LOCAL_WORLD_SIZE),
     so co-located torchrun ranks do not oversubscribe the machine."""
-    if requested < 0:
+    if requested is not None and requested < 0:
         raise DlrmkitError(f"--threads must be positive, got {requested}")
     if requested:
         return requested

@@ -17,7 +17,7 @@ from typing import Any
 NEAR_TIE_AUC, NEAR_TIE_ROWS = 0.002, 4_000
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
 DEFAULT_BUDGET = 5  # candidates tried (the run itself trains the winner once more)
-BUCKETS = 16  # the buckets candidate's quantiles per numerical feature
+BUCKETS = 256  # the buckets candidate's quantiles per numerical feature (fewer where values repeat)
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
 DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "bottom_mlp", "top_mlp", "dropout")

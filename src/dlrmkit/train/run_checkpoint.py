@@ -151,8 +151,6 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     path = ckpt.resolve_checkpoint(path)
     meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
-    if saved != trainer.model_cfg:
-        raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
     data = meta.get("dataset")
     if isinstance(data, dict) and data.get("fingerprint") != fingerprint(trainer):
         raise DlrmkitError(
@@ -161,6 +159,8 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
             f"(fingerprint {fingerprint(trainer)[:12]}); resume with the same --data or start a "
             f"fresh --checkpoint-dir"
         )
+    if saved != trainer.model_cfg:  # after the dataset: the model keeps figures of its data
+        raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")

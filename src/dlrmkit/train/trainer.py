@@ -51,6 +51,10 @@ class Trainer:
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
         # --min-id-count: the tables keep the ids seen often enough in the train mapping (data/id_counts.py)
+        # the figures the model keeps from the data (kept ids, bucket boundaries, numerical mean and
+        # deviation) are label-free and taken over the whole train mapping, as the vocabulary is:
+        # the same for any --val-fraction, so a resumed run rebuilds the model it saved
+        mapping = self.train_set
         tables = self.spec.cardinalities
         if (cfg.model.min_id_count or 1) > 1:
             tables = frequent_rows(self.train_set, cfg.model.min_id_count)
@@ -63,7 +67,7 @@ class Trainer:
             self.val_set = self.val_set.fold_ids(tables)
         buckets = None  # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py)
         if (cfg.model.numerical_buckets or 0) > 0 and self.train_set.num_numerical:
-            buckets = quantile_boundaries(self.train_set, cfg.model.numerical_buckets)
+            buckets = quantile_boundaries(mapping, cfg.model.numerical_buckets)
             self.train_set, self.test_set = self.train_set.with_buckets(buckets), self.test_set.with_buckets(buckets)
             self.val_set = self.val_set.with_buckets(buckets) if self.val_set is not None else None
             tables = [*tables, *(len(b) + 1 for b in buckets)]
@@ -76,7 +80,7 @@ class Trainer:
             self.model_cfg = replace(self.model_cfg, numerical_buckets=buckets)
         if cfg.model.standardize_numerical and self.train_set.num_numerical:  # the training rows' figures
             signed = self.model_cfg.numerical_transform == "signed-log"
-            mean, std = numerical_stats(self.train_set, cfg.selection.eval_batch_size, signed)
+            mean, std = numerical_stats(mapping, cfg.selection.eval_batch_size, signed)
             self.model_cfg = replace(self.model_cfg, numerical_mean=mean.tolist(), numerical_std=std.tolist())
         if cfg.device.threads:
             torch.set_num_threads(cfg.device.threads)
