@@ -206,10 +206,15 @@ def main() -> None:
     p.add_argument(
         "--ranks", type=int, default=1, help="torchrun ranks per library, 1 thread each (default 1: in process)"
     )
+    p.add_argument(
+        "--profile", action="store_true", help="dlrmkit's step only: its phases and top ops (torch.profiler)"
+    )
     p.add_argument("--worker", choices=("dlrmkit", "torchrec"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.profile:
+        return profile_dlrmkit(args)
     if args.ranks > 1:
         times = {"dlrmkit": [], "torchrec": []}
         for _ in range(args.rounds):
@@ -233,6 +238,56 @@ def main() -> None:
                 step(*b)
             times[name].append((time.perf_counter() - t0) / args.steps)
     report(args, times, f"{torch.get_num_threads()} threads", sum(rows))
+
+
+def profile_dlrmkit(args) -> None:
+    """Where dlrmkit's step goes: median phase times (forward, backward, dense and table
+    optimizers) over `--steps` steps, then the top ops by self CPU time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.model.embedding import JaggedIds
+    from dlrmkit.optim.build import build_optimizers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = [max(1, int(n * args.scale)) for n in MLPERF_ROWS]
+    model = DLRM(ModelConfig(13, rows, DIM, BOTTOM, TOP, "dcn", dcn_layers=LAYERS, dcn_rank=RANK))
+    model.reset_parameters(0)
+    opts = build_optimizers(model, "adagrad", args.lr)
+    phases: dict[str, list[float]] = {"forward": [], "backward": [], "dense optimizer": [], "table optimizer": []}
+
+    def step(dense, lengths, values, labels, timed: bool = True) -> None:
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        for o in opts:
+            o.zero_grad()
+        t = [time.perf_counter()]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            model(dense, JaggedIds(values, offsets, len(labels))), labels
+        )
+        t.append(time.perf_counter())
+        loss.backward()
+        t.append(time.perf_counter())
+        for o in opts:
+            o.step()
+            t.append(time.perf_counter())
+        if timed:
+            for name, a, b in zip(phases, t, t[1:]):
+                phases[name].append(b - a)
+
+    data = batches(rows, MLPERF_BAGS, args.batch, args.steps + 2)
+    for b in data[:2]:
+        step(*b, timed=False)
+    for b in data[2:]:
+        step(*b)
+    print(f"dlrmkit DLRM-DCNv2 step, batch {args.batch}, {torch.get_num_threads()} threads, medians of {args.steps}:")
+    for name, ts in phases.items():
+        print(f"  {name:<16} {statistics.median(ts) * 1e3:8.1f} ms")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in data[2:4]:
+            step(*b, timed=False)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
 def report(args, times: dict[str, list[float]], how: str, rows: int) -> None:

@@ -30,8 +30,8 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
 
 
 def defer_table_grads(embeddings: torch.nn.Module) -> None:
-    """Split-SGD and SparseSGD read table gradients by bag when the fused kernel is available (no
-    per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
+    """Split-SGD, SparseSGD and the Adagrads read table gradients by bag when the fused kernel is
+    available (no per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
     the data-parallel all-reduce needs them."""
     from dlrmkit.model.embedding import FusedTable
     from dlrmkit.optim.split_sgd_kernel import fused_kernel
@@ -93,8 +93,10 @@ def build_optimizers(
         defer_table_grads(model.embeddings)
     elif emb == "adagrad":
         sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10, weight_decay=embedding_weight_decay)
+        defer_table_grads(model.embeddings)
     else:
         sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
+        defer_table_grads(model.embeddings)
     return [dense_opt, sparse_opt]
 
 
