@@ -65,34 +65,40 @@ def dlrmkit_step(rows: list[int], lr: float, world: int = 1, global_batch: int =
     from dlrmkit.optim.build import build_optimizers
 
     cfg = ModelConfig(13, rows, DIM, BOTTOM, TOP, "dcn", dcn_layers=LAYERS, dcn_rank=RANK)
-    par = None
+    par = hybrid = None
     if world > 1:
+        from dlrmkit.data.loader import Batch
         from dlrmkit.parallel.dist import batch_split, init_distributed
         from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
-        from dlrmkit.parallel.plan import make_plan
+        from dlrmkit.parallel.plan import host_replica_budget, make_plan
         from dlrmkit.parallel.sharded_embedding import DistIds
 
         ctx = init_distributed()
         model = DLRM(cfg, embedding_device="meta")
-        plan = make_plan(rows, DIM, world, "auto", None, global_batch, optimizer_state=1)
+        # as train plans a CPU job of ranks on one host, with the bag sizes
+        plan = make_plan(
+            rows, DIM, world, "auto", None, global_batch, optimizer_state=1,
+            replicate_memory=host_replica_budget(world), bags=MLPERF_BAGS,
+        )  # fmt: skip
         par = HybridParallel(model, plan, ctx, ParallelConfig(sharding="auto"), seed=0)
         sizes = batch_split(global_batch, world)
     else:
         model = DLRM(cfg)
         model.reset_parameters(0)
     opts = build_optimizers(model, "adagrad", lr)
+    if par is not None:
+        hybrid = par.make_step(opts, gate=False)  # parallel/hybrid_step.py, as train steps
 
     def step(dense, lengths, values, labels) -> float:
         offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
         torch.cumsum(lengths, 0, out=offsets[1:])
         ids = JaggedIds(values, offsets, len(labels))
+        if hybrid is not None:
+            return float(hybrid(Batch(dense, DistIds(ids, sizes), labels)))
         for o in opts:
             o.zero_grad()
-        if par is not None:
-            loss = par.loss_backward(model(dense, DistIds(ids, sizes)), labels, global_batch)
-        else:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
-            loss.backward()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+        loss.backward()
         for o in opts:
             o.step()
         return float(loss)
