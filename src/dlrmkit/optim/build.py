@@ -75,7 +75,7 @@ def build_optimizers(
     if optimizer == "sgd":
         dense_opt: Optimizer = torch.optim.SGD(dense, lr=lr)
     elif optimizer == "adagrad":
-        dense_opt = torch.optim.Adagrad(dense, lr=lr, eps=1e-10)
+        dense_opt = dense_adagrad(dense, lr)
     elif optimizer in ADAM_FAMILY:
         dense_opt = ScaledAdam(
             dense,
@@ -98,6 +98,22 @@ def build_optimizers(
         sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
         defer_table_grads(model.embeddings)
     return [dense_opt, sparse_opt]
+
+
+def dense_adagrad(params: list, lr: float) -> Optimizer:
+    """torch's Adagrad for the MLPs, as one fused kernel per parameter when they all live on the CPU
+    (torch's fused CPU Adagrad: several times faster than its per-op loop, docs/BENCHMARKS.md). The
+    choice is this process's: a checkpoint's saved flag is put back after loading (a CPU run's
+    state may resume on a GPU, where torch has no fused Adagrad)."""
+    fused = bool(params) and all(p.device.type == "cpu" and p.dtype in (torch.float32, torch.bfloat16) for p in params)
+    opt = torch.optim.Adagrad(params, lr=lr, eps=1e-10, fused=fused or None)
+
+    def keep_fused(optimizer: Optimizer) -> None:
+        for group in optimizer.param_groups:
+            group["fused"] = fused or None
+
+    opt.register_load_state_dict_post_hook(keep_fused)
+    return opt
 
 
 class ScaledAdam(torch.optim.AdamW):
