@@ -8,7 +8,8 @@ tables' Adagrad applied in backward; dlrmkit runs its own step (sparse row gradi
 Each library's steps are timed in alternating rounds (the machine is shared); the script prints
 the median step time and samples/s of each. With --ranks N each round is one torchrun job of N
 ranks (1 thread each) per library, every rank stepping its share of the global batch: dlrmkit's
-HybridParallel on its planner's plan, TorchRec's DistributedModelParallel on its planner's.
+HybridParallel on its planner's plan (given the bag sizes), TorchRec's DistributedModelParallel
+on its planner's. --profile times dlrmkit's step alone by phase and lists its top ops.
 docs/BENCHMARKS.md holds the figures.
 
 Needs torchrec and fbgemm-gpu-cpu, which dlrmkit does not depend on: a scratch virtualenv,
