@@ -65,10 +65,12 @@ class CostModel:
         """Bytes a rank sends to all-reduce a replicated table's gradient (ring algorithm)."""
         return int(2 * (world_size - 1) / world_size * rows * dim * self.bytes_per_value) if world_size > 1 else 0
 
-    def replica_lookup_bytes(self, local: int, dim: int, world_size: int) -> int:
-        """Bytes a rank sends to exchange a replicated table's lookups instead (gradient row and
-        row id of each of its `local` one-id bags, to every other rank)."""
-        return local * (dim * self.bytes_per_value + ID_BYTES) * (world_size - 1)
+    def replica_lookup_bytes(self, local: int, bag: int, dim: int, world_size: int) -> int:
+        """Bytes a rank sends to exchange a replicated table's lookups instead, to every other rank
+        (parallel/replica_grads.py): for its `local` samples, one gradient row per bag, and per id
+        its row id, plus its bag when bags hold several ids."""
+        ids = local * bag
+        return (local * dim * self.bytes_per_value + ids * (8 if bag == 1 else 16)) * (world_size - 1)
 
     @staticmethod
     def shard_lookups(tp: TablePlan, s: Shard, batch: int) -> int:
@@ -110,7 +112,7 @@ class CostModel:
                     id_rows[s.rank].setdefault(t, set()).add((s.row_start, s.row_end))
                 else:
                     st["sent_bytes"] += (
-                        self.replica_lookup_bytes(local[s.rank] * tp.bag, tp.dim, n)
+                        self.replica_lookup_bytes(local[s.rank], tp.bag, tp.dim, n)
                         if exchanged
                         else self.replica_sync_bytes(tp.rows, tp.dim, n)
                     )
