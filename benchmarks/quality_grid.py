@@ -33,6 +33,28 @@ VARIANTS: dict[str, dict] = {
     "from-regression-lr-0.01": {"wide_init": "regression", "lr": 0.01},
     "from-regression-l2-0": {"wide_init": "regression", "embedding_weight_decay": 0.0},
     "from-regression-fm-dropout": {"wide_init": "regression", "fm": True, "dropout": 0.2},
+    # FuxiCTR's way: Adam for the tables too (every row, every step) with L2 on the tables
+    "fm-adam": {"deep": False, "fm": True, **(ADAM := {
+        "optimizer": "adam", "embedding_optimizer": "adam", "lr": 0.001, "dense_lr": 0.001,
+        "embedding_weight_decay": 0.002, "embedding_dim": 16, "batch_size": 256, "standardize_numerical": True,
+    })},  # fmt: skip
+    "fm-adam-k2": {"deep": False, "fm": True, **ADAM, "min_id_count": 2},
+    "deepfm-adam": {"fm": True, **ADAM, "bottom_mlp": [32, 16]},
+    "deepfm-adam-k2": {"fm": True, **ADAM, "bottom_mlp": [32, 16], "min_id_count": 2},
+    "regression-k2": {"deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2},
+    "base-k2": {"min_id_count": 2},
+    "base-k2-std": {"min_id_count": 2, "standardize_numerical": True},
+    "base-k2-std-b16": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 16},
+    "base-k2-std-b32": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 32},
+    "regression-k2-b32": {
+        "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "numerical_buckets": 32,
+    },  # fmt: skip
+    "regression-k2-b16": {
+        "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "numerical_buckets": 16,
+    },  # fmt: skip
+    "regression-k2-std": {
+        "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,
+    },  # fmt: skip
     "deepfm-adam-dropout": {
         "fm": True,
         "optimizer": "adam",

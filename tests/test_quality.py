@@ -236,3 +236,39 @@ def test_model_config_refuses_bad_quality_fields(field, value):
     setattr(cfg, field, value)
     with pytest.raises(DlrmkitError, match=field):
         cfg.check()
+
+
+def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
+    write_csv(tmp_path / "x.csv", 800)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
+    r = run_cli(
+        "train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--epochs", "1",
+        "--interaction", "dcn", "--dcn-layers", "1", "--search-budget", "2",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    tried = [line.split()[0] for line in r.out.splitlines() if "val AUC" in line and "best epoch" in line]
+    assert tried == ["dlrm+wide", "dlrm+wide+fm"], r.out
+    assert yaml.safe_load(open(tmp_path / "run" / "config.yaml"))["interaction"] == "dcn"
+
+
+def test_table_adam_equals_torch_adam_with_l2_on_every_row():
+    from dlrmkit.optim.table_adam import TableAdam
+
+    g = torch.Generator().manual_seed(0)
+    w0 = torch.randn(6, 3, generator=g)
+    sparse = torch.nn.Parameter(w0.clone())
+    dense = torch.nn.Parameter(w0.clone())
+    ours = TableAdam([sparse], lr=0.01, weight_decay=0.1)
+    ref = torch.optim.Adam([dense], lr=0.01, weight_decay=0.1)
+    for step in range(4):
+        ids = torch.tensor([[0, 2], [2, 5]][step % 2])  # rows 1, 3, 4 never touched: decay still acts
+        target = torch.randn(2, 3, generator=g)
+        for p in (sparse, dense):
+            p.grad = None
+        torch.nn.functional.embedding(ids, sparse, sparse=True).sub(target).pow(2).sum().backward()
+        torch.nn.functional.embedding(ids, dense).sub(target).pow(2).sum().backward()
+        assert sparse.grad.is_sparse
+        ours.step()
+        ref.step()
+    torch.testing.assert_close(sparse.detach(), dense.detach(), rtol=1e-6, atol=1e-7)
+    assert not torch.equal(sparse[1], w0[1])  # an untouched row decayed

@@ -83,6 +83,8 @@ def own_lr(optimizer: str | None, embedding_optimizer: str | None, preset: "Pres
     """The LR for optimizers chosen without --lr whose kind of LR (optim.names.lr_family) is not the
     preset's; None where the preset's LR fits."""
     chosen = lr_family(optimizer or preset.optimizer, embedding_optimizer)
+    if chosen == "adam":
+        return ADAM_LR
     return ADAGRAD_LR if chosen == "adagrad" and lr_family(preset.optimizer) != "adagrad" else None
 
 
@@ -217,6 +219,7 @@ def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) 
         fm=bool(m.fm),
         deep=m.deep is not False,
         dropout=m.dropout or 0.0,
+        min_id_count=m.min_id_count or 1,
     )
     return resolved, model
 

@@ -90,7 +90,7 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 # ---- the model a manifest describes ---------------------------------------------------------------
-_INTS = {"num_numerical": (0, MAX_WIDTH), "embedding_dim": (1, 1 << 16)}
+_INTS = {"num_numerical": (0, MAX_WIDTH), "embedding_dim": (1, 1 << 16), "min_id_count": (1, 1 << 62)}
 _LISTS = {"table_sizes": (1, MAX_TABLE_ROWS), "bottom_mlp": (1, MAX_WIDTH), "top_mlp": (1, MAX_WIDTH)}
 _BOOLS = ("self_interaction", "wide")
 _TEXT = ("interaction", "numerical_transform")
@@ -111,6 +111,17 @@ def _check_fields(mc: dict[str, Any]) -> None:
     for key in _TEXT:
         if key in mc and not isinstance(mc[key], str):
             raise ValueError(f"{key} must be text")
+    for key in ("numerical_mean", "numerical_std"):
+        v = mc.get(key)
+        if v is not None and (not isinstance(v, list) or len(v) > MAX_WIDTH or not all(_number(x) for x in v)):
+            raise ValueError(f"{key} must be a list of numbers or null")
+    b = mc.get("numerical_buckets")
+    if b is not None and (
+        not isinstance(b, list)
+        or len(b) > MAX_WIDTH
+        or not all(isinstance(x, list) and len(x) <= 4096 and all(_number(v) for v in x) for x in b)
+    ):
+        raise ValueError("numerical_buckets must be lists of numbers or null")
     scale = mc.get("embedding_init_scale", 1.0)
     if not _number(scale) or scale is None or not math.isfinite(scale) or scale < 0:
         raise ValueError("embedding_init_scale must be a finite number >= 0")

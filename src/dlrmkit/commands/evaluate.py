@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from dlrmkit.atomic_io import hold_output_lock, is_stdout
+    from dlrmkit.data.numerical_buckets import model_view, reads
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.checkpoint.save_load import load_single_process_model
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError(f"{args.data}: the {args.mapping} mapping has no rows; nothing to evaluate")
 
     def check(cfg) -> None:  # before the model is built: a wrong pairing costs nothing
-        if cfg.table_sizes != spec.cardinalities or cfg.num_numerical != dataset.num_numerical:
+        fits = reads(cfg, spec.cardinalities)
+        if not fits or cfg.num_numerical != dataset.num_numerical:
             raise DlrmkitError(
                 f"{args.checkpoint}: model was trained for {cfg.num_numerical} numerical features and tables "
                 f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
+    dataset = model_view(dataset, cfg)  # --min-id-count, --numerical-buckets: as training read it
     metrics = (
         par.evaluate(dataset, args.batch_size)
         if par

@@ -137,7 +137,12 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
     if chosen["preset"] == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
     cfg = TrainConfig.of(**{k: v for k, v in chosen.items() if v is not None})
-    cfg, model = resolve_run(cfg, spec.cardinalities, train.num_numerical)
+    tables = spec.cardinalities
+    if (cfg.model.min_id_count or 1) > 1:  # the tables train keeps (data/id_counts.py)
+        from dlrmkit.data.id_counts import frequent_rows
+
+        tables = frequent_rows(train, cfg.model.min_id_count)
+    cfg, model = resolve_run(cfg, tables, train.num_numerical)
     args.cross = (model.dcn_layers, model.dcn_rank) if model.interaction == "dcn" else None
     return model.table_sizes, model.table_dim, cfg
 

@@ -183,11 +183,14 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     import torch
 
     from dlrmkit.data.encoder import Vocabulary
+    from dlrmkit.data.numerical_buckets import reads
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.checkpoint.save_load import load_single_process_model
 
     data = dataset_dir(checkpoint, getattr(args, "data", None))
-    meta = FeatureSpec.from_yaml(data).metadata or {}
+    spec = FeatureSpec.from_yaml(data)
+    meta = spec.metadata or {}
+    stored_as = spec.dtype(spec.numerical_names[0]) if spec.numerical_names else np.float32
     generator = meta.get("generator", "")
     if not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
         raise DlrmkitError(
@@ -197,7 +200,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     vocab = Vocabulary.load(data)
 
     def check(cfg: Any) -> None:  # before the model is built
-        if vocab.cardinalities != list(cfg.table_sizes):
+        if not reads(cfg, vocab.cardinalities):
             raise DlrmkitError(
                 f"{checkpoint}: model tables {cfg.table_sizes} do not match the vocabulary of {data} "
                 f"({vocab.cardinalities}); pass the --data the model was trained on"
@@ -209,14 +212,21 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:
         source = _table_batches(path, vocab, meta, args, report)
+    buckets = [np.asarray(b, dtype=np.float32) for b in cfg.numerical_buckets or []]
+    table_rows = np.asarray(cfg.table_sizes[: len(cfg.table_sizes) - len(buckets)], dtype=np.int64)
     with torch.no_grad():
         for rows, labels, dense, ids in source:
+            ids = np.asarray(ids, dtype=np.int64)
+            ids[ids >= table_rows] = 0  # --min-id-count: rarer ids read as 0
+            if buckets:  # --numerical-buckets: the values as the dataset stores them, bucketed
+                stored = np.asarray(dense, dtype=stored_as).astype(np.float32)
+                ids = np.concatenate(
+                    [ids, np.stack([np.searchsorted(b, stored[:, j], side="right") for j, b in enumerate(buckets)], 1)],
+                    1,
+                )
             for lo in range(0, len(rows), args.batch_size):
                 sl = slice(lo, lo + args.batch_size)
-                logits = model(
-                    torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)),
-                    torch.from_numpy(np.asarray(ids[sl], dtype=np.int64)),
-                )
+                logits = model(torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)), torch.from_numpy(ids[sl]))
                 probs = torch.sigmoid(logits.float()).numpy()
                 report.rows_scored += len(probs)
                 yield Scored(rows[sl], None if labels is None else labels[sl], probs)

@@ -108,6 +108,8 @@ class SplitBinaryDataset:
                     "the files are truncated or from different datasets"
                 )
         self.id_dtype = np.result_type(*[c.dtype for c in self.categorical]) if self.categorical else np.int32
+        self.table_rows: np.ndarray | None = None  # fold_ids: ids at or above these read as 0
+        self.buckets: list[np.ndarray] = []  # with_buckets: one more table per numerical feature
 
     def __len__(self) -> int:
         return self.rows
@@ -121,6 +123,41 @@ class SplitBinaryDataset:
         out.rows, out.mapping = hi - lo, mapping or self.mapping
         return out
 
+    def fold_ids(self, table_rows: list[int]) -> "SplitBinaryDataset":
+        """This dataset with each table's ids at or above `table_rows[t]` read as 0, the id of rare
+        and unseen values: the tables of a model that keeps only the ids seen at least
+        --min-id-count times (ids are numbered by descending training count: data/id_counts.py)."""
+        out = copy.copy(self)
+        out.table_rows = np.asarray(table_rows, dtype=np.int64)
+        return out
+
+    def with_buckets(self, boundaries: list[list[float]]) -> "SplitBinaryDataset":
+        """This dataset with one more table per numerical feature, after the stored ones: the
+        index of the feature's bucket, the number of `boundaries[j]` at or below its value (so
+        a model reads a numerical feature as a category too: --numerical-buckets,
+        data/numerical_buckets.py)."""
+        out = copy.copy(self)
+        out.buckets = [np.asarray(b, dtype=np.float32) for b in boundaries]
+        sizes = [len(b) + 1 for b in boundaries]
+        out.cardinalities = np.concatenate([self.cardinalities, sizes]).astype(np.int64)
+        if self.table_rows is not None:
+            out.table_rows = np.concatenate([self.table_rows, sizes]).astype(np.int64)
+        out.hotness = list(self.hotness) + [1] * len(sizes)
+        out.id_columns = np.concatenate([[0], np.cumsum(out.hotness)]).astype(np.int64)
+        out.id_dtype = np.result_type(self.id_dtype, np.int16)
+        return out
+
+    def bucket_ids(self, dense: np.ndarray, features: list[int] | None = None) -> np.ndarray:
+        """[n, features] bucket indices of the numerical values `dense` (as stored)."""
+        features = list(range(len(self.buckets))) if features is None else features
+        cols = [np.searchsorted(self.buckets[j], dense[:, j].astype(np.float32), side="right") for j in features]
+        return np.stack(cols, axis=1) if cols else np.zeros((len(dense), 0), np.int64)
+
+    def _fold(self, ids: np.ndarray, tables: list[int]) -> None:
+        if self.table_rows is not None and ids.size:
+            rows = np.repeat(self.table_rows[tables], [self.hotness[t] for t in tables])
+            ids[ids >= rows] = 0
+
     @property
     def num_numerical(self) -> int:
         return self.numerical.width if self.numerical else 0
@@ -130,21 +167,30 @@ class SplitBinaryDataset:
         n = end - start
         dense = self.numerical.read(start, end) if self.numerical else np.zeros((n, 0), np.float16)
         ids = np.empty((n, int(self.id_columns[-1])), dtype=self.id_dtype)
+        stored = int(self.id_columns[len(self.categorical)])  # then the buckets' columns
         for t, col in enumerate(self.categorical):
             ids[:, self.id_columns[t] : self.id_columns[t + 1]] = col.read(start, end)
         labels = self.label.read(start, end)[:, 0]
         if check_ids and n:
-            if ids.size:
-                self.check_ids(ids, start)
+            if stored:
+                self.check_ids(ids[:, :stored], start)
             self.check_values(dense, labels, start)
+        self._fold(ids[:, :stored], list(range(len(self.categorical))))
+        if self.buckets:
+            ids[:, stored:] = self.bucket_ids(dense)
         return RawBatch(dense, ids, labels, self.hotness if self.multi_hot else None)
 
     def read_tables(self, start: int, end: int, tables: list[int]) -> np.ndarray:
         """The id columns of `tables` for rows [start, end), [n, sum of their hotness], checked."""
-        cols = [self.categorical[t].read(start, end) for t in tables]
-        ids = np.concatenate(cols, axis=1) if cols else np.zeros((end - start, 0), self.id_dtype)
+        n_cat = len(self.categorical)
+        dense = self.numerical.read(start, end) if any(t >= n_cat for t in tables) else None
+        cols = [
+            self.categorical[t].read(start, end) if t < n_cat else self.bucket_ids(dense, [t - n_cat]) for t in tables
+        ]
+        ids = np.concatenate(cols, axis=1).astype(self.id_dtype) if cols else np.zeros((end - start, 0), self.id_dtype)
         if ids.size:
             self.check_ids(ids, start, tables)
+        self._fold(ids, list(tables))
         return ids
 
     def check_values(self, dense: np.ndarray, labels: np.ndarray, start: int) -> None:

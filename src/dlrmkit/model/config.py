@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -41,6 +42,16 @@ class ModelConfig:
     # factorization (None: full-rank W)
     dcn_layers: int = 3
     dcn_rank: int | None = None
+    # ids seen fewer than this many times in the training rows read as id 0 (data/id_counts.py):
+    # table_sizes then count the kept ids, and readers fold the others to 0
+    min_id_count: int = 1
+    # numerical inputs standardized after the transform: (x - mean) / std, the training rows' figures
+    # (--standardize-numerical; None: as they come)
+    numerical_mean: list[float] | None = None
+    numerical_std: list[float] | None = None
+    # --numerical-buckets: per numerical feature, the boundaries of its buckets; the last
+    # len(numerical_buckets) tables are the bucket tables (data/numerical_buckets.py)
+    numerical_buckets: list[list[float]] | None = None
 
     @property
     def table_dim(self) -> int:
@@ -60,6 +71,33 @@ class ModelConfig:
             raise DlrmkitError(f"dcn_layers must be an integer in [1, {MAX_DCN_LAYERS}], got {self.dcn_layers!r}")
         if self.dcn_rank is not None and not _int_in(self.dcn_rank, 1, MAX_DCN_RANK):
             raise DlrmkitError(f"dcn_rank must be an integer in [1, {MAX_DCN_RANK}] or unset, got {self.dcn_rank!r}")
+        if not _int_in(self.min_id_count, 1, 1 << 62):
+            raise DlrmkitError(f"min_id_count must be a positive integer, got {str(self.min_id_count)[:40]!r}")
+        for name in ("numerical_mean", "numerical_std"):
+            v = getattr(self, name)
+            if v is not None and (
+                not isinstance(v, list)
+                or len(v) != self.num_numerical
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+            ):
+                raise DlrmkitError(f"{name} must be {self.num_numerical} finite numbers or unset")
+        if self.numerical_std is not None and (self.numerical_mean is None or min(self.numerical_std, default=1) <= 0):
+            raise DlrmkitError("numerical_std must come with numerical_mean and be > 0")
+        if self.numerical_buckets is not None:
+            b = self.numerical_buckets
+            ok = isinstance(b, list) and len(b) == self.num_numerical and len(self.table_sizes) >= len(b)
+            ok = ok and all(
+                isinstance(x, list)
+                and len(x) <= 4096
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in x)
+                and all(u < v for u, v in zip(x, x[1:]))
+                for x in b
+            )
+            if not ok or [len(x) + 1 for x in b] != list(self.table_sizes[len(self.table_sizes) - len(b) :]):
+                raise DlrmkitError(
+                    "numerical_buckets must hold, per numerical feature, increasing finite boundaries whose "
+                    "bucket counts are the last table sizes"
+                )
         if self.numerical_transform not in ("none", "signed-log"):
             raise DlrmkitError(f"unknown numerical transform '{self.numerical_transform}' (choose none or signed-log)")
         if not isinstance(self.fm, bool) or not isinstance(self.deep, bool):

@@ -35,6 +35,9 @@ class DLRM(nn.Module):
             self.interaction = CatInteraction(num_features)
         self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False, dropout=cfg.dropout)
         self.fm = FMTerm() if cfg.fm else None
+        if cfg.numerical_mean is not None:  # from the config, not the state dict: a checkpoint's tensors stay as they were
+            self.register_buffer("numerical_mean", torch.tensor(cfg.numerical_mean, dtype=torch.float32), persistent=False)
+            self.register_buffer("numerical_std", torch.tensor(cfg.numerical_std, dtype=torch.float32), persistent=False)
 
     def reset_parameters(self, seed: int) -> None:
         """Deterministic initialization from `seed` (the same on every rank and world size)."""
@@ -59,6 +62,8 @@ class DLRM(nn.Module):
         """Click logits [B] for numerical features [B, F] and categorical ids."""
         if self.cfg.numerical_transform == "signed-log":
             dense = signed_log(dense)
+        if self.cfg.numerical_mean is not None:
+            dense = (dense.float() - self.numerical_mean) / self.numerical_std
         pooled = self.embeddings(ids)
         emb = pooled[..., :-1] if self.cfg.wide else pooled
         out = None

@@ -31,6 +31,23 @@ class ModelOptions:
         "applied by the model to numerical inputs (signed-log: sign(x) log(1+|x|), for raw values)",
         choices=("none", "signed-log"),
     )
+    min_id_count: int | None = option(
+        None,
+        "ids seen fewer than K times in the training rows share id 0 (rare/unseen); the tables keep the "
+        "others (default 1: every id its own row)",
+        parse=ct.positive_int,
+    )
+    standardize_numerical: bool | None = option(
+        None,
+        "standardize numerical inputs (after --numerical-transform) with the training rows' mean and "
+        "deviation, kept in the model's config (true/false; default false)",
+    )
+    numerical_buckets: int | None = option(
+        None,
+        "also read each numerical feature as a category: its bucket among N quantiles of the training "
+        "rows, with its own embedding row and wide weight (default 0: off)",
+        parse=ct.int_range(0, 1024),
+    )
     # ---- the interaction (dlrmkit.model.interaction) ----------------------------------------------
     interaction: str | None = option(
         None,

@@ -12,6 +12,7 @@ from dlrmkit.optim.names import ADAM_FAMILY, EMBEDDING_OPTIMIZERS, OPTIMIZERS, r
 from dlrmkit.optim.rowwise_adagrad import RowWiseAdagrad
 from dlrmkit.optim.sparse import SparseAdagrad, SparseSGD
 from dlrmkit.optim.split_sgd import SplitSGD
+from dlrmkit.optim.table_adam import TableAdam
 
 
 def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str = "fp32") -> None:
@@ -58,11 +59,12 @@ def build_optimizers(
     """[dense optimizer, sparse embedding optimizer] for a DLRM (anything with
     `dense_parameters()` and `embeddings`). split-SGD turns the model's weights into bf16 halves.
     `lamb_lr`: LAMB's own peak LR (default `lr`); the schedule scales both together.
-    `embedding_weight_decay`: lazy L2 on the touched table rows (Adagrad tables only).
+    `embedding_weight_decay`: L2 on the tables: lazy, on the touched rows (Adagrad), or on every
+    row (Adam).
     `dense_lr`: Adam/AdamW's own peak LR (default 0.001), scaled by the schedule with `lr`;
     `dense_weight_decay`: AdamW's decoupled weight decay (Adam: an L2 term in the gradient)."""
-    if embedding_weight_decay and resolve_embedding_optimizer(optimizer, embedding_optimizer) != "adagrad":
-        raise DlrmkitError("--embedding-weight-decay needs --embedding-optimizer adagrad")
+    if embedding_weight_decay and resolve_embedding_optimizer(optimizer, embedding_optimizer) not in ("adagrad", "adam"):
+        raise DlrmkitError("--embedding-weight-decay needs --embedding-optimizer adagrad or adam")
     check_choice(optimizer, embedding_optimizer, precision)
     dense = model.dense_parameters()
     # a rank that owns no table (more ranks than tables, table_wise) keeps an empty sparse optimizer:
@@ -91,6 +93,8 @@ def build_optimizers(
     if emb == "sgd":
         sparse_opt: Optimizer = SparseSGD(sparse, lr=lr)
         defer_table_grads(model.embeddings)
+    elif emb == "adam":
+        sparse_opt = TableAdam(sparse, lr=lr, weight_decay=embedding_weight_decay)
     elif emb == "adagrad":
         sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10, weight_decay=embedding_weight_decay)
         defer_table_grads(model.embeddings)

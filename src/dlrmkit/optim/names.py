@@ -3,7 +3,8 @@ from here while the parser is built, before torch is imported."""
 
 # the dense (MLP) optimizer; adam and adamw train the MLPs only, beside a sparse table optimizer
 OPTIMIZERS = ("sgd", "adagrad", "split-sgd", "lamb", "adam", "adamw")
-EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")  # the tables' sparse optimizer
+# the tables' optimizer: sparse row updates, or adam (dense over whole tables: small data)
+EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
 ADAM_FAMILY = ("adam", "adamw")  # dense optimizers with their own learning rate (--dense-lr)
 
 
@@ -20,4 +21,6 @@ def lr_family(optimizer: str, embedding_optimizer: str | None = None) -> str:
     MLPs) train with Adagrad, whose steps are normalized, else "sgd" (LAMB's own rate is --lamb-lr,
     Adam's --dense-lr)."""
     tables = resolve_embedding_optimizer(optimizer, embedding_optimizer)
+    if tables == "adam":
+        return "adam"
     return "adagrad" if optimizer == "adagrad" or tables in ("adagrad", "rowwise-adagrad") else "sgd"

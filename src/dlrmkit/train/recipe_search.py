@@ -15,6 +15,9 @@ from typing import Any
 NEAR_TIE_AUC = 0.002  # validation AUCs this close are a tie, broken by the lower log loss
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
 DEFAULT_BUDGET = 4  # candidates tried (the run itself trains the winner once more)
+# options that describe the deep part: a user who gives one asked for a deep model, so the
+# candidates without it (the regression) are not tried
+DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "bottom_mlp", "top_mlp", "dropout")
 # a candidate's trainer writes nothing and scores no test rows: its outputs are switched off
 QUIET = {
     "run_dir": None,
@@ -91,12 +94,16 @@ def train_candidate(cfg: Any) -> dict[str, float]:
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
     """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
-    candidates that come out the same are tried once). Returns (winner, tried)."""
+    candidates that come out the same are tried once; a user who gave a deep-model option
+    (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). Returns (winner, tried)."""
     from dlrmkit.options import flatten
 
     tried: list[Candidate] = []
     seen: list[dict] = []
-    for cand in candidates(num_numerical)[: max(budget, 1)]:
+    given = flatten(cfg)
+    deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
+    pool = [c for c in candidates(num_numerical) if not (deep_asked and c.values.get("deep") is False)]
+    for cand in pool[: max(budget, 1)]:
         trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
         apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
         values = flatten(trial)

@@ -282,8 +282,12 @@ def init_wide(model, train, val, data: str = "", batch_size: int = 65536) -> dic
     (table,) = model.embeddings.tables  # one width: the wide column is every row's last
     with torch.no_grad():
         table.weight[:, -1] = lr.ids.detach().to(table.weight.dtype)
-        w = lr.num.detach() / lr.std
+        w = lr.num.detach() / lr.std  # on x as the model's transform gives it
         bias = lr.bias.detach() - (w * lr.mean).sum()
+        if model.cfg.numerical_mean is not None:  # the model standardizes x itself: x = z * std + mean
+            mean = torch.tensor(model.cfg.numerical_mean, dtype=torch.float64)
+            bias = bias + (w * mean).sum()
+            w = w * torch.tensor(model.cfg.numerical_std, dtype=torch.float64)
         if model.linear is not None:
             model.linear.weight[0] = w.to(model.linear.weight.dtype)
             model.linear.bias[0] = bias.to(model.linear.bias.dtype)

@@ -3,6 +3,7 @@ and metrics. One process here; parallel training reuses these pieces around a sh
 
 from __future__ import annotations
 
+from dataclasses import replace
 import functools
 import json
 import math
@@ -28,9 +29,11 @@ from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.run_log import append_record
+from dlrmkit.data.id_counts import frequent_rows
+from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run
-from dlrmkit.train.regression import start_from_regression
+from dlrmkit.train.regression import numerical_stats, start_from_regression
 from dlrmkit.train.selection import BestWeights, validation_split
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
@@ -47,15 +50,34 @@ class Trainer:
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
+        # --min-id-count: the tables keep the ids seen often enough in the train mapping (data/id_counts.py)
+        tables = self.spec.cardinalities
+        if (cfg.model.min_id_count or 1) > 1:
+            tables = frequent_rows(self.train_set, cfg.model.min_id_count)
+            self.train_set, self.test_set = self.train_set.fold_ids(tables), self.test_set.fold_ids(tables)
         # model selection reads the validation rows only; the test mapping is scored once, at the end
         self.train_set, self.val_set, self.val_source = validation_split(
             self.spec, self.train_set, cfg.selection.val_fraction
         )
+        if self.val_set is not None and tables != self.spec.cardinalities:
+            self.val_set = self.val_set.fold_ids(tables)
+        buckets = None  # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py)
+        if (cfg.model.numerical_buckets or 0) > 0 and self.train_set.num_numerical:
+            buckets = quantile_boundaries(self.train_set, cfg.model.numerical_buckets)
+            self.train_set, self.test_set = self.train_set.with_buckets(buckets), self.test_set.with_buckets(buckets)
+            self.val_set = self.val_set.with_buckets(buckets) if self.val_set is not None else None
+            tables = [*tables, *(len(b) + 1 for b in buckets)]
         if self.val_set is None and cfg.selection.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
-        self.cfg, self.model_cfg = resolve_run(cfg, self.spec.cardinalities, self.train_set.num_numerical)
+        self.cfg, self.model_cfg = resolve_run(cfg, tables, self.train_set.num_numerical)
         cfg = self.cfg
+        if buckets is not None:
+            self.model_cfg = replace(self.model_cfg, numerical_buckets=buckets)
+        if cfg.model.standardize_numerical and self.train_set.num_numerical:  # the training rows' figures
+            signed = self.model_cfg.numerical_transform == "signed-log"
+            mean, std = numerical_stats(self.train_set, cfg.selection.eval_batch_size, signed)
+            self.model_cfg = replace(self.model_cfg, numerical_mean=mean.tolist(), numerical_std=std.tolist())
         if cfg.device.threads:
             torch.set_num_threads(cfg.device.threads)
         torch.manual_seed(cfg.seed)  # the RNG stream a checkpoint saves and --resume restores

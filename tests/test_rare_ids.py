@@ -1,0 +1,120 @@
+"""`--min-id-count`: ids seen fewer than K times in the training rows read as id 0, the tables
+keep the others, and train, evaluate and predict fold ids the same way; `--numerical-buckets`
+reads each numerical feature as a category too, from boundaries kept in the model's config;
+`--standardize-numerical` keeps the training rows' mean and deviation there."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from helpers import run_cli
+from dlrmkit.data.id_counts import frequent_rows
+from dlrmkit.data.split_binary import open_dataset
+from dlrmkit.errors import DatasetError
+
+
+def write_log(path, rows: int, seed: int = 0) -> None:
+    """label from a category `a`; `u` a user seen once in most rows (rare ids); `x` a raw count."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "x", "a", "u"])
+        for i in range(rows):
+            a = int(rng.integers(0, 8))
+            y = int(rng.random() < 1 / (1 + np.exp(-(a - 3.5) / 2)))
+            u = f"u{i}" if rng.random() < 0.7 else f"v{int(rng.integers(0, 30))}"
+            w.writerow([y, int(rng.integers(0, 5000)), f"a{a}", u])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rare")
+    write_log(root / "log.csv", 1200)
+    r = run_cli(
+        "transcode", "--input", root / "log.csv", "--out", root / "d", "--label", "y", "--numerical", "x",
+        "--categorical", "a,u", "--test-rows", "200", "--val-rows", "200",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    return root
+
+
+def test_frequent_rows_keep_the_ids_seen_often_enough_and_fold_the_rest(data):
+    spec, train, _ = open_dataset(str(data / "d"))
+    raw = train.read(0, len(train)).ids.astype(np.int64)
+    rows = frequent_rows(train, 2)
+    for t in range(2):
+        counts = np.bincount(raw[:, t], minlength=spec.cardinalities[t])
+        assert rows[t] == 1 + int((counts[1:] >= 2).sum())
+    assert rows[0] == spec.cardinalities[0] and rows[1] < spec.cardinalities[1] // 2  # users: mostly rare
+    folded = train.fold_ids(rows).read(0, len(train)).ids
+    kept = raw < np.asarray(rows)
+    assert (folded[kept] == raw[kept]).all() and (folded[~kept] == 0).all() and (~kept).any()
+    assert (train.fold_ids(rows).read_tables(0, 50, [1])[:, 0] == folded[:50, 1]).all()
+
+
+def test_bucket_tables_read_alike_whole_and_by_table(data):
+    _, train, _ = open_dataset(str(data / "d"))
+    view = train.fold_ids(frequent_rows(train, 2)).with_buckets([[100.0, 1000.0, 3000.0]])
+    batch = view.read(0, 300)
+    x = batch.dense[:, 0].astype(np.float32)
+    expect = (x >= 100).astype(int) + (x >= 1000) + (x >= 3000)
+    assert (batch.ids[:, 2] == expect).all() and set(expect) == {0, 1, 2, 3}
+    assert (view.read_tables(0, 300, [2, 1])[:, 0] == expect).all()
+    assert (view.read_tables(0, 300, [2, 1])[:, 1] == batch.ids[:, 1]).all()
+    assert list(view.cardinalities) == [*train.cardinalities, 4]
+
+
+def test_ids_not_numbered_by_count_are_refused(data, tmp_path):
+    import shutil
+
+    shutil.copytree(data / "d", tmp_path / "d")
+    path = tmp_path / "d" / "train" / "cat_1.bin"
+    spec, train, _ = open_dataset(str(tmp_path / "d"))
+    ids = np.fromfile(path, dtype=spec.dtype(spec.categorical_names[1]))
+    ids[ids == 1] = spec.cardinalities[1] - 1  # the most frequent user now has the last id
+    ids.tofile(path)
+    with pytest.raises(DatasetError, match="'cat_1.bin' is not numbered by descending training count"):
+        frequent_rows(open_dataset(str(tmp_path / "d"))[1], 2)
+
+
+def test_train_evaluate_and_predict_fold_rare_ids_alike(data, tmp_path):
+    run = tmp_path / "run"
+    r = run_cli(
+        "train", "--data", data / "d", "--run-dir", run, "--checkpoint-dir", tmp_path / "c", "--no-progress",
+        "--min-id-count", "2", "--standardize-numerical", "true", "--numerical-buckets", "8",
+        "--search-budget", "0", "--epochs", "2",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    spec, train, _ = open_dataset(str(data / "d"))
+    manifest = json.load(open(next((tmp_path / "c").glob("step_*")) / "manifest.json"))
+    mc = manifest["model_config"]
+    buckets = mc["numerical_buckets"]
+    values = train.read(0, len(train)).dense[:, 0].astype(np.float32)  # the train mapping (val rows apart)
+    assert buckets == [np.unique(np.quantile(values, np.linspace(0, 1, 9)[1:-1])).astype(np.float32).tolist()]
+    assert mc["table_sizes"] == frequent_rows(train, 2) + [len(buckets[0]) + 1] and mc["min_id_count"] == 2
+    stats = train.read(0, len(train)).dense.astype(np.float64)
+    stats = np.log1p(stats)  # raw counts: the recipe's signed-log transform
+    assert mc["numerical_mean"] == pytest.approx(stats.mean(0), rel=1e-4)
+    assert mc["numerical_std"] == pytest.approx(stats.std(0), rel=1e-3)
+    assert yaml.safe_load(open(run / "config.yaml"))["min-id-count"] == 2
+    metrics = json.load(open(run / "metrics.json"))
+    r = run_cli("evaluate", "--data", data / "d", "--checkpoint", tmp_path / "c", "--metrics-json", tmp_path / "e.json")
+    assert r.code == 0, r.err
+    assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(metrics["auc"], abs=1e-6)
+    r = run_cli(
+        "predict", "--checkpoint", tmp_path / "c", "--input", data / "log.csv", "--data", data / "d",
+        "--output", tmp_path / "p.csv",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    probs = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1)[:, -1]
+    assert len(probs) == 1200 and np.isfinite(probs).all()
+
+
+def test_min_id_count_below_one_is_refused_in_one_line(data, tmp_path):
+    r = run_cli("train", "--data", data / "d", "--run-dir", tmp_path / "r", "--min-id-count", "0")
+    assert r.code == 2 and "--min-id-count" in r.err
