@@ -44,6 +44,8 @@ VARIANTS: dict[str, dict] = {
     "regression-k2": {"deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2},
     "base-k2": {"min_id_count": 2},
     "base-k2-std": {"min_id_count": 2, "standardize_numerical": True},
+    "fm-k2-std": {"min_id_count": 2, "standardize_numerical": True, "fm": True},
+    "dropout-k2-std": {"min_id_count": 2, "standardize_numerical": True, "dropout": 0.2},
     "base-k2-std-b16": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 16},
     "base-k2-std-b32": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 32},
     "regression-k2-b32": {
@@ -51,6 +53,14 @@ VARIANTS: dict[str, dict] = {
     },  # fmt: skip
     "regression-k2-b16": {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "numerical_buckets": 16,
+    },  # fmt: skip
+    "wider-k2-std": {
+        "min_id_count": 2, "standardize_numerical": True, "embedding_dim": 16, "bottom_mlp": [64, 16],
+        "top_mlp": [64, 32, 1],
+    },  # fmt: skip
+    "wider-k2-std-b16": {
+        "min_id_count": 2, "standardize_numerical": True, "embedding_dim": 16, "bottom_mlp": [64, 16],
+        "top_mlp": [64, 32, 1], "numerical_buckets": 16,
     },  # fmt: skip
     "regression-k2-std": {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,

@@ -153,7 +153,7 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
     assert r.code == 0, r.err
-    assert "search: 4 candidate recipes on the validation rows" in r.out, r.out
+    assert "search: 5 candidate recipes on the validation rows" in r.out, r.out
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     # every test read (a non-empty one) comes after the last train and validation read
     nonempty = [x for x in reads if not x.endswith(":0")]
@@ -243,11 +243,11 @@ def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
     r = run_cli(
         "train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--epochs", "1",
-        "--interaction", "dcn", "--dcn-layers", "1", "--search-budget", "2",
+        "--interaction", "dcn", "--dcn-layers", "1", "--search-budget", "3",
     )  # fmt: skip
     assert r.code == 0, r.err
     tried = [line.split()[0] for line in r.out.splitlines() if "val AUC" in line and "best epoch" in line]
-    assert tried == ["dlrm+wide", "dlrm+wide+fm"], r.out
+    assert tried == ["dlrm+wide", "dlrm+wide,", "dlrm+wide+fm"], r.out  # the second: dlrm+wide, buckets
     assert yaml.safe_load(open(tmp_path / "run" / "config.yaml"))["interaction"] == "dcn"
 
 

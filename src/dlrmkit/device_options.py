@@ -34,4 +34,6 @@ class DeviceOptions:
         "(default {default})",
         choices=PRECISIONS,
     )
-    threads: int = option(0, "intra-op threads (default: torch's choice)", parse=ct.threads)
+    threads: int | None = option(
+        None, "intra-op threads (default: torch's choice; 1 in the small-data recipe)", parse=ct.threads
+    )

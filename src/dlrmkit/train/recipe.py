@@ -16,6 +16,7 @@ import numpy as np
 
 from dlrmkit.config import AUTO, get_preset, own_lr
 from dlrmkit.data.feature_spec import FeatureSpec
+from dlrmkit.data.id_counts import by_count, id_counts
 from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
 
 SMALL_ROWS = 100_000
@@ -50,8 +51,14 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
                 "patience": 3,
                 "restore_best": True,
                 "embedding_init_scale": 0.1,
+                "threads": 1,
             },
         )
+        r.values["standardize_numerical"] = bool(train.num_numerical)
+        counts = id_counts(train) if cards else []
+        singles = sum(int((c[1:] == 1).sum()) for c in counts)
+        if counts and by_count(counts) is None:  # ids numbered by count, as preprocess/transcode number them
+            r.values["min_id_count"] = 2
         r.reasons += [
             f"{rows:,} training rows (<= {SMALL_ROWS:,}): a plain DLRM overfits within an epoch here",
             f"{sum(cards):,} ids in {len(cards)} tables ({ids_per_row:.2f} per training row): narrow tables "
@@ -60,7 +67,15 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
             "it must at least match); tables start at 0.1 of the usual init (quiet rare ids, less seed variance)",
             "up to 30 epochs, evaluated on the validation rows each epoch, stop after 3 without improvement, "
             "restore the best weights",
+            "one thread: steps of 64 rows through MLPs this narrow gain nothing from a second",
         ]
+        if "min_id_count" in r.values:
+            r.reasons.append(
+                f"{singles:,} of {sum(cards):,} ids are seen once in the training rows: ids seen fewer than 2 times share "
+                "id 0, which then learns what a rare or new value means (--min-id-count 2)"
+            )
+        if train.num_numerical:
+            r.reasons.append("numerical inputs standardized with the training rows' mean and deviation")
     elif rows <= LARGE_ROWS:
         r = Recipe(
             "medium-data",

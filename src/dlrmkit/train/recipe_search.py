@@ -14,7 +14,8 @@ from typing import Any
 
 NEAR_TIE_AUC = 0.002  # validation AUCs this close are a tie, broken by the lower log loss
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
-DEFAULT_BUDGET = 4  # candidates tried (the run itself trains the winner once more)
+DEFAULT_BUDGET = 5  # candidates tried (the run itself trains the winner once more)
+BUCKETS = 16  # the buckets candidate's quantiles per numerical feature
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
 DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "bottom_mlp", "top_mlp", "dropout")
@@ -44,6 +45,13 @@ class Candidate:
 
 def candidates(num_numerical: int) -> list[Candidate]:
     """In the order tried (a smaller --search-budget keeps the first ones)."""
+    bucketed = [
+        Candidate(
+            "dlrm+wide, buckets",
+            {"numerical_buckets": BUCKETS},
+            f"the DLRM with its wide term, each numerical feature also a category ({BUCKETS} quantile buckets)",
+        )
+    ]
     return [
         Candidate(
             "regression",
@@ -51,6 +59,7 @@ def candidates(num_numerical: int) -> list[Candidate]:
             "the logistic regression inside the model (the wide term alone, C chosen on the validation rows)",
         ),
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
+        *(bucketed if num_numerical else []),
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
         Candidate("dlrm+wide, dropout", {"dropout": 0.2}, "the DLRM with its wide term, dropout 0.2 in the MLPs"),
     ]
