@@ -8,7 +8,8 @@ tables' Adagrad applied in backward; dlrmkit runs its own step (sparse row gradi
 Each library's steps are timed in alternating rounds (the machine is shared); the script prints
 the median step time and samples/s of each. With --ranks N each round is one torchrun job of N
 ranks (1 thread each) per library, every rank stepping its share of the global batch: dlrmkit's
-HybridParallel on its planner's plan, TorchRec's DistributedModelParallel on its planner's.
+HybridParallel on its planner's plan (given the bag sizes), TorchRec's DistributedModelParallel
+on its planner's. --profile times dlrmkit's step alone by phase and lists its top ops.
 docs/BENCHMARKS.md holds the figures.
 
 Needs torchrec and fbgemm-gpu-cpu, which dlrmkit does not depend on: a scratch virtualenv,
@@ -65,34 +66,40 @@ def dlrmkit_step(rows: list[int], lr: float, world: int = 1, global_batch: int =
     from dlrmkit.optim.build import build_optimizers
 
     cfg = ModelConfig(13, rows, DIM, BOTTOM, TOP, "dcn", dcn_layers=LAYERS, dcn_rank=RANK)
-    par = None
+    par = hybrid = None
     if world > 1:
+        from dlrmkit.data.loader import Batch
         from dlrmkit.parallel.dist import batch_split, init_distributed
         from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
-        from dlrmkit.parallel.plan import make_plan
+        from dlrmkit.parallel.plan import host_replica_budget, make_plan
         from dlrmkit.parallel.sharded_embedding import DistIds
 
         ctx = init_distributed()
         model = DLRM(cfg, embedding_device="meta")
-        plan = make_plan(rows, DIM, world, "auto", None, global_batch, optimizer_state=1)
+        # as train plans a CPU job of ranks on one host, with the bag sizes
+        plan = make_plan(
+            rows, DIM, world, "auto", None, global_batch, optimizer_state=1,
+            replicate_memory=host_replica_budget(world), bags=MLPERF_BAGS,
+        )  # fmt: skip
         par = HybridParallel(model, plan, ctx, ParallelConfig(sharding="auto"), seed=0)
         sizes = batch_split(global_batch, world)
     else:
         model = DLRM(cfg)
         model.reset_parameters(0)
     opts = build_optimizers(model, "adagrad", lr)
+    if par is not None:
+        hybrid = par.make_step(opts, gate=False)  # parallel/hybrid_step.py, as train steps
 
     def step(dense, lengths, values, labels) -> float:
         offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
         torch.cumsum(lengths, 0, out=offsets[1:])
         ids = JaggedIds(values, offsets, len(labels))
+        if hybrid is not None:
+            return float(hybrid(Batch(dense, DistIds(ids, sizes), labels)))
         for o in opts:
             o.zero_grad()
-        if par is not None:
-            loss = par.loss_backward(model(dense, DistIds(ids, sizes)), labels, global_batch)
-        else:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
-            loss.backward()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+        loss.backward()
         for o in opts:
             o.step()
         return float(loss)
@@ -206,10 +213,15 @@ def main() -> None:
     p.add_argument(
         "--ranks", type=int, default=1, help="torchrun ranks per library, 1 thread each (default 1: in process)"
     )
+    p.add_argument(
+        "--profile", action="store_true", help="dlrmkit's step only: its phases and top ops (torch.profiler)"
+    )
     p.add_argument("--worker", choices=("dlrmkit", "torchrec"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.profile:
+        return profile_dlrmkit(args)
     if args.ranks > 1:
         times = {"dlrmkit": [], "torchrec": []}
         for _ in range(args.rounds):
@@ -233,6 +245,56 @@ def main() -> None:
                 step(*b)
             times[name].append((time.perf_counter() - t0) / args.steps)
     report(args, times, f"{torch.get_num_threads()} threads", sum(rows))
+
+
+def profile_dlrmkit(args) -> None:
+    """Where dlrmkit's step goes: median phase times (forward, backward, dense and table
+    optimizers) over `--steps` steps, then the top ops by self CPU time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.model.embedding import JaggedIds
+    from dlrmkit.optim.build import build_optimizers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = [max(1, int(n * args.scale)) for n in MLPERF_ROWS]
+    model = DLRM(ModelConfig(13, rows, DIM, BOTTOM, TOP, "dcn", dcn_layers=LAYERS, dcn_rank=RANK))
+    model.reset_parameters(0)
+    opts = build_optimizers(model, "adagrad", args.lr)
+    phases: dict[str, list[float]] = {"forward": [], "backward": [], "dense optimizer": [], "table optimizer": []}
+
+    def step(dense, lengths, values, labels, timed: bool = True) -> None:
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        for o in opts:
+            o.zero_grad()
+        t = [time.perf_counter()]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            model(dense, JaggedIds(values, offsets, len(labels))), labels
+        )
+        t.append(time.perf_counter())
+        loss.backward()
+        t.append(time.perf_counter())
+        for o in opts:
+            o.step()
+            t.append(time.perf_counter())
+        if timed:
+            for name, a, b in zip(phases, t, t[1:]):
+                phases[name].append(b - a)
+
+    data = batches(rows, MLPERF_BAGS, args.batch, args.steps + 2)
+    for b in data[:2]:
+        step(*b, timed=False)
+    for b in data[2:]:
+        step(*b)
+    print(f"dlrmkit DLRM-DCNv2 step, batch {args.batch}, {torch.get_num_threads()} threads, medians of {args.steps}:")
+    for name, ts in phases.items():
+        print(f"  {name:<16} {statistics.median(ts) * 1e3:8.1f} ms")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in data[2:4]:
+            step(*b, timed=False)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
 def report(args, times: dict[str, list[float]], how: str, rows: int) -> None:

@@ -28,7 +28,7 @@ CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
 CFG_DCN = ModelConfig(4, TABLES, 16, [16], [16, 1], interaction="dcn", dcn_layers=2, dcn_rank=8)
 FIXED_BAGS = [3, 2, 1, 5, 4]
 GLOBAL_BATCH, STEPS = 50, 4
-LR = {"sgd": 0.5, "adagrad": 0.05}
+LR = {"sgd": 0.5, "adagrad": 0.05, "rowwise-adagrad": 0.05}
 PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"])
     "data_parallel": ("data_parallel", "sgd", False, False),
     "table_wise": ("table_wise", "sgd", False, False),
@@ -46,7 +46,16 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     "dcn_row_wise": ("row_wise", "adagrad", "fixed", True),
     "dcn_auto_full_rank": ("auto", "sgd", "fixed", False),
     "replicated_dcn": ("data_parallel", "adagrad", "fixed", False),
+    # row-wise Adagrad tables (one accumulator per row), read by bag like the element-wise ones
+    "dcn_row_wise_rowwise_adagrad": ("row_wise", "rowwise-adagrad", "fixed", False),
+    "replicated_rows_rowwise_adagrad": ("data_parallel", "rowwise-adagrad", True, False, "exchanged"),
 }
+
+
+def optimizers_of(model, opt_name: str) -> list:
+    if opt_name == "rowwise-adagrad":
+        return build_optimizers(model, "adagrad", LR[opt_name], embedding_optimizer="rowwise-adagrad")
+    return build_optimizers(model, opt_name, LR[opt_name])
 
 
 def config_of(name: str) -> ModelConfig:
@@ -127,7 +136,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     if not distributed:
         model = DLRM(config_of(name))
         model.reset_parameters(7)
-        opts = build_optimizers(model, opt_name, LR[opt_name])
+        opts = optimizers_of(model, opt_name)
         for step in range(STEPS):
             dense, ids, labels = data(step, multi_hot)
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -144,7 +153,7 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
         model = DLRM(config_of(name), embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
         par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap, bool(exchanged)), seed=7)
-        opts = build_optimizers(model, opt_name, LR[opt_name])
+        opts = optimizers_of(model, opt_name)
         train_step = par.make_step(opts, gate=False)  # parallel/hybrid_step.py
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)

@@ -44,7 +44,39 @@ def test_plan_of_the_mlperf_multi_hot_preset(world):
     assert r.code == 0, r.err
     assert "multi-hot: 214 ids per sample" in r.out and f"26 tables on {world} ranks" in r.out
     lookups = [int(m.replace(",", "")) for m in re.findall(r"^\s+\d+\s+[\d.]+ \w+\s+([\d,]+)", r.out, re.M)]
-    assert len(lookups) == world and max(lookups) >= 65536 * 100 // 2  # the 100-id bags land somewhere
+    assert len(lookups) == world
+    # the 100-id table is cut row-wise, and the plan says so: no rank takes its 6.5M lookups alone
+    assert "note: table 20 (100 ids per sample, 6,553,600 lookups per step) row-wise over" in r.out
+    assert max(lookups) < 65536 * 100 // 2
+
+
+def test_bags_spread_a_hot_table_and_the_lookup_ratio_falls():
+    """The planner told the bag sizes cuts the hot multi-hot table row-wise and places shards by
+    lookups as well as memory: the max/min lookups per rank fall (against the memory-only plan of
+    the same tables, bags set afterwards, as plans were made before), every rank's memory stays
+    within the device, and the plan still tiles every table."""
+    from dlrmkit.commands.plan import MULTI_HOT_TABLES
+    from dlrmkit.parallel.plan import GiB
+
+    rows, dim, bags, _ = MULTI_HOT_TABLES["criteo-1tb-mlperf-multihot"]
+    memory_only = make_plan(rows, dim, 8, "auto", 80 * GiB, 65536, optimizer_state=1.0)
+    for tp, k in zip(memory_only.tables, bags):
+        tp.bag = k
+    balanced = make_plan(rows, dim, 8, "auto", 80 * GiB, 65536, optimizer_state=1.0, bags=bags)
+
+    def ratio(plan, field):
+        values = [st[field] for st in plan.rank_stats()]
+        return max(values) / min(values)
+
+    hot = balanced.tables[bags.index(100)]
+    assert hot.strategy == "row_wise" and len({s.rank for s in hot.shards}) >= 4
+    assert memory_only.tables[bags.index(100)].strategy != "row_wise"
+    assert ratio(memory_only, "lookups") > 8 and ratio(balanced, "lookups") < 2.5
+    assert ratio(balanced, "lookup_bytes") < ratio(memory_only, "lookup_bytes") / 2
+    assert max(st["memory"] for st in balanced.rank_stats()) <= 80 * GiB
+    assert sum(st["lookups"] for st in balanced.rank_stats()) <= sum(st["lookups"] for st in memory_only.rank_stats())
+    assert any("row-wise over" in note for note in balanced.notes)
+    balanced.validate()
 
 
 def test_simulated_step_of_the_multi_hot_dcn_model_is_longer():

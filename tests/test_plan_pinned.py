@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dlrmkit.commands.plan import MULTI_HOT_TABLES
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.parallel.plan import GiB, PRESET_TABLES, make_plan
 
@@ -60,13 +61,21 @@ CASES: dict[str, tuple] = {
     "113b-auto-100-24GiB": ("criteo-1tb-113b", 128, 100, "auto", {"device_memory": 24 * GiB}),
     "113b-auto-4-80GiB-refused": ("criteo-1tb-113b", 128, 4, "auto", {"device_memory": 80 * GiB}),
     "replicated-too-large-refused": ([1000, 1500], 64, 2, "auto", {"device_memory": 1 << 20}),
+    # MLPerf DLRM-DCNv2's bags: the hot tables cut row-wise, placement balancing lookups and memory
+    "mlperf-multihot-auto-8-80GiB-adagrad": (
+        "criteo-1tb-mlperf-multihot",
+        128,
+        8,
+        "auto",
+        {"device_memory": 80 * GiB, "optimizer_state": 1.0, "bags": MULTI_HOT_TABLES["criteo-1tb-mlperf-multihot"][2]},
+    ),
 }
 
 
 def outcome(name: str) -> dict:
     """What the planner gives for case `name`: its plan, figures and report, or its refusal."""
     tables, dim, world, strategy, kw = CASES[name]
-    rows = PRESET_TABLES[tables][0] if isinstance(tables, str) else tables
+    rows = (PRESET_TABLES.get(tables) or MULTI_HOT_TABLES[tables])[0] if isinstance(tables, str) else tables
     try:
         plan = make_plan(rows, dim, world, strategy, **kw)
     except DlrmkitError as exc:

@@ -153,18 +153,19 @@ def model_config_of(path: str, manifest: dict[str, Any]):
 
 
 def model_bytes(cfg: Any, tables: bool = True) -> int:
-    """Bytes a DLRM of `cfg` allocates (fp32 weights, interaction index buffers), computed from
-    the config alone, so a manifest describing a model larger than memory is refused before
-    anything is allocated. `tables` False: the MLPs only (the tables are sharded elsewhere)."""
-    n = len(cfg.table_sizes) + int(cfg.num_numerical > 0)
-    pairs = n * (n + 1) // 2 if cfg.self_interaction else n * (n - 1) // 2
-    d = cfg.embedding_dim
-    top_in = ((d if cfg.num_numerical > 0 else 0) + pairs) if cfg.interaction == "dot" else d * n
-    widths = [[cfg.num_numerical, *cfg.bottom_mlp], [top_in, *cfg.top_mlp]]
-    params = sum(a * b + b for w in widths for a, b in zip(w, w[1:])) + cfg.num_numerical + 1
-    if tables:
-        params += sum(cfg.table_sizes) * cfg.table_dim
-    return 4 * params + 3 * 8 * pairs
+    """Bytes a DLRM of `cfg` allocates: every parameter and buffer the model holds (MLPs, tables,
+    the cross network's layers, the wide and FM terms, interaction index buffers), counted on a
+    model built on the meta device, so a manifest describing a model larger than memory is
+    refused before anything is allocated. `tables` False: without the tables (sharded elsewhere)."""
+    import torch
+
+    from dlrmkit.model.dlrm import DLRM
+
+    with torch.device("meta"):
+        model = DLRM(cfg)
+    skip = set() if tables else {id(t) for t in model.embeddings.parameters()}
+    held = [t for t in (*model.parameters(), *model.buffers()) if id(t) not in skip]
+    return sum(t.numel() * t.element_size() for t in held)
 
 
 def check_model_fits(path: str, cfg: Any, tables: bool = True) -> None:

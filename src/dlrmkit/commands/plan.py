@@ -233,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
         min_rows_sharded=args.min_rows_sharded,
         # a CPU job (no --device-memory), its ranks on this host: what train's planner sees there
         replicate_memory=host_replica_budget(args.world_size) if memory is None else None,
+        # a table preset's bag sizes: placement balances lookups too (train's planner sees no bags)
+        bags=bags if not args.data else None,
     )
     for tp, k in zip(plan.tables, bags or []):  # lookups, id bytes and buffers per id of each bag
         tp.bag = k

@@ -197,9 +197,11 @@ class FusedTable(nn.Module):
     def __init__(self, table_sizes: list[int], dim: int, device: torch.device | str | None = None):
         super().__init__()
         self.table_sizes, self.dim = list(table_sizes), dim
-        offsets = torch.tensor([0] + list(table_sizes), dtype=torch.int64).cumsum(0)
-        self.register_buffer("row_offsets", offsets[:-1].clone(), persistent=False)
-        self.weight = nn.Parameter(torch.empty(int(offsets[-1]), dim, device=device))
+        starts = [0]
+        for rows in self.table_sizes[:-1]:
+            starts.append(starts[-1] + rows)
+        self.register_buffer("row_offsets", torch.tensor(starts, dtype=torch.int64), persistent=False)
+        self.weight = nn.Parameter(torch.empty(sum(self.table_sizes), dim, device=device))
         self.deferred = False
 
     def defer_grads(self) -> None:

@@ -31,8 +31,8 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
 
 
 def defer_table_grads(embeddings: torch.nn.Module) -> None:
-    """Split-SGD and SparseSGD read table gradients by bag when the fused kernel is available (no
-    per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
+    """Split-SGD, SparseSGD and the Adagrads read table gradients by bag when the fused kernel is
+    available (no per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
     the data-parallel all-reduce needs them."""
     from dlrmkit.model.embedding import FusedTable
     from dlrmkit.optim.split_sgd_kernel import fused_kernel
@@ -77,7 +77,7 @@ def build_optimizers(
     if optimizer == "sgd":
         dense_opt: Optimizer = torch.optim.SGD(dense, lr=lr)
     elif optimizer == "adagrad":
-        dense_opt = torch.optim.Adagrad(dense, lr=lr, eps=1e-10)
+        dense_opt = dense_adagrad(dense, lr)
     elif optimizer in ADAM_FAMILY:
         dense_opt = ScaledAdam(
             dense,
@@ -97,9 +97,27 @@ def build_optimizers(
         sparse_opt = TableAdam(sparse, lr=lr, weight_decay=embedding_weight_decay)
     elif emb == "adagrad":
         sparse_opt = SparseAdagrad(sparse, lr=lr, eps=1e-10, weight_decay=embedding_weight_decay)
+        defer_table_grads(model.embeddings)
     else:
         sparse_opt = RowWiseAdagrad(sparse, lr=lr, eps=1e-10)
+        defer_table_grads(model.embeddings)
     return [dense_opt, sparse_opt]
+
+
+def dense_adagrad(params: list, lr: float) -> Optimizer:
+    """torch's Adagrad for the MLPs, as one fused kernel per parameter when they all live on the CPU
+    (torch's fused CPU Adagrad: several times faster than its per-op loop, docs/BENCHMARKS.md). The
+    choice is this process's: a checkpoint's saved flag is put back after loading (a CPU run's
+    state may resume on a GPU, where torch has no fused Adagrad)."""
+    fused = bool(params) and all(p.device.type == "cpu" and p.dtype in (torch.float32, torch.bfloat16) for p in params)
+    opt = torch.optim.Adagrad(params, lr=lr, eps=1e-10, fused=fused or None)
+
+    def keep_fused(optimizer: Optimizer) -> None:
+        for group in optimizer.param_groups:
+            group["fused"] = fused or None
+
+    opt.register_load_state_dict_post_hook(keep_fused)
+    return opt
 
 
 class ScaledAdam(torch.optim.AdamW):

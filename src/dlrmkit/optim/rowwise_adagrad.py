@@ -1,13 +1,16 @@
 """Row-wise Adagrad for embedding tables (FBGEMM's EXACT_ROWWISE_ADAGRAD, MLPerf DLRM v2): one
 fp32 accumulator per row instead of one per element, so the optimizer state costs 4 bytes per
-row rather than 4 bytes per weight. Only the rows a batch touches are read and written."""
+row rather than 4 bytes per weight. Only the rows a batch touches are read and written. Tables that
+defer their gradients (FusedTable.defer_grads) are updated by the fused kernel, each row's lookups
+summed straight from the pooled gradient (split_sgd_kernel.fused_adagrad_bag_step)."""
 
 from __future__ import annotations
 
 import torch
 from torch.optim import Optimizer
 
-from dlrmkit.optim.sparse import sparse_parts
+from dlrmkit.optim.sparse import clear_bag_grads, sparse_parts, take_bag_grad
+from dlrmkit.optim.split_sgd_kernel import fused_adagrad_bag_step
 
 
 class RowWiseAdagrad(Optimizer):
@@ -24,20 +27,30 @@ class RowWiseAdagrad(Optimizer):
                     (p.shape[0],), initial_accumulator_value, dtype=torch.float32, device=p.device
                 )
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        clear_bag_grads(self)
+
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                rows, values = sparse_parts(p.grad, coalesce=False)
-                if rows.numel() == 0:
-                    continue
-                uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
-                g = torch.zeros(len(uniq), values.shape[1], dtype=torch.float32, device=values.device)
-                g.index_add_(0, inverse, values.float())
-                acc = self.state[p]["sum"]
-                acc.index_add_(0, uniq, g.square().mean(1))
-                scale = acc.index_select(0, uniq).sqrt_().add_(group["eps"]).reciprocal_()
-                p.index_add_(0, uniq, (g * scale.unsqueeze(1)).to(p.dtype), alpha=-group["lr"])
+                bag_grad = take_bag_grad(p)  # deferred table gradient: read by bag
+                acc, lr, eps = self.state[p]["sum"], group["lr"], group["eps"]
+                if bag_grad is not None and not fused_adagrad_bag_step(p, acc, bag_grad, lr, eps):
+                    self._sparse_step(p, group, bag_grad.to_sparse(p.shape))
+                if p.grad is not None:
+                    self._sparse_step(p, group, p.grad)
         return None
+
+    def _sparse_step(self, p: torch.Tensor, group: dict, grad: torch.Tensor) -> None:
+        rows, values = sparse_parts(grad, coalesce=False)
+        if rows.numel() == 0:
+            return
+        uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+        g = torch.zeros(len(uniq), values.shape[1], dtype=torch.float32, device=values.device)
+        g.index_add_(0, inverse, values.float())
+        acc = self.state[p]["sum"]
+        acc.index_add_(0, uniq, g.square().mean(1))
+        scale = acc.index_select(0, uniq).sqrt_().add_(group["eps"]).reciprocal_()
+        p.index_add_(0, uniq, (g * scale.unsqueeze(1)).to(p.dtype), alpha=-group["lr"])

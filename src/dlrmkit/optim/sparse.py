@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
-from dlrmkit.optim.split_sgd_kernel import fused_sgd_bag_step
+from dlrmkit.optim.split_sgd_kernel import fused_adagrad_bag_step, fused_sgd_bag_step
 
 
 def sparse_parts(grad: torch.Tensor, coalesce: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,6 +26,23 @@ def take_bag_grads(p: torch.Tensor) -> list:
     taken = list(pending)
     pending.clear()
     return taken
+
+
+def take_bag_grad(p: torch.Tensor):
+    """The deferred gradients waiting on `p` as one embedding.BagGrad (several, as from a weight
+    looked up twice in a step, are concatenated in order), handed over once; None when there are none.
+    Adagrad needs the step's whole gradient at once: it sums each row's lookups before its step."""
+    taken = take_bag_grads(p)
+    if len(taken) <= 1:
+        return taken[0] if taken else None
+    starts = [0]
+    for g in taken[:-1]:
+        starts.append(starts[-1] + len(g.grad))
+    return type(taken[0])(
+        torch.cat([g.rows for g in taken]),
+        torch.cat([g.bags + s for g, s in zip(taken, starts)]),
+        torch.cat([g.grad.reshape(len(g.grad), -1) for g in taken]),
+    )
 
 
 def clear_bag_grads(opt: Optimizer) -> None:
@@ -68,6 +85,8 @@ class SparseSGD(Optimizer):
 class SparseAdagrad(Optimizer):
     """Adagrad on touched rows with an element-wise accumulator, as torch.optim.Adagrad does for
     sparse gradients: duplicates are summed first, then acc += g^2, w -= lr * g / (sqrt(acc) + eps).
+    Tables that defer their gradients (FusedTable.defer_grads) are updated by the fused kernel, each
+    row's lookups summed straight from the pooled gradient (split_sgd_kernel.fused_adagrad_bag_step).
     `weight_decay` adds wd * w to the gradient of the rows a batch touches (lazy L2: rare ids are
     pulled to 0 as often as they are seen, the regularization small data needs)."""
 
@@ -87,18 +106,28 @@ class SparseAdagrad(Optimizer):
             for p in group["params"]:
                 self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value, dtype=torch.float32)
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        clear_bag_grads(self)
+
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                rows, g = sparse_parts(p.grad, coalesce=True)
-                g = g.float()
-                if group["weight_decay"]:
-                    g = g + group["weight_decay"] * p.index_select(0, rows).float()
-                acc = self.state[p]["sum"]
-                acc.index_add_(0, rows, g * g)
-                update = g / acc.index_select(0, rows).sqrt_().add_(group["eps"])
-                p.index_add_(0, rows, update.to(p.dtype), alpha=-group["lr"])
+                bag_grad = take_bag_grad(p)  # deferred table gradient: read by bag
+                acc, lr, eps, decay = self.state[p]["sum"], group["lr"], group["eps"], group["weight_decay"]
+                if bag_grad is not None and not fused_adagrad_bag_step(p, acc, bag_grad, lr, eps, decay):
+                    self._sparse_step(p, group, bag_grad.to_sparse(p.shape))
+                if p.grad is not None:
+                    self._sparse_step(p, group, p.grad)
         return None
+
+    def _sparse_step(self, p: torch.Tensor, group: dict, grad: torch.Tensor) -> None:
+        rows, g = sparse_parts(grad, coalesce=True)
+        g = g.float()
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p.index_select(0, rows).float()
+        acc = self.state[p]["sum"]
+        acc.index_add_(0, rows, g * g)
+        update = g / acc.index_select(0, rows).sqrt_().add_(group["eps"])
+        p.index_add_(0, rows, update.to(p.dtype), alpha=-group["lr"])

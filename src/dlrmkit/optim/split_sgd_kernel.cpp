@@ -1,4 +1,4 @@
-// Fused sparse row updates: split-SGD (bf16 hi + int16 lo halves) and plain SGD on fp32 tables;
+// Fused sparse row updates: split-SGD (bf16 hi + int16 lo halves), plain SGD and Adagrad on fp32 tables;
 // and split-SGD's dense step in one pass; see split_sgd_kernel.py for why. Built by torch.utils.cpp_extension.load.
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
@@ -188,6 +188,90 @@ static void sgd_rows(const at::Tensor& weight, const at::Tensor& rows, const at:
   }
 }
 
+// Adagrad of one row from the summed gradient g (fp32, d values; overwritten): with decay, g += decay * w;
+// element-wise: acc += g * g, w = fma(g / (sqrt(acc) + eps), -lr, w); row-wise (one accumulator per row):
+// acc += mean(g * g), w = fma(g * (1 / (sqrt(acc) + eps)), -lr, w). The operations SparseAdagrad and
+// RowWiseAdagrad run on the coalesced rows, in the same order.
+template <bool RowWise>
+[[gnu::always_inline]] static inline void adagrad_row(float* __restrict w, float* __restrict acc, float* __restrict g,
+                                                      int64_t d, float lr, float eps, float decay) {
+  if (decay != 0.f) {
+    for (int64_t j = 0; j < d; ++j) g[j] = g[j] + decay * w[j];
+  }
+  if constexpr (RowWise) {
+    float sq = 0.f;
+    for (int64_t j = 0; j < d; ++j) sq += g[j] * g[j];
+    acc[0] = acc[0] + sq / float(d);
+    const float scale = 1.f / (__builtin_sqrtf(acc[0]) + eps);
+    for (int64_t j = 0; j < d; ++j) w[j] = __builtin_fmaf(g[j] * scale, -lr, w[j]);
+  } else {
+    for (int64_t j = 0; j < d; ++j) {
+      acc[j] = acc[j] + g[j] * g[j];
+      w[j] = __builtin_fmaf(g[j] / (__builtin_sqrtf(acc[j]) + eps), -lr, w[j]);
+    }
+  }
+}
+
+// Lookups [b, e) of rows sorted ascending: each run of one row sums its gradient rows (g[bags[i]] or
+// g[i]) in lookup order, then takes one Adagrad step.
+template <bool RowWise, typename G>
+DLRMKIT_CLONES static void adagrad_runs(float* w, float* acc, const int64_t* rows, const int64_t* bags, const G* g,
+                                        int64_t b, int64_t e, int64_t d, float lr, float eps, float decay) {
+  std::vector<float> sum(d);
+  float* s = sum.data();
+  for (int64_t i = b; i < e;) {
+    const int64_t r = rows[i];
+    if (i + kAhead < e) {  // the row kAhead lookups on: fetch its weight and accumulator now
+      const int64_t ahead = rows[i + kAhead] * d;
+      for (int64_t j = 0; j < d; j += 16) {
+        __builtin_prefetch(w + ahead + j, 1);
+        if constexpr (!RowWise) __builtin_prefetch(acc + ahead + j, 1);
+      }
+    }
+    const G* first = g + (bags ? bags[i] : i) * d;
+    for (int64_t j = 0; j < d; ++j) s[j] = grad_at(first, j);
+    for (++i; i < e && rows[i] == r; ++i) {
+      const G* gr = g + (bags ? bags[i] : i) * d;
+      for (int64_t j = 0; j < d; ++j) s[j] += grad_at(gr, j);
+    }
+    adagrad_row<RowWise>(w + r * d, RowWise ? acc + r : acc + r * d, s, d, lr, eps, decay);
+  }
+}
+
+// In place: Adagrad on the rows the lookups touch, each row's gradient the sum of its lookups'
+// (g[bags[i]], or g[i] without bags), `rows` sorted. acc: [num_rows, d] (element-wise) or [num_rows] (row-wise).
+static void adagrad_rows(const at::Tensor& weight, const at::Tensor& acc, const at::Tensor& rows,
+                         const at::Tensor& values, const std::optional<at::Tensor>& bags, double lr, double eps,
+                         double decay) {
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() && weight.scalar_type() == at::kFloat, "weight: contiguous 2-d fp32");
+  const bool rowwise = acc.dim() == 1;
+  TORCH_CHECK(acc.is_contiguous() && acc.scalar_type() == at::kFloat && acc.size(0) == weight.size(0) &&
+                  (rowwise || acc.sizes() == weight.sizes()),
+              "acc: contiguous fp32, [rows] or shaped like weight");
+  const int64_t n = rows.size(0), d = weight.size(1);
+  auto [bag, sorted] = check_lookups(weight.size(0), d, rows, values, bags);
+  TORCH_CHECK(sorted, "rows: sorted ascending");
+  const int64_t* r = rows.data_ptr<int64_t>();
+  float* w = weight.data_ptr<float>();
+  float* a = acc.data_ptr<float>();
+  const float l = float(lr), ep = float(eps), dc = float(decay);
+  const bool bf16 = values.scalar_type() == at::kBFloat16;
+  at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {
+    while (b > 0 && b < e && r[b] == r[b - 1]) ++b;  // that row belongs to the previous range
+    while (e < n && e > 0 && r[e] == r[e - 1]) ++e;  // finish the last row here
+    if (b >= e) return;
+    if (bf16) {
+      auto* g = reinterpret_cast<const uint16_t*>(values.data_ptr());
+      rowwise ? adagrad_runs<true, uint16_t>(w, a, r, bag, g, b, e, d, l, ep, dc)
+              : adagrad_runs<false, uint16_t>(w, a, r, bag, g, b, e, d, l, ep, dc);
+    } else {
+      const float* g = values.data_ptr<float>();
+      rowwise ? adagrad_runs<true, float>(w, a, r, bag, g, b, e, d, l, ep, dc)
+              : adagrad_runs<false, float>(w, a, r, bag, g, b, e, d, l, ep, dc);
+    }
+  });
+}
+
 template <typename G>
 DLRMKIT_CLONES static void dense_range(uint16_t* hi, uint16_t* lo, const G* g, int64_t begin, int64_t end, float alpha) {
   row_update<G>(hi + begin, lo + begin, g + begin, end - begin, alpha);
@@ -218,5 +302,8 @@ TORCH_LIBRARY(dlrmkit_split_sgd, m) {
   m.def("split_sgd_rows(Tensor(a!) hi, Tensor(b!) lo, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()",
         &split_sgd_rows);
   m.def("sgd_rows(Tensor(a!) weight, Tensor rows, Tensor values, float alpha, Tensor? bags=None) -> ()", &sgd_rows);
+  m.def("adagrad_rows(Tensor(a!) weight, Tensor(b!) acc, Tensor rows, Tensor values, Tensor? bags, float lr, float eps, "
+        "float decay) -> ()",
+        &adagrad_rows);
   m.def("isa_level() -> int", [] { return isa_level(); });
 }

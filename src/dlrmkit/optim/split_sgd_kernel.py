@@ -1,5 +1,5 @@
-"""Fused C++ row updates for split-SGD's sparse step and for plain SGD of fp32 tables read by bag,
-and split-SGD's dense step in one pass (optional fast paths).
+"""Fused C++ row updates for split-SGD's sparse step, for plain SGD and Adagrad of fp32 tables read
+by bag, and split-SGD's dense step in one pass (optional fast paths).
 
 The pure-torch sparse step gathers the touched rows' halves, joins them, index_add_s and scatters
 both halves back: five passes and three fresh buffers over the touched rows. This kernel walks the
@@ -9,6 +9,10 @@ fused multiply-add (checked below), in lookup order, so the result is bit-identi
 update. Every row's lookups stay in order on one thread: a sorted gradient is split across threads
 at row boundaries; an unsorted one (narrow tables skip the sort) is walked by every thread, each
 updating only the blocks of rows it owns.
+
+Adagrad (element-wise or row-wise) reads a table's deferred gradient sorted by row: each row's lookups
+are summed from the pooled gradient in lookup order into one fp32 row, which then takes the step
+SparseAdagrad/RowWiseAdagrad take on a coalesced row; no per-lookup gradient rows, no coalesce.
 
 Built on first use (needs a C++ compiler and ninja) into a folder of TORCH_EXTENSIONS_DIR named by
 the source's hash, and loaded from there afterwards (kernel_build: no lock that a killed process can
@@ -43,7 +47,7 @@ def _build():
     without -fopenmp it runs on one thread (measured: 2 threads took as long as 1), so OpenMP is
     tried first (the soname resolves to torch's own libgomp at run time) and a serial build is the
     fallback."""
-    flags = ("-O3", "-ffp-contract=off")
+    flags = ("-O3", "-ffp-contract=off", "-fno-math-errno")  # errno-free sqrtf: the Adagrad loop vectorizes
     try:
         load_kernel(KernelBuild(_SOURCE, (*flags, "-fopenmp"), ("-fopenmp",)))
     except KernelBuildError:
@@ -114,6 +118,30 @@ def _self_check_dense(op) -> bool:
     return True
 
 
+def _self_check_adagrad(op) -> bool:
+    """The Adagrad op against the pure-torch update of the coalesced rows, element-wise with decay and
+    row-wise, to fp32 rounding (the per-row sums may add in another order than coalesce's)."""
+    gen = torch.Generator().manual_seed(3)
+    for d, rowwise in ((1, False), (13, False), (128, False), (16, True)):
+        w, acc = torch.randn(50, d, generator=gen), torch.rand(50, 1 if rowwise else d, generator=gen)
+        rows, bags = torch.randint(0, 50, (400,), generator=gen).sort()[0], torch.randint(0, 30, (400,), generator=gen)
+        pooled = torch.randn(30, d, generator=gen)
+        uniq, inverse = torch.unique(rows, return_inverse=True)
+        g = torch.zeros(len(uniq), d).index_add_(0, inverse, pooled.index_select(0, bags))
+        g = g + 0.01 * w.index_select(0, uniq)
+        ref_w, ref_acc = w.clone(), acc.clone()
+        ref_acc.index_add_(0, uniq, g.square().mean(1, keepdim=True) if rowwise else g * g)
+        ref_w.index_add_(0, uniq, g / ref_acc.index_select(0, uniq).sqrt().add(1e-10), alpha=-0.37)
+        got_w, got_acc = w.clone(), (acc.view(-1) if rowwise else acc).clone()
+        op(got_w, got_acc, rows, pooled, bags, 0.37, 1e-10, 0.01)
+        if not (
+            torch.allclose(got_w, ref_w, rtol=1e-5, atol=1e-6)
+            and torch.allclose(got_acc.view_as(ref_acc), ref_acc, rtol=1e-5, atol=1e-6)
+        ):
+            return False
+    return True
+
+
 def fused_kernel():
     """The built, self-checked op ``(hi, lo, rows, values, alpha, bags=None) -> None``, or None (fall back
     to pure torch; the reason is logged once). DLRMKIT_SPLIT_SGD_KERNEL=0 disables it."""
@@ -133,6 +161,9 @@ def fused_kernel():
                 _cache["dense"] = _self_check_dense(torch.ops.dlrmkit_split_sgd.split_sgd_dense)
                 if not _cache["dense"]:
                     log.warning("split-SGD dense kernel differs from torch's add_ here; dense steps use pure torch")
+                _cache["adagrad"] = _self_check_adagrad(torch.ops.dlrmkit_split_sgd.adagrad_rows)
+                if not _cache["adagrad"]:
+                    log.warning("Adagrad row kernel differs from the pure-torch update here; tables use pure torch")
             except Exception as exc:  # no compiler/ninja, unsupported platform, mismatch
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
                 log.warning(
@@ -247,4 +278,24 @@ def fused_sgd_bag_step(p: torch.Tensor, bag_grad, lr: float) -> bool:
     if bag_grad.rows.numel():
         rows, grad, bags = _bag_args(bag_grad)
         torch.ops.dlrmkit_split_sgd.sgd_rows(p.data, rows, grad, -lr, bags)
+    return True
+
+
+def fused_adagrad_bag_step(
+    p: torch.Tensor, acc: torch.Tensor, bag_grad, lr: float, eps: float, weight_decay: float = 0.0
+) -> bool:
+    """Adagrad of an fp32 table from a deferred gradient (embedding.BagGrad), in place: each touched
+    row's lookups summed straight from the pooled gradient, then one step of the row and its
+    accumulator `acc` ([rows, dim] element-wise, [rows] row-wise); False if the kernel cannot be used."""
+    if p.device.type != "cpu" or p.dim() != 2 or p.dtype != torch.float32 or not p.data.is_contiguous():
+        return False
+    if acc.dtype != torch.float32 or not acc.is_contiguous() or fused_kernel() is None or not _cache.get("adagrad"):
+        return False
+    if bag_grad.rows.numel():
+        rows, grad, bags = _bag_args(bag_grad)
+        if len(rows) > 1 and not bool((rows[1:] >= rows[:-1]).all()):  # lookup order (narrow or gathered)
+            keys = rows.int() if p.shape[0] <= torch.iinfo(torch.int32).max else rows
+            order = keys.sort(stable=True)[1]  # duplicates keep lookup order
+            rows, bags = rows.index_select(0, order), bags.index_select(0, order)
+        torch.ops.dlrmkit_split_sgd.adagrad_rows(p.data, acc, rows, grad, bags, lr, eps, weight_decay)
     return True

@@ -46,7 +46,7 @@ class GradientSum:
         for p, tables in self.exchanged:
             local = take_local(p)
             one_hot = isinstance(ids.local, torch.Tensor)
-            counts = lookup_counts(ids.batch_sizes, tables, one_hot, len(local[0]), sharded.ids_transport)
+            counts = lookup_counts(ids.batch_sizes, tables, one_hot, local, sharded.ids_transport)
             exchanges.append(ReplicaExchange(p, local, counts, par.ctx.rank))
         extra = [AllReduce(total, "loss")] + [AllReduce(g) for g in grads] + [x.op for x in exchanges]
         par.buckets.start(extra)

@@ -192,30 +192,8 @@ def parse_bytes(text: str) -> int:
 
 
 # ---- presets ---------------------------------------------------------------------------------
-_MLPERF_ROWS = [40_000_000] * 4 + [
-    40_790_948,
-    3_067_956,
-    590_152,
-    405_282,
-    39_060,
-    20_265,
-    17_295,
-    12_973,
-    11_938,
-    7_424,
-    7_122,
-    2_209,
-    1_543,
-    976,
-    155,
-    108,
-    63,
-    36,
-    14,
-    10,
-    4,
-    3,
-]
+_MLPERF_ROWS = [40_000_000] * 4 + [40_790_948, 3_067_956, 590_152, 405_282, 39_060, 20_265, 17_295, 12_973, 11_938]
+_MLPERF_ROWS += [7_424, 7_122, 2_209, 1_543, 976, 155, 108, 63, 36, 14, 10, 4, 3]
 
 
 def _rows_113b() -> list[int]:
@@ -260,6 +238,7 @@ def make_plan(
     min_rows_sharded: int = data_parallel.MIN_ROWS_SHARDED,
     bytes_per_value: int = 4,
     replicate_memory: int | None = None,
+    bags: list[int] | None = None,
 ) -> ShardingPlan:
     """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows and under the global
     batch replicated (then their gradients' all-reduce moves fewer bytes than the pooled
@@ -269,7 +248,11 @@ def make_plan(
     With `replicate_memory` (bytes per rank for tables on a CPU host: host_replica_budget), auto
     replicates every table when the per-rank batch is at most REPLICATE_MAX_LOCAL_BATCH and the
     tables with their optimizer state fit: below that batch model parallelism does not pay on CPU
-    (its exchanges cost more than looking every table up locally; docs/BENCHMARKS.md)."""
+    (its exchanges cost more than looking every table up locally; docs/BENCHMARKS.md).
+    `bags`: ids per sample of each table (multi-hot). Placement then balances the bytes of table
+    rows each rank reads per step (CostModel.lookup_bytes) as well as memory, and auto splits a
+    table whose lookups exceed a rank's fair share row-wise, so its ids spread over several ranks
+    (balance_lookups); the plan's notes say which."""
     if world_size < 1:
         raise DlrmkitError(f"--world-size must be at least 1, got {world_size}")
     if strategy not in STRATEGIES + ("auto",):
@@ -334,6 +317,8 @@ def make_plan(
             t = max(cands, key=lambda t: (weight(table_sizes[t], dim) / splits[t], -t))
             splits[t] += 1
             kinds[t] = "column_wise"
+        if bags:
+            balance_lookups(plan, table_sizes, dim, bags, kinds, splits)
         if sum(splits[t] for t in mp) < n:
             plan.notes.append(
                 f"note: only {sum(splits[t] for t in mp)} shards for {n} ranks; some ranks hold no sharded table"
@@ -345,7 +330,7 @@ def make_plan(
     shapes: dict[int, list[Shard]] = {}
     for t, kind in enumerate(kinds):
         rows = table_sizes[t]
-        tp = TablePlan(rows, dim, kind, [])
+        tp = TablePlan(rows, dim, kind, [], bags[t] if bags else 1)
         plan.tables.append(tp)
         if not tp.model_parallel:  # on every rank
             tp.shards = strategy_named(kind).shards(rows, dim, list(range(n)))
@@ -358,9 +343,18 @@ def make_plan(
             raise DlrmkitError(
                 f"replicated tables need {fmt_bytes(load[r])} per rank, more than the {fmt_bytes(cap)} available"
             )
+    # with bags, a rank's load is the larger of its memory and its lookup bytes, each over its fair
+    # share (largest such shard first); without, its memory alone
+    work = [0.0] * n
+    mem_share = max(sum(load) + sum(cost.shard_memory(s) for ss in shapes.values() for s in ss), 1) / n
+    lookup_share = max(sum(shard_work(plan, t, s) for t, ss in shapes.items() for s in ss), 1) / n
+
+    def size(t: int, s: Shard) -> float:  # noqa: E306
+        return max(cost.shard_memory(s) / mem_share, shard_work(plan, t, s) / lookup_share) if bags else 0.0
+
     order = sorted(
         ((t, s) for t, ss in shapes.items() for s in ss),
-        key=lambda ts: (-cost.shard_memory(ts[1]), ts[0], ts[1].col_start, ts[1].row_start),
+        key=lambda ts: (-size(*ts), -cost.shard_memory(ts[1]), ts[0], ts[1].col_start, ts[1].row_start),
     )
     used: dict[int, set[int]] = {t: set() for t in shapes}
     heap = [(load[r], r) for r in range(n)]  # (load, rank): the least-loaded rank in O(log n), so
@@ -368,34 +362,74 @@ def make_plan(
     for t, s in order:
         tp = plan.tables[t]
         need = cost.shard_memory(s)
-        if heap[0][0] + need > cap:
-            free = cap - heap[0][0]
+        least = min(range(n), key=lambda r: load[r]) if bags else heap[0][1]
+        if load[least] + need > cap:
+            free = cap - load[least]
             raise DlrmkitError(
                 f"table {t} ({tp.rows:,} rows x {tp.dim}, {fmt_bytes(weight(tp.rows, tp.dim))}) does not fit: "
                 f"a {s.rows:,} x {s.cols} shard needs {fmt_bytes(need)}, at most {fmt_bytes(max(free, 0))} of "
                 f"{fmt_bytes(cap)} is free on any of the {n} ranks"
             )
-        # the least-loaded rank that fits and holds no shard of this table yet (among the 64
-        # least loaded: exact up to 64 ranks, bounded work beyond), else the least-loaded one
-        skipped, chosen = [], None
-        while heap and len(skipped) < 64:
-            item = heapq.heappop(heap)
-            if item[0] + need > cap or item[1] not in used[t]:
-                chosen = item if item[0] + need <= cap else None
-                if chosen is None:
-                    skipped.append(item)
-                break
-            skipped.append(item)
-        if chosen is None:
-            chosen = skipped.pop(0)
-        for item in skipped:
-            heapq.heappush(heap, item)
-        r = chosen[1]
-        load[r] = chosen[0] + need
-        heapq.heappush(heap, (load[r], r))
+        if bags:  # the rank whose larger share grows least, among those that fit (and hold no piece of t)
+            w = shard_work(plan, t, s)
+            fits = [r for r in range(n) if load[r] + need <= cap]
+            r = min(
+                [r for r in fits if r not in used[t]] or fits,
+                key=lambda r: (max((load[r] + need) / mem_share, (work[r] + w) / lookup_share), load[r], r),
+            )
+            load[r] += need
+            work[r] += w
+        else:  # the least-loaded rank that fits and holds no shard of this table yet (among the 64
+            # least loaded: exact up to 64 ranks, bounded work beyond), else the least-loaded one
+            skipped, chosen = [], None
+            while heap and len(skipped) < 64:
+                item = heapq.heappop(heap)
+                if item[0] + need > cap or item[1] not in used[t]:
+                    chosen = item if item[0] + need <= cap else None
+                    if chosen is None:
+                        skipped.append(item)
+                    break
+                skipped.append(item)
+            if chosen is None:
+                chosen = skipped.pop(0)
+            for item in skipped:
+                heapq.heappush(heap, item)
+            r = chosen[1]
+            load[r] = chosen[0] + need
+            heapq.heappush(heap, (load[r], r))
         used[t].add(r)
         tp.shards.append(Shard(r, s.row_start, s.row_end, s.col_start, s.col_end))
     for tp in plan.tables:
         tp.shards.sort(key=lambda s: (s.row_start, s.col_start, s.rank))
     plan.validate()
     return plan
+
+
+def shard_work(plan: ShardingPlan, t: int, s: Shard) -> float:
+    """Bytes of table rows model-parallel shard `s` of table `t` reads per step."""
+    return plan.cost.lookup_bytes(plan.tables[t], s, plan.batch_size)
+
+
+def balance_lookups(
+    plan: ShardingPlan, table_sizes: list[int], dim: int, bags: list[int], kinds: list[str], splits: dict[int, int]
+) -> None:
+    """Auto with bags: a model-parallel table whose lookups (batch x bag x dim row bytes) exceed a
+    rank's fair share of all model-parallel tables' is cut row-wise into enough ranges that each
+    takes at most about that share (ids are bucketed by range, so each range looks up only its
+    ids), never fewer pieces than memory asked for. Row ranges rather than column slices: a column
+    slice looks up every id of the bag (the rank's lookups do not fall) and each slice receives all
+    of them; a row range receives only its ids, at the price of a partial pooled sum per range."""
+    n = plan.world_size
+    work = {t: plan.batch_size * bags[t] * dim for t in splits}
+    share = sum(work.values()) / n
+    for t in sorted(splits):
+        want = min(n, table_sizes[t], math.ceil(work[t] / share - 1e-9)) if share else 1
+        if want <= 1 or want <= splits[t] and kinds[t] == "row_wise":
+            continue
+        pieces = max(want, splits[t])
+        plan.notes.append(
+            f"note: table {t} ({bags[t]} ids per sample, {plan.batch_size * bags[t]:,} lookups per step) "
+            f"row-wise over {pieces} ranks: its lookups are {work[t] / share:.1f}x a rank's fair share "
+            f"(placement balances lookups and memory)"
+        )
+        kinds[t], splits[t] = "row_wise", pieces

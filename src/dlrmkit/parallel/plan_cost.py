@@ -65,22 +65,37 @@ class CostModel:
         """Bytes a rank sends to all-reduce a replicated table's gradient (ring algorithm)."""
         return int(2 * (world_size - 1) / world_size * rows * dim * self.bytes_per_value) if world_size > 1 else 0
 
-    def replica_lookup_bytes(self, local: int, dim: int, world_size: int) -> int:
-        """Bytes a rank sends to exchange a replicated table's lookups instead (gradient row and
-        row id of each of its `local` one-id bags, to every other rank)."""
-        return local * (dim * self.bytes_per_value + ID_BYTES) * (world_size - 1)
+    def replica_lookup_bytes(self, local: int, bag: int, dim: int, world_size: int) -> int:
+        """Bytes a rank sends to exchange a replicated table's lookups instead, to every other rank
+        (parallel/replica_grads.py): for its `local` samples, one gradient row per bag, and per id
+        its row id, plus its bag when bags hold several ids."""
+        ids = local * bag
+        return (local * dim * self.bytes_per_value + ids * (8 if bag == 1 else 16)) * (world_size - 1)
+
+    @staticmethod
+    def shard_lookups(tp: TablePlan, s: Shard, batch: int) -> int:
+        """Ids shard `s` of table `tp` looks up per step for `batch` samples: `bag` per sample, times
+        the shard's share of the table's rows (a row range receives only the ids inside it: ids
+        spread evenly over rows, as uniform ids do)."""
+        return batch * tp.bag * s.rows // tp.rows
+
+    def lookup_bytes(self, tp: TablePlan, s: Shard, batch: int) -> int:
+        """Bytes of table rows shard `s` reads per step (its lookups at its width): the work the
+        planner balances beside memory."""
+        return self.shard_lookups(tp, s, batch) * s.cols * self.bytes_per_value
 
     def rank_stats(self, world_size: int, tables: list[TablePlan]) -> list[dict]:
-        """Per rank: its shards [(table, Shard)], memory, lookups and bytes sent per step. A
-        model-parallel shard looks up the global batch and sends its pooled columns to the
-        other ranks' samples (and receives theirs, and their ids, for its own samples); a
-        replica looks up the local batch and all-reduces its gradient (or, in a large replicated
-        weight, sends its lookups' gradient rows)."""
+        """Per rank: its shards [(table, Shard)], memory, lookups, bytes of table rows read
+        (`lookup_bytes`) and bytes sent per step. A model-parallel shard looks up the global
+        batch's ids in its rows and sends its pooled columns to the other ranks' samples (and
+        receives theirs, and their ids, for its own samples); a replica looks up the local batch
+        and all-reduces its gradient (or, in a large replicated weight, sends its lookups'
+        gradient rows)."""
         n, g, b = world_size, self.batch_size, self.bytes_per_value
         local = batch_split(g, n)
-        stats = [dict(rank=r, shards=[], memory=0, lookups=0, sent_bytes=0) for r in range(n)]
+        stats = [dict(rank=r, shards=[], memory=0, lookups=0, lookup_bytes=0, sent_bytes=0) for r in range(n)]
         widths = [0] * n  # pooled columns each rank sends
-        id_cols: list[set[int]] = [set() for _ in range(n)]
+        id_rows: list[dict[int, set[tuple[int, int]]]] = [{} for _ in range(n)]  # row ranges whose ids a rank takes
         exchanged = sum(tp.rows for tp in tables if not tp.model_parallel) > DENSE_REPLICA_ROWS
         jagged = any(tp.bag != 1 for tp in tables)  # bags travel with their lengths
         for t, tp in enumerate(tables):
@@ -89,24 +104,32 @@ class CostModel:
                 st = stats[s.rank]
                 st["shards"].append((t, s))
                 st["memory"] += self.shard_memory(s) + (tp.bag - 1) * g * ID_BYTES  # a bag's ids buffered
+                batch = g if model_parallel else local[s.rank]
+                st["lookups"] += self.shard_lookups(tp, s, batch)
+                st["lookup_bytes"] += self.lookup_bytes(tp, s, batch)
                 if model_parallel:
-                    st["lookups"] += g * tp.bag
                     widths[s.rank] += s.cols
-                    id_cols[s.rank].add(t)
+                    id_rows[s.rank].setdefault(t, set()).add((s.row_start, s.row_end))
                 else:
-                    st["lookups"] += local[s.rank] * tp.bag
                     st["sent_bytes"] += (
-                        self.replica_lookup_bytes(local[s.rank] * tp.bag, tp.dim, n)
+                        self.replica_lookup_bytes(local[s.rank], tp.bag, tp.dim, n)
                         if exchanged
                         else self.replica_sync_bytes(tp.rows, tp.dim, n)
                     )
-        # ids each rank's tables take per sample (one per table one-hot; bag + its length multi-hot)
-        per_sample = [sum(tables[t].bag + int(jagged) for t in c) for c in id_cols]
+        # ids each rank's tables take per sample (one per table one-hot; bag + its length multi-hot),
+        # a row range only the ids inside it (column slices of one range share them)
+        per_sample = [
+            sum(
+                tables[t].bag * sum(e - a for a, e in ranges) / tables[t].rows + int(jagged)
+                for t, ranges in c.items()
+            )
+            for c in id_rows
+        ]
         total_w, total_ids = sum(widths), sum(per_sample)  # O(ranks), not O(ranks^2)
         for r, st in enumerate(stats):
             others_w = total_w - widths[r]
             others_ids = total_ids - per_sample[r]
-            st["sent_bytes"] += (
-                (g - local[r]) * widths[r] * b + local[r] * others_w * b + local[r] * others_ids * ID_BYTES
+            st["sent_bytes"] += int(
+                (g - local[r]) * widths[r] * b + local[r] * others_w * b + round(local[r] * others_ids * ID_BYTES)
             )
         return stats

@@ -178,11 +178,8 @@ def simulate(plan, hw: HardwareProfile, precision: str = "fp32", cross: tuple[in
         local = g // n + (1 if st["rank"] < g % n else 0)
         compute = local * flops / peak + local * acts * act_bytes * 6 / mem
         # forward reads pooled rows; backward reads gradient rows, reads and writes table rows: each
-        # id of a bag, at its shard's width (a column slice reads its columns only)
-        rows_cols = sum(
-            (g if plan.tables[t].model_parallel else local) * plan.tables[t].bag * s.cols for t, s in st["shards"]
-        )
-        lookups = rows_cols * 4 * 4 / mem
+        # id of a bag, at its shard's width (a column slice reads its columns only, a row range its ids only)
+        lookups = st["lookup_bytes"] * 4 / mem  # CostModel.lookup_bytes: the rows forward reads
         a2a = st["sent_bytes"] * (act_bytes / 4) / link if n > 1 else 0.0
         allreduce = 2 * (n - 1) / n * params * 4 / ring if n > 1 else 0.0
         latency = (4 + math.ceil(params * 4 / (25 << 20))) * hw.latency_s * (1 + math.log2(max(n, 1))) if n > 1 else 0.0
@@ -227,9 +224,7 @@ def simulate_scaling(
         g = batch_size * n if weak else batch_size
         if g < n:
             raise DlrmkitError(f"global batch {g} is smaller than world size {n}")
-        plan = make_plan(rows, dim, n, sharding, None, g)
-        for tp, k in zip(plan.tables, bags or []):
-            tp.bag = k
+        plan = make_plan(rows, dim, n, sharding, None, g, bags=bags)
         out.append(simulate(plan, hw, precision, cross))
     return out
 
