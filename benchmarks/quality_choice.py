@@ -20,7 +20,7 @@ from dlrmkit.train.recipe_search import Candidate, choose
 VARIANT = {
     "regression": "regression-k2-std",
     "dlrm+wide": "base-k2-std",
-    "dlrm+wide, buckets": "base-k2-std-b16",
+    "dlrm+wide, buckets": "base-k2-std-b256",
     "dlrm+wide+fm": "fm-k2-std",
     "dlrm+wide, dropout": "dropout-k2-std",
 }

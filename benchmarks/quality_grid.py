@@ -68,6 +68,15 @@ VARIANTS: dict[str, dict] = {
     },  # fmt: skip
     "base-k2-std-b256": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256},
     "fm-k2-std-b256": {"min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "fm": True},
+    "big-b256": {
+        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
+        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
+    },  # fmt: skip
+    "big-fm-b256": {
+        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
+        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
+        "fm": True,
+    },  # fmt: skip
     "regression-k2-std": {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,
     },  # fmt: skip

@@ -71,8 +71,11 @@ def criteo_model(tmp_path_factory):
 
 
 def evaluate_probs(ds: Path, ckpt: Path) -> tuple[np.ndarray, np.ndarray]:
-    model, _ = load_single_process_model(str(ckpt))
-    return predict(model, SplitBinaryDataset(FeatureSpec.from_yaml(str(ds)), "test"), 4096)
+    from dlrmkit.data.numerical_buckets import model_view
+
+    model, cfg = load_single_process_model(str(ckpt))
+    test = model_view(SplitBinaryDataset(FeatureSpec.from_yaml(str(ds)), "test"), cfg)  # as evaluate reads it
+    return predict(model, test, 4096)
 
 
 @needs_criteo
