@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                 text = dlrmkit("train", "--data", data, "--seed", seed, "--run-dir", run, "--no-progress")
                 seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 m = json.load(open(os.path.join(run, "metrics.json")))
-                chosen = next((line.split()[0] for line in text.splitlines() if "<- chosen" in line), "none")
+                chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
                 print(
                     json.dumps(
                         {
