@@ -23,6 +23,7 @@ VARIANT = {
     "dlrm+wide, buckets": "base-k2-std-b256",
     "dlrm+wide+fm": "fm-k2-std",
     "dlrm+wide, dropout": "dropout-k2-std",
+    "dlrm+wide+fm, wide top MLP": "big-fm-b256",
 }
 
 
@@ -49,7 +50,7 @@ def main(paths: list[str]) -> int:
                 for name, v in VARIANT.items()
                 if (data, v, seed) in runs
             ]
-            if len(tried) < 4:  # every candidate (buckets only with numerical features) or none
+            if len(tried) < 5:  # every candidate (buckets only with numerical features) or none
                 continue
             win = choose(tried)
             picks.append((win.name, win.result))

@@ -153,7 +153,7 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
     assert r.code == 0, r.err
-    assert "search: 5 candidate recipes on the validation rows" in r.out, r.out
+    assert "search: 6 candidate recipes on the validation rows" in r.out, r.out
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     # every test read (a non-empty one) comes after the last train and validation read
     nonempty = [x for x in reads if not x.endswith(":0")]

@@ -16,7 +16,7 @@ from typing import Any
 # rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
 NEAR_TIE_AUC, NEAR_TIE_ROWS = 0.002, 4_000
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
-DEFAULT_BUDGET = 5  # candidates tried (the run itself trains the winner once more)
+DEFAULT_BUDGET = 6  # candidates tried (the run itself trains the winner once more)
 BUCKETS = 256  # the buckets candidate's quantiles per numerical feature (fewer where values repeat)
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
@@ -64,6 +64,21 @@ def candidates(num_numerical: int) -> list[Candidate]:
         *(bucketed if num_numerical else []),
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
         Candidate("dlrm+wide, dropout", {"dropout": 0.2}, "the DLRM with its wide term, dropout 0.2 in the MLPs"),
+        Candidate(
+            "dlrm+wide+fm, wide top MLP",
+            {
+                "fm": True,
+                "embedding_dim": 16,
+                "bottom_mlp": [64, 16] if num_numerical else [],
+                "top_mlp": [400, 400, 400, 1],
+                "optimizer": "adam",
+                "dense_lr": 0.001,
+                "embedding_weight_decay": 0.0,
+                **({"numerical_buckets": BUCKETS} if num_numerical else {}),
+            },
+            "a DeepFM-sized model: dim 16, top MLP 400-400-400 trained by Adam, the FM term"
+            + (f", numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""),
+        ),
     ]
 
 
