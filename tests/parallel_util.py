@@ -43,3 +43,15 @@ def torchrun(
     from helpers import scratch_cwd  # a default `runs/` lands there, never in the checkout
 
     return subprocess.run(cmd, env=torchrun_env(), cwd=scratch_cwd(), capture_output=True, text=True, timeout=timeout)
+
+
+def train_one_process(data, args: list[str], out: Path) -> dict:
+    """`dlrmkit train --data DATA ARGS` in one process, as torchrun's ranks run (1 thread): its metrics."""
+    import json
+
+    from helpers import scratch_cwd
+
+    cmd = [sys.executable, "-m", "dlrmkit", "train", "--data", str(data), *args, "--metrics-json", str(out)]
+    proc = subprocess.run(cmd, env=torchrun_env(), cwd=scratch_cwd(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())

@@ -5,15 +5,13 @@ loss and AUC."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import scratch_cwd  # noqa: E402
-from parallel_util import torchrun, torchrun_env  # noqa: E402
+from parallel_util import torchrun, train_one_process  # noqa: E402
 from test_parallel_train import check_same  # noqa: E402
 
 pytestmark = pytest.mark.multirank  # launches ranks with torchrun
@@ -33,16 +31,7 @@ def multi_hot(tiny_data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def single(multi_hot, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("single") / "m.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "dlrmkit", "train", "--data", str(multi_hot), *ARGS, "--metrics-json", str(out)],
-        env=torchrun_env(),
-        cwd=scratch_cwd(),
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(out.read_text())
+    return train_one_process(multi_hot, ARGS, tmp_path_factory.mktemp("single") / "m.json")
 
 
 @pytest.mark.parametrize(

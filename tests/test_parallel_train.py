@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import scratch_cwd  # noqa: E402
-from parallel_util import free_port, torchrun, torchrun_env  # noqa: E402
+from parallel_util import free_port, torchrun, torchrun_env, train_one_process  # noqa: E402
 
 pytestmark = pytest.mark.multirank  # launches ranks with torchrun
 
@@ -21,16 +21,7 @@ ARGS = ["--search-budget", "0", "--max-steps", "6", "--batch-size", "250", "--no
 
 @pytest.fixture(scope="module")
 def single(tiny_data, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("single") / "m.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "dlrmkit", "train", "--data", str(tiny_data), *ARGS, "--metrics-json", str(out)],
-        env=torchrun_env(),
-        cwd=scratch_cwd(),
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(out.read_text())
+    return train_one_process(tiny_data, ARGS, tmp_path_factory.mktemp("single") / "m.json")
 
 
 def check_same(m: dict, single: dict, world: int) -> None:

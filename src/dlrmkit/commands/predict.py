@@ -184,6 +184,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
 
     from dlrmkit.data.encoder import Vocabulary
     from dlrmkit.data.numerical_buckets import reads
+    from dlrmkit.data.split_binary import bucket_columns
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.checkpoint.save_load import load_single_process_model
 
@@ -219,11 +220,8 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
             ids = np.asarray(ids, dtype=np.int64)
             ids[ids >= table_rows] = 0  # --min-id-count: rarer ids read as 0
             if buckets:  # --numerical-buckets: the values as the dataset stores them, bucketed
-                stored = np.asarray(dense, dtype=stored_as).astype(np.float32)
-                ids = np.concatenate(
-                    [ids, np.stack([np.searchsorted(b, stored[:, j], side="right") for j, b in enumerate(buckets)], 1)],
-                    1,
-                )
+                stored = np.asarray(dense, dtype=stored_as)
+                ids = np.concatenate([ids, bucket_columns(buckets, stored)], axis=1)
             for lo in range(0, len(rows), args.batch_size):
                 sl = slice(lo, lo + args.batch_size)
                 logits = model(torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)), torch.from_numpy(ids[sl]))

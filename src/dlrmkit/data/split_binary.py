@@ -150,8 +150,7 @@ class SplitBinaryDataset:
     def bucket_ids(self, dense: np.ndarray, features: list[int] | None = None) -> np.ndarray:
         """[n, features] bucket indices of the numerical values `dense` (as stored)."""
         features = list(range(len(self.buckets))) if features is None else features
-        cols = [np.searchsorted(self.buckets[j], dense[:, j].astype(np.float32), side="right") for j in features]
-        return np.stack(cols, axis=1) if cols else np.zeros((len(dense), 0), np.int64)
+        return bucket_columns([self.buckets[j] for j in features], dense[:, features])
 
     def _fold(self, ids: np.ndarray, tables: list[int]) -> None:
         if self.table_rows is not None and ids.size:
@@ -187,7 +186,11 @@ class SplitBinaryDataset:
         cols = [
             self.categorical[t].read(start, end) if t < n_cat else self.bucket_ids(dense, [t - n_cat]) for t in tables
         ]
-        ids = np.concatenate(cols, axis=1).astype(self.id_dtype) if cols else np.zeros((end - start, 0), self.id_dtype)
+        ids = (
+            np.concatenate(cols, axis=1).astype(self.id_dtype, copy=False)
+            if cols
+            else np.zeros((end - start, 0), self.id_dtype)
+        )
         if ids.size:
             self.check_ids(ids, start, tables)
         self._fold(ids, list(tables))
@@ -229,6 +232,13 @@ class SplitBinaryDataset:
                 f"{_rel(self.categorical[t].file_of_row(start + row), self.spec.base_directory)}: feature '{name}' row {start + row} "
                 f"has id {int(col[row])}, outside [0, {int(cards[k])}) (its cardinality in the FeatureSpec)"
             )
+
+
+def bucket_columns(boundaries: list[np.ndarray], values: np.ndarray) -> np.ndarray:
+    """[n, len(boundaries)]: for each column j of `values`, the number of `boundaries[j]` at or
+    below each value (--numerical-buckets; the same rule in every reader and in predict)."""
+    cols = [np.searchsorted(b, values[:, j].astype(np.float32), side="right") for j, b in enumerate(boundaries)]
+    return np.stack(cols, axis=1) if cols else np.zeros((len(values), 0), np.int64)
 
 
 def open_dataset(path: str) -> tuple[FeatureSpec, SplitBinaryDataset, SplitBinaryDataset]:
