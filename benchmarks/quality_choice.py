@@ -19,6 +19,7 @@ from dlrmkit.train.recipe_search import Candidate, choose
 # candidate (dlrmkit.train.recipe_search.candidates) -> its quality_grid.py variant
 VARIANT = {
     "regression": "regression-k2-std",
+    "regression, buckets": "regression-k2-std-b32",
     "dlrm+wide": "base-k2-std",
     "dlrm+wide, buckets": "base-k2-std-b256",
     "dlrm+wide+fm": "fm-k2-std",

@@ -153,7 +153,7 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
     assert r.code == 0, r.err
-    assert "search: 6 candidate recipes on the validation rows" in r.out, r.out
+    assert "search: 7 candidate recipes on the validation rows" in r.out, r.out
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     # every test read (a non-empty one) comes after the last train and validation read
     nonempty = [x for x in reads if not x.endswith(":0")]
@@ -272,3 +272,24 @@ def test_table_adam_equals_torch_adam_with_l2_on_every_row():
         ref.step()
     torch.testing.assert_close(sparse.detach(), dense.detach(), rtol=1e-6, atol=1e-7)
     assert not torch.equal(sparse[1], w0[1])  # an untouched row decayed
+
+
+def test_search_choice_settles_near_ties_on_log_loss_after_the_temperature():
+    from dlrmkit.train.recipe_search import Candidate, choose, near_tie_auc
+
+    def cand(name, auc, ll, ll_t=float("nan"), rows=4000):
+        return Candidate(name, {}, "", {"val_auc": auc, "val_logloss": ll, "val_logloss_t": ll_t, "val_rows": rows})
+
+    tie = near_tie_auc(4000)
+    assert tie == pytest.approx(0.002) and near_tie_auc(16000) == pytest.approx(0.001)
+    # a clear AUC lead wins whatever the log losses
+    assert choose([cand("a", 0.70, 0.60, 0.60), cand("b", 0.70 + 2 * tie, 0.70, 0.70)]).name == "b"
+    # a near-tie: the overconfident model whose temperature fixes it wins on its log loss after T
+    calibrated, confident = cand("regression", 0.700, 0.620, 0.619), cand("dlrm", 0.701, 0.640, 0.610)
+    assert choose([calibrated, confident]).name == "dlrm"
+    # log losses within NEAR_TIE_LOGLOSS: the candidate tried first
+    assert choose([cand("first", 0.700, 0.62, 0.6100), cand("second", 0.701, 0.62, 0.6095)]).name == "first"
+    # without a figure after T (not measured): the raw log loss
+    assert choose([cand("a", 0.700, 0.630), cand("b", 0.701, 0.610)]).name == "b"
+    # a candidate without a validation figure is never chosen over one with
+    assert choose([cand("none", float("nan"), float("nan")), cand("b", 0.6, 0.7)]).name == "b"

@@ -118,3 +118,27 @@ def test_train_evaluate_and_predict_fold_rare_ids_alike(data, tmp_path):
 def test_min_id_count_below_one_is_refused_in_one_line(data, tmp_path):
     r = run_cli("train", "--data", data / "d", "--run-dir", tmp_path / "r", "--min-id-count", "0")
     assert r.code == 2 and "--min-id-count" in r.err
+
+
+def test_buckets_give_frequent_values_their_own_bucket():
+    from dlrmkit.data.numerical_buckets import VALUE_ROWS, with_frequent_values
+    from dlrmkit.data.split_binary import bucket_columns
+
+    # 92% zeros (every inner quantile of 8 is 0), a telling value held by enough rows, its
+    # neighbours held by too few to learn from, and a spread of values seen once
+    values = np.concatenate([
+        np.zeros(920), np.full(VALUE_ROWS, 7688.0), np.full(VALUE_ROWS - 1, 7000.0), [7700.0, 8000.0],
+        np.linspace(1, 99_999, 77),
+    ]).astype(np.float32)  # fmt: skip
+    quantiles = np.quantile(values, np.linspace(0, 1, 9)[1:-1])
+    assert set(quantiles.tolist()) == {0.0}
+    b = with_frequent_values(quantiles, values, most=8)
+    buckets = bucket_columns([np.asarray(b, np.float32)], np.array([[0], [7000], [7688], [7700], [8000]], np.float32))
+    zero, below, telling, above, far = buckets[:, 0]
+    assert len({zero, below, telling}) == 3 and telling not in (above, far)  # 7688 alone in its bucket
+    assert above == far or above < telling  # 7700 and 8000 are not split off: too few rows each
+    assert b == sorted(set(b)) and np.isfinite(b).all()
+    # at most `most` values, the most frequent first
+    many = np.repeat(np.arange(50, dtype=np.float32), np.arange(50) + VALUE_ROWS)
+    b = with_frequent_values(np.array([]), many, most=4)
+    assert b == [46.0, 47.0, 48.0, 49.0]  # 46, 47, 48 and 49 each alone; 45 and below share one

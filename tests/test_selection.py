@@ -272,6 +272,16 @@ def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
     )
     assert t.code == 0, t.err
     assert "logistic-regression baseline" in t.out and "lift" in t.out
+    # a baseline made for the dataset as it was (or by a dlrmkit that recorded no fingerprint) is
+    # named stale, with no lift against it
+    from dlrmkit.commands.train import baseline_lift
+
+    data = str(tmp_path / "d")
+    assert f"lift {0.9 - result['test_auc']:+.4f}" in baseline_lift(data, {"auc": 0.9})
+    for stale in ({**result, "dataset_fingerprint": "0" * 64}, {k: v for k, v in result.items() if "fingerprint" not in k}):
+        json.dump(stale, open(tmp_path / "d" / "baseline.json", "w"))
+        line = baseline_lift(data, {"auc": 0.9})
+        assert "no lift printed" in line and "dlrmkit baseline --data" in line, line
 
 
 def test_tune_maximizes_validation_auc(tmp_path):

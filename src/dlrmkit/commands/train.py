@@ -230,11 +230,18 @@ def choose_recipe(cfg: TrainConfig) -> str:
 
 def baseline_lift(data: str, metrics: dict) -> str:
     """The line comparing this run with `dlrmkit baseline` on the same dataset, when one was run."""
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.data.fingerprint import dataset_fingerprint
     from dlrmkit.train.baseline_result import read_baseline
 
-    base = read_baseline(data)
+    base = read_baseline(data, dataset_fingerprint(FeatureSpec.from_yaml(data)))
     if base is None or math.isnan(metrics["auc"]):
         return ""
+    if base["stale"]:
+        return (
+            f"logistic-regression baseline ({base['path']}): not for this dataset as it is now (its files "
+            f"changed, or an older dlrmkit wrote it); no lift printed: run `dlrmkit baseline --data {data}` again"
+        )
     return (
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
         f"lift {metrics['auc'] - base['test_auc']:+.4f}"

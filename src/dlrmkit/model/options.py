@@ -45,7 +45,8 @@ class ModelOptions:
     numerical_buckets: int | None = option(
         None,
         "also read each numerical feature as a category: its bucket among N quantiles of the training "
-        "rows, with its own embedding row and wide weight (default 0: off)",
+        "rows (a value held by 10 or more rows has a bucket of its own), with its own embedding row "
+        "and wide weight (default 0: off)",
         parse=ct.int_range(0, 1024),
     )
     # ---- the interaction (dlrmkit.model.interaction) ----------------------------------------------

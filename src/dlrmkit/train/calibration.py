@@ -109,15 +109,9 @@ def expected_calibration_error(labels: np.ndarray, probs: np.ndarray, bins: int 
     return float(sum(c * abs(m - r) for m, r, c in table) / n) if n else math.nan
 
 
-def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
-    """--calibration temperature at the end of a run: fit on the trainer's validation rows, fold,
-    log it; returns the validation metrics of the calibrated model. One process only (under
-    torchrun the wide column lies in shards): there, and without validation rows, it says so."""
-    import sys
-
-    from dlrmkit.precision import autocast
-
-    why = (
+def skipped(trainer) -> str | None:
+    """Why a run of `trainer` gets no temperature, or None when it gets one."""
+    return (
         "no validation rows"
         if trainer.val_set is None
         else "one process only"
@@ -126,6 +120,17 @@ def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
         if trainer.cfg.optimizer.optimizer == "split-sgd"
         else None
     )
+
+
+def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
+    """--calibration temperature at the end of a run: fit on the trainer's validation rows, fold,
+    log it; returns the validation metrics of the calibrated model. One process only (under
+    torchrun the wide column lies in shards): there, and without validation rows, it says so."""
+    import sys
+
+    from dlrmkit.precision import autocast
+
+    why = skipped(trainer)
     if why is not None:
         if trainer.dist.rank == 0:
             print(f"calibration: skipped ({why}); temperature 1", file=sys.stderr)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from dlrmkit import cli_types as ct
 from dlrmkit.options import option
 
+SEARCH_BUDGET = 7  # --search-budget's default: every candidate of dlrmkit.train.recipe_search
+
 
 @dataclass
 class ScheduleOptions:
@@ -64,7 +66,8 @@ class SelectionOptions:
     )
     search_budget: int | None = option(
         None,
-        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; default 4)",
+        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; "
+        f"default {SEARCH_BUDGET})",
         parse=ct.nonneg_int,
     )
 

@@ -18,6 +18,7 @@ from dlrmkit.config import AUTO, get_preset, own_lr
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.id_counts import by_count, id_counts
 from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
+from dlrmkit.train.options import SEARCH_BUDGET
 
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
@@ -198,7 +199,7 @@ def select(cfg: Any) -> str:
     spec, train, _ = open_dataset(cfg.data)
     base = choose(spec, train)
     sel = cfg.selection
-    budget = sel.search_budget if sel.search_budget is not None else recipe_search.DEFAULT_BUDGET
+    budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
     if base.name == "small-data":
         if launched_by_torchrun():

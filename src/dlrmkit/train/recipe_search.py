@@ -16,8 +16,10 @@ from typing import Any
 # rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
 NEAR_TIE_AUC, NEAR_TIE_ROWS = 0.002, 4_000
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
-DEFAULT_BUDGET = 6  # candidates tried (the run itself trains the winner once more)
-BUCKETS = 256  # the buckets candidate's quantiles per numerical feature (fewer where values repeat)
+# quantiles per numerical feature of the candidates with buckets (fewer where values repeat; each
+# frequent value has a bucket of its own besides): the DLRM's, and the regression's, whose single
+# weight per bucket shares one C with the ids
+BUCKETS, REGRESSION_BUCKETS = 256, 32
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
 DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "bottom_mlp", "top_mlp", "dropout")
@@ -47,21 +49,30 @@ class Candidate:
 
 def candidates(num_numerical: int) -> list[Candidate]:
     """In the order tried (a smaller --search-budget keeps the first ones)."""
-    bucketed = [
-        Candidate(
-            "dlrm+wide, buckets",
-            {"numerical_buckets": BUCKETS},
-            f"the DLRM with its wide term, each numerical feature also a category ({BUCKETS} quantile buckets)",
-        )
-    ]
+    regression = {"deep": False, "wide_init": "regression", "patience": 1}
     return [
         Candidate(
             "regression",
-            {"deep": False, "wide_init": "regression", "patience": 1},
+            regression,
             "the logistic regression inside the model (the wide term alone, C chosen on the validation rows)",
         ),
+        *[
+            Candidate(
+                "regression, buckets",
+                {**regression, "numerical_buckets": REGRESSION_BUCKETS},
+                f"the regression with each numerical feature also a category ({REGRESSION_BUCKETS} quantile "
+                "buckets and the frequent values)",
+            )
+        ][: bool(num_numerical)],
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
-        *(bucketed if num_numerical else []),
+        *[
+            Candidate(
+                "dlrm+wide, buckets",
+                {"numerical_buckets": BUCKETS},
+                f"the DLRM with its wide term, each numerical feature also a category ({BUCKETS} quantile buckets "
+                "and the frequent values)",
+            )
+        ][: bool(num_numerical)],
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
         Candidate("dlrm+wide, dropout", {"dropout": 0.2}, "the DLRM with its wide term, dropout 0.2 in the MLPs"),
         Candidate(
@@ -89,7 +100,7 @@ def near_tie_auc(val_rows: int | None) -> float:
 
 def choose(tried: list[Candidate]) -> Candidate:
     """The best validation AUC; the candidates within near_tie_auc(validation rows) of it are a
-    tie, broken by the lower log loss; log losses within NEAR_TIE_LOGLOSS of the lowest are a tie
+    tie, broken by the lower log loss (after the temperature, settled_logloss); log losses within NEAR_TIE_LOGLOSS of the lowest are a tie
     too, won by the candidate tried first (the simplest: the order of `candidates`). On a few
     thousand validation rows AUC moves by about 0.01 between samples, so a deeper model must win
     clearly to be kept; on more rows a smaller gap is clear."""
@@ -99,8 +110,14 @@ def choose(tried: list[Candidate]) -> Candidate:
     top = max(c.result["val_auc"] for c in scored)
     tie = near_tie_auc(scored[0].result.get("val_rows"))
     near = [c for c in scored if c.result["val_auc"] >= top - tie]
-    low = min(c.result["val_logloss"] for c in near)
-    return next(c for c in near if c.result["val_logloss"] <= low + NEAR_TIE_LOGLOSS)
+    low = min(settled_logloss(c) for c in near)
+    return next(c for c in near if settled_logloss(c) <= low + NEAR_TIE_LOGLOSS)
+
+
+def settled_logloss(c: Candidate) -> float:
+    """The log loss near-ties are settled on: after the temperature where it was measured."""
+    t = c.result.get("val_logloss_t", math.nan)
+    return c.result["val_logloss"] if math.isnan(t) else t
 
 
 def train_candidate(cfg: Any) -> dict[str, float]:
@@ -120,9 +137,25 @@ def train_candidate(cfg: Any) -> dict[str, float]:
         "val_rows": len(trainer.val_set) if trainer.val_set is not None else 0,
         "val_auc": m["val_auc"],
         "val_logloss": m["val_logloss"],
+        "val_logloss_t": logloss_after_temperature(trainer),
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
     }
+
+
+def logloss_after_temperature(trainer: Any) -> float:
+    """The validation log loss after the temperature the run fits once a candidate is chosen
+    (dlrmkit.train.calibration; nan where the run would fit none): the figure near-ties are
+    settled on, so that a confident model is not passed over for a miscalibration the
+    temperature removes. It folds the temperature into this candidate's model, which is dropped."""
+    from dlrmkit.precision import autocast
+    from dlrmkit.train.calibration import calibrate, skipped
+
+    if skipped(trainer) is not None:
+        return float("nan")
+    with autocast(trainer.cfg.device.precision, trainer.device.type):
+        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
+    return fitted["val_logloss_after"]
 
 
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
@@ -162,8 +195,10 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str
     for c in tried:
         r = c.result
         mark = "  <- chosen" if c is winner else ""
+        after_t = r.get("val_logloss_t", math.nan)
+        after_t = "" if math.isnan(after_t) else f" ({after_t:.4f} after T)"
         lines.append(
-            f"  {c.name:<24} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}  "
+            f"  {c.name:<26} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}{after_t}  "
             f"best epoch {r['best_epoch']:.0f}  {r['seconds']:.0f} s{mark}"
         )
     others = [c for c in tried if c is not winner]
@@ -176,7 +211,7 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str
         else:
             why = (
                 f"a near-tie on validation AUC (within {tie:.4f}) with {best_other.name}, settled by the "
-                f"lower log loss, or, within {NEAR_TIE_LOGLOSS} of it, by the simpler model"
+                f"lower log loss after the temperature, or, within {NEAR_TIE_LOGLOSS} of it, by the simpler model"
             )
         lines.append(f"  why: {winner.name} ({winner.why}): {why}")
     return lines

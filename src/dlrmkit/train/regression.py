@@ -205,6 +205,7 @@ def fit(
     with that C's fit on the train rows. No refit on train + validation rows: `train` fits on the
     train rows and selects on the validation rows, so the lift it prints compares two models that
     saw the same rows."""
+    from dlrmkit.data.fingerprint import dataset_fingerprint
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.resources import check_memory
     from dlrmkit.data.split_binary import RAW_NUMERICAL, numerical_scale
@@ -246,6 +247,7 @@ def fit(
         "test_auc": t["auc"],
         "test_logloss": t["logloss"],
         "numerical_transform": "signed-log" if signed else "none",
+        "dataset_fingerprint": dataset_fingerprint(spec),  # `train` prints a lift only against this dataset's
     }
 
 
