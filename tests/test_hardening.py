@@ -49,16 +49,25 @@ def test_transcode_counts_every_bad_row_exactly(tmp_path):
     rows = [f"{i % 2},{i},k{i % 3}" for i in range(100)]
     for i in range(0, 60, 5):  # 12 bad labels, more than the 5 listed positions
         rows[i] = f"7,{i},k"
-    for i in range(61, 70):  # 9 numbers beyond float16 (65504): bad rows, never +-inf
+    for i in range(61, 70):  # 9 numbers beyond float16 (65504): bad rows there, never +-inf
         rows[i] = f"1,{70000 + i},k"
     rows[70] = "1,-1e400,k"  # overflows even float64
-    r, rep = transcode(tmp_path, ("y,a,c\n" + "\n".join(rows) + "\n").encode())
+    text = ("y,a,c\n" + "\n".join(rows) + "\n").encode()
+    r, rep = transcode(tmp_path, text, "--numerical-dtype", "float16")
     assert rep["rows_skipped"]["bad_label"] == 12 and rep["rows_skipped"]["out_of_range"] == 10
     assert "10 rows were skipped for numbers beyond float16" in r.out and "--log-transform" in r.out
     assert rep["rows_read"] == 100 and rep["rows_written"] == 78
     assert len(rep["first_bad_rows"]) == 5
     _, train, _ = open_dataset(str(tmp_path / "o"))
+    assert train.read(0, 1).dense.dtype == np.float16
     assert np.isfinite(train.read(0, len(train)).dense.astype(np.float32)).all()
+    # stored as float32 (the default), the 9 are kept exactly; only the float64 overflow is skipped
+    r, rep = transcode(tmp_path, text, "--force")
+    assert rep["rows_skipped"]["bad_label"] == 12 and rep["rows_skipped"]["out_of_range"] == 1
+    assert rep["rows_written"] == 87 and "float16" not in r.out
+    _, train, _ = open_dataset(str(tmp_path / "o"))
+    dense = train.read(0, len(train)).dense
+    assert dense.dtype == np.float32 and sorted(dense[:, 0])[-9:] == [70000.0 + i for i in range(61, 70)]
 
 
 def test_transcode_trims_whitespace_and_keeps_rows_after_a_stray_quote(tmp_path):

@@ -229,3 +229,20 @@ def test_synth_terabyte_multi_hot_keeps_the_optimal_auc(tmp_path):
     assert not os.listdir(tmp_path / "multi" / "train") == [] and not any(
         "lookup" in f for f in os.listdir(tmp_path / "multi")
     )
+
+
+def test_numerical_values_keep_the_source_dtype(tmp_path):
+    """A transcoded dataset stores float32 numbers (beyond float16's range and precision); the
+    expansion copies them as they are, never through float16."""
+    rows = ["y,a,c"] + [f"{i % 2},{70_000 + 2 * i + 1},k{i % 5}" for i in range(200)]
+    (tmp_path / "in.csv").write_text("\n".join(rows) + "\n")
+    r = run_cli(
+        "transcode", "--input", tmp_path / "in.csv", "--out", tmp_path / "d", "--label", "y", "--numerical", "a",
+        "--categorical", "c", "--test-rows", "50",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    materialize(str(tmp_path / "d"), str(tmp_path / "m"), [3], progress=False)
+    _, src, _ = open_dataset(str(tmp_path / "d"))
+    _, out, _ = open_dataset(str(tmp_path / "m"))
+    a, b = src.read(0, len(src)).dense, out.read(0, len(out)).dense
+    assert a.dtype == b.dtype == np.float32 and np.array_equal(a, b) and a[0, 0] == 70_001.0

@@ -138,7 +138,7 @@ def unlabeled_shaped(block: bytes) -> int:
 
 
 def _table_batches(
-    path: str, vocab: Any, meta: dict[str, Any], args: argparse.Namespace, report: PredictReport
+    path: str, vocab: Any, meta: dict[str, Any], stored_as: Any, args: argparse.Namespace, report: PredictReport
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean."""
     from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches
@@ -156,6 +156,7 @@ def _table_batches(
         header=columns is None,
         columns=columns,
         log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
+        numerical_dtype=str(np.dtype(stored_as)),  # out of range as the dataset's rows were
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -212,7 +213,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     if generator.startswith("dlrmkit preprocess criteo"):
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:
-        source = _table_batches(path, vocab, meta, args, report)
+        source = _table_batches(path, vocab, meta, stored_as, args, report)
     buckets = [np.asarray(b, dtype=np.float32) for b in cfg.numerical_buckets or []]
     table_rows = np.asarray(cfg.table_sizes[: len(cfg.table_sizes) - len(buckets)], dtype=np.int64)
     with torch.no_grad():

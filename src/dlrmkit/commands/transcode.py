@@ -47,6 +47,13 @@ class TranscodeOptions:
         None, "cap on a table's rows; ids beyond are folded into it", parse=ct.table_size
     )
     log_transform: bool = option(False, "numerical: negative -> 0, then log(1+x)")
+    numerical_dtype: str = option(
+        "float32",
+        "how numerical columns are stored: float32 (default), or float16 (half the bytes, NVIDIA's "
+        "format; values beyond +-65504 are out of range and their rows skipped, 2048 and above lose "
+        "integer precision)",
+        choices=("float32", "float16"),
+    )
     force: bool = option(False, "replace an existing dataset (or empty folder) at --out")
 
 
@@ -82,16 +89,18 @@ def run(args: argparse.Namespace) -> int:
         max_table_size=args.max_table_size,
         log=args.log_transform,
         force=args.force,
+        numerical_dtype=args.numerical_dtype,
     )
     from dlrmkit.commands.preprocess import print_report
 
     spec, _ = transcode(opts)
     report = spec.metadata["preprocess"]["report"]
     print_report(args.out, report, up_to_date=False)
-    if report["rows_skipped"].get("out_of_range") and not args.log_transform:
-        from dlrmkit.data.transcode import FLOAT16_HINT
+    from dlrmkit.data.transcode import float16_hint
 
-        print("note" + FLOAT16_HINT.format(n=report["rows_skipped"]["out_of_range"]).lstrip(";"))
+    hint = float16_hint(opts, report["rows_skipped"].get("out_of_range", 0))
+    if hint:
+        print("note" + hint.lstrip(";"))
     rows = spec.metadata["rows"]
     val = f" + {rows['val']:,} val" if "val" in rows else ""
     print(

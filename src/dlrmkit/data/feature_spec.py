@@ -82,6 +82,7 @@ class FeatureSpec:
         base_directory: str = ".",
         val: bool = False,
         hotness: list[int] | None = None,
+        numerical_dtype: str = "float16",
     ) -> "FeatureSpec":
         """The standard layout: <mapping>/numerical.bin, label.bin, cat_<i>.bin; `val` adds a
         validation mapping between train and test. `hotness`: ids per sample of each categorical
@@ -94,7 +95,7 @@ class FeatureSpec:
             if hotness is not None and hotness[i] != 1:
                 features[name]["hotness"] = int(hotness[i])
         for name in num_names:
-            features[name] = {"dtype": "float16"}
+            features[name] = {"dtype": numerical_dtype}
         features["label"] = {"dtype": "bool"}
         source: dict[str, list[dict[str, Any]]] = {}
         for mapping in (TRAIN, VAL, TEST) if val else (TRAIN, TEST):

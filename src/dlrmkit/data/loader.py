@@ -36,7 +36,7 @@ def to_batch(raw: RawBatch) -> Batch:
     from dlrmkit.data.multi_hot import fixed_bags
 
     return Batch(
-        dense=torch.from_numpy(np.asarray(raw.dense, dtype=np.float32)),
+        dense=torch.from_numpy(np.array(raw.dense, dtype=np.float32)),  # a copy: float32 files map read-only
         ids=fixed_bags(raw.ids, raw.hotness)
         if raw.hotness is not None
         else torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),

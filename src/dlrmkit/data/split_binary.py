@@ -290,6 +290,7 @@ class SplitBinaryWriter:
         overwrite: bool = False,
         val: bool = False,
         hotness: list[int] | None = None,
+        numerical_dtype: str = "float16",
     ):
         from dlrmkit.data.output_dir import check_replaceable, fresh_temp_dir
 
@@ -299,8 +300,10 @@ class SplitBinaryWriter:
         self.tmp_dir = self.out_dir + ".tmp"
         fresh_temp_dir(self.tmp_dir)
         self.spec = FeatureSpec.default(
-            num_numerical, cardinalities, base_directory=self.tmp_dir, val=val, hotness=hotness
-        )
+            num_numerical, cardinalities, base_directory=self.tmp_dir, val=val, hotness=hotness,
+            numerical_dtype=numerical_dtype,
+        )  # fmt: skip
+        self.numerical_dtype = np.dtype(numerical_dtype)
         self.id_columns = np.concatenate([[0], np.cumsum(hotness or [1] * len(cardinalities))]).astype(np.int64)
         self.cat_dtypes = [categorical_dtype(c) for c in cardinalities]
         self.spec_num_numerical = num_numerical
@@ -320,7 +323,7 @@ class SplitBinaryWriter:
         h = self.handles[mapping]
         n = len(labels)
         if h["numerical"] is not None:
-            np.ascontiguousarray(dense, dtype=np.float16).tofile(h["numerical"])
+            np.ascontiguousarray(dense, dtype=self.numerical_dtype).tofile(h["numerical"])
         for t, f in enumerate(h["categorical"]):  # a multi-hot table: its bags' columns, row-major
             np.ascontiguousarray(ids[:, self.id_columns[t] : self.id_columns[t + 1]], dtype=self.cat_dtypes[t]).tofile(
                 f

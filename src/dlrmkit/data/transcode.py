@@ -44,13 +44,20 @@ class TranscodeOptions:
     max_table_size: int | None = None
     log: bool = False
     force: bool = False
+    numerical_dtype: str = "float32"  # how numerical columns are stored: float32, or float16 (half the bytes)
 
 
-# numerical columns are stored as float16: larger values are out of range, their rows skipped
+# numerical columns stored as float16 (--numerical-dtype float16): larger values are out of
+# range, their rows skipped
 FLOAT16_HINT = (
-    "; {n:,} rows were skipped for numbers beyond float16's +-65504 (numerical columns are stored as "
-    "float16): --log-transform stores log(1+x) and keeps them"
+    "; {n:,} rows were skipped for numbers beyond float16's +-65504 (--numerical-dtype float16): "
+    "--log-transform stores log(1+x) and keeps them, and so does the default float32"
 )
+
+
+def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
+    """FLOAT16_HINT where float16 storage skipped rows a transform or float32 would keep, else ''."""
+    return FLOAT16_HINT.format(n=out_of_range) if out_of_range and not opts.log and opts.numerical_dtype == "float16" else ""
 
 
 @dataclass
@@ -226,10 +233,11 @@ def clean(
     rows: np.ndarray,
     rows_out: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
-    """Valid rows only: labels (bool), numerical (float16) and categorical string columns.
-    `rows` holds each row's 1-based data-row number. Every skipped row is counted by its first
-    failing check: undecodable bytes, a bad label, a bad number, or a number that float16
-    cannot hold (|x| > 65504 after the transform; never stored as infinity).
+    """Valid rows only: labels (bool), numerical (opts.numerical_dtype) and categorical string
+    columns. `rows` holds each row's 1-based data-row number. Every skipped row is counted by its
+    first failing check: undecodable bytes, a bad label, a bad number, or a number the storage
+    dtype cannot hold (|x| > 65504 for float16, 3.4e38 for float32, after the transform; never
+    stored as infinity).
     `rows_out` (for `predict`) receives the data-row numbers of the valid rows."""
     text, utf8_ok = {}, np.ones(t.num_rows, dtype=bool)
     for c in dict.fromkeys([opts.label, *opts.numerical, *opts.categorical]):
@@ -257,8 +265,9 @@ def clean(
     dense = np.stack(nums, axis=1) if nums else np.zeros((len(label), 0))
     dense = np.where(np.isnan(dense), 0.0, dense)  # empty -> 0; text that overflowed float64 stays inf
     with np.errstate(over="ignore", invalid="ignore"):
-        stored = (np.log1p(np.maximum(dense, 0.0)) if opts.log else dense).astype(np.float32).astype(np.float16)
-    range_ok = np.isfinite(stored).all(axis=1)  # beyond float16's +-65504: a bad row, never +-inf
+        stored = (np.log1p(np.maximum(dense, 0.0)) if opts.log else dense).astype(np.float32)
+        stored = stored.astype(opts.numerical_dtype)
+    range_ok = np.isfinite(stored).all(axis=1)  # beyond the dtype's range: a bad row, never +-inf
     reasons = (  # the first failing check names the reason; each row is counted once
         ("undecodable", ~utf8_ok),
         ("bad_label", utf8_ok & ~lab_ok),
@@ -325,7 +334,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     n_val = val_rows(opts.val_rows, opts.val_fraction, total - n_test)
     boundary = total - n_test - n_val  # train rows [0, boundary), val up to the test rows
     if boundary <= 0:
-        hint = FLOAT16_HINT.format(n=report.skipped["out_of_range"]) if report.skipped["out_of_range"] and not opts.log else ""
+        hint = float16_hint(opts, report.skipped["out_of_range"])
         raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows){hint}")
     acc, seen = CountAccumulator(len(opts.categorical)), 0
     for lab, _, cats in iter_clean(opts, None):
@@ -340,7 +349,10 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
         opts.max_table_size,
         extra={"numerical_columns": opts.numerical, "numerical_transform": "log1p" if opts.log else "none"},
     )
-    writer = SplitBinaryWriter(opts.out, len(opts.numerical), vocab.cardinalities, overwrite=opts.force, val=n_val > 0)
+    writer = SplitBinaryWriter(
+        opts.out, len(opts.numerical), vocab.cardinalities, overwrite=opts.force, val=n_val > 0,
+        numerical_dtype=opts.numerical_dtype,
+    )  # fmt: skip
     try:
         seen = 0
         tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -366,7 +378,11 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             "frequency_threshold": opts.frequency_threshold,
             "max_table_size": opts.max_table_size,
             "vocabulary_rows": "train mapping only (val and test rows are never counted)",
-            "numerical_transform": "missing/negative -> 0, log(1+x), float16" if opts.log else "missing -> 0, float16",
+            "numerical_transform": (
+                f"missing/negative -> 0, log(1+x), {opts.numerical_dtype}"
+                if opts.log
+                else f"missing -> 0, {opts.numerical_dtype}"
+            ),
             "vocabulary": "vocabulary/",
             "preprocess": {
                 "report": {
