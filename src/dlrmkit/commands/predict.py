@@ -156,7 +156,7 @@ def _table_batches(
         header=columns is None,
         columns=columns,
         log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
-        numerical_dtype=str(np.dtype(stored_as)),  # out of range as the dataset's rows were
+        numerical_dtype=str(stored_as),  # out of range as the dataset's rows were
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -192,7 +192,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     data = dataset_dir(checkpoint, getattr(args, "data", None))
     spec = FeatureSpec.from_yaml(data)
     meta = spec.metadata or {}
-    stored_as = spec.dtype(spec.numerical_names[0]) if spec.numerical_names else np.float32
+    stored_as = spec.numerical_dtype
     generator = meta.get("generator", "")
     if not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
         raise DlrmkitError(

@@ -207,6 +207,11 @@ class FeatureSpec:
     def dtype(self, feature: str) -> np.dtype:
         return np.dtype(self.feature_spec[feature]["dtype"])
 
+    @property
+    def numerical_dtype(self) -> np.dtype:
+        """The one dtype of the numerical features (checked: they share one); float16 when there are none."""
+        return self.dtype(self.numerical_names[0]) if self.numerical_names else np.dtype(np.float16)
+
     def mapping_files(self, mapping: str) -> MappingFiles:
         if mapping not in self.source_spec:
             raise DatasetError(

@@ -120,10 +120,9 @@ def materialize(
     from dlrmkit.data.output_dir import output_lock
 
     with output_lock(out_dir):
-        num_dtype = str(np.dtype(spec.dtype(spec.numerical_names[0]))) if spec.numerical_names else "float16"
         writer = SplitBinaryWriter(
             out_dir, len(spec.numerical_names), rows, overwrite=overwrite, val=VAL in sets, hotness=hotness,
-            numerical_dtype=num_dtype,  # as the source stores them
+            numerical_dtype=str(spec.numerical_dtype),  # as the source stores them
         )  # fmt: skip
         bar = tqdm(
             total=sum(len(d) for d in sets.values()),

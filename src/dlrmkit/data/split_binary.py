@@ -90,8 +90,7 @@ class SplitBinaryDataset:
         self.cardinalities = np.asarray(spec.cardinalities, dtype=np.int64)
         self.label = Column(files.label, spec.dtype(spec.label_name), 1, base)
         num_names = spec.numerical_names
-        num_dtype = spec.dtype(num_names[0]) if num_names else np.float16
-        self.numerical = Column(files.numerical, num_dtype, len(num_names), base) if num_names else None
+        self.numerical = Column(files.numerical, spec.numerical_dtype, len(num_names), base) if num_names else None
         self.hotness = spec.hotness  # ids per sample of each table (fixed-size bags)
         self.multi_hot = any(h != 1 for h in self.hotness)
         self.id_columns = np.concatenate([[0], np.cumsum(self.hotness)]).astype(np.int64)  # table t: [c_t, c_t+1)

@@ -47,17 +47,15 @@ class TranscodeOptions:
     numerical_dtype: str = "float32"  # how numerical columns are stored: float32, or float16 (half the bytes)
 
 
-# numerical columns stored as float16 (--numerical-dtype float16): larger values are out of
-# range, their rows skipped
-FLOAT16_HINT = (
-    "; {n:,} rows were skipped for numbers beyond float16's +-65504 (--numerical-dtype float16): "
-    "--log-transform stores log(1+x) and keeps them, and so does the default float32"
-)
-
-
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
-    """FLOAT16_HINT where float16 storage skipped rows a transform or float32 would keep, else ''."""
-    return FLOAT16_HINT.format(n=out_of_range) if out_of_range and not opts.log and opts.numerical_dtype == "float16" else ""
+    """Where float16 storage (--numerical-dtype float16) skipped rows for numbers beyond its range
+    that a transform or float32 would keep, a clause saying so; else ''."""
+    if not out_of_range or opts.log or opts.numerical_dtype != "float16":
+        return ""
+    return (
+        f"; {out_of_range:,} rows were skipped for numbers beyond float16's +-65504 (--numerical-dtype float16): "
+        "--log-transform stores log(1+x) and keeps them, and so does the default float32"
+    )
 
 
 @dataclass

@@ -50,29 +50,32 @@ class Candidate:
 def candidates(num_numerical: int) -> list[Candidate]:
     """In the order tried (a smaller --search-budget keeps the first ones)."""
     regression = {"deep": False, "wide_init": "regression", "patience": 1}
+    # the candidates with buckets, only with numerical features
+    regression_buckets = [
+        Candidate(
+            "regression, buckets",
+            {**regression, "numerical_buckets": REGRESSION_BUCKETS},
+            f"the regression with each numerical feature also a category ({REGRESSION_BUCKETS} quantile "
+            "buckets and the frequent values)",
+        )
+    ] if num_numerical else []  # fmt: skip
+    dlrm_buckets = [
+        Candidate(
+            "dlrm+wide, buckets",
+            {"numerical_buckets": BUCKETS},
+            f"the DLRM with its wide term, each numerical feature also a category ({BUCKETS} quantile buckets "
+            "and the frequent values)",
+        )
+    ] if num_numerical else []  # fmt: skip
     return [
         Candidate(
             "regression",
             regression,
             "the logistic regression inside the model (the wide term alone, C chosen on the validation rows)",
         ),
-        *[
-            Candidate(
-                "regression, buckets",
-                {**regression, "numerical_buckets": REGRESSION_BUCKETS},
-                f"the regression with each numerical feature also a category ({REGRESSION_BUCKETS} quantile "
-                "buckets and the frequent values)",
-            )
-        ][: bool(num_numerical)],
+        *regression_buckets,
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
-        *[
-            Candidate(
-                "dlrm+wide, buckets",
-                {"numerical_buckets": BUCKETS},
-                f"the DLRM with its wide term, each numerical feature also a category ({BUCKETS} quantile buckets "
-                "and the frequent values)",
-            )
-        ][: bool(num_numerical)],
+        *dlrm_buckets,
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
         Candidate("dlrm+wide, dropout", {"dropout": 0.2}, "the DLRM with its wide term, dropout 0.2 in the MLPs"),
         Candidate(
@@ -100,10 +103,10 @@ def near_tie_auc(val_rows: int | None) -> float:
 
 def choose(tried: list[Candidate]) -> Candidate:
     """The best validation AUC; the candidates within near_tie_auc(validation rows) of it are a
-    tie, broken by the lower log loss (after the temperature, settled_logloss); log losses within NEAR_TIE_LOGLOSS of the lowest are a tie
-    too, won by the candidate tried first (the simplest: the order of `candidates`). On a few
-    thousand validation rows AUC moves by about 0.01 between samples, so a deeper model must win
-    clearly to be kept; on more rows a smaller gap is clear."""
+    tie, broken by the lower log loss (after the temperature: settled_logloss); log losses within
+    NEAR_TIE_LOGLOSS of the lowest are a tie too, won by the candidate tried first (the simplest:
+    the order of `candidates`). On a few thousand validation rows AUC moves by about 0.01 between
+    samples, so a deeper model must win clearly to be kept; on more rows a smaller gap is clear."""
     scored = [c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))]
     if not scored:
         return tried[0]
