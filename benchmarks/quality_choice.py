@@ -23,8 +23,8 @@ VARIANT = {
     "dlrm+wide": "base-k2-std",
     "dlrm+wide, buckets": "base-k2-std-b256",
     "dlrm+wide+fm": "fm-k2-std",
-    "dlrm+wide, dropout": "dropout-k2-std",
     "dlrm+wide+fm, wide top MLP": "big-fm-b256",
+    "deepfm, adam, lr decay": "deepfm-adam-plateau",
 }
 
 

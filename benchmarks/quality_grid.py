@@ -88,6 +88,19 @@ VARIANTS: dict[str, dict] = {
         "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
         "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
     },  # fmt: skip
+    # the `deepfm, adam, lr decay` candidate: FuxiCTR's DeepFM as FuxiCTR trains it
+    "deepfm-adam-plateau": {
+        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
+        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
+        "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
+        "batch_size": 512, "patience": 2, "lr_decay_on_plateau": 0.1,
+    },  # fmt: skip
+    "deepfm-adam-b512": {  # the same without the decay
+        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
+        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
+        "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
+        "batch_size": 512, "patience": 2,
+    },  # fmt: skip
     "big-fm-b256-e4": {
         "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
         "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,

@@ -204,6 +204,23 @@ def test_reset_parameters_bounds():
     assert w1.abs().max() <= math.sqrt(1 / 400)
 
 
+def test_id_zero_starts_at_zero_in_every_table_and_shard():
+    """Id 0 (unseen, rare and missing values) starts at zero, so a value no training row had adds
+    nothing through its row; every other row starts random, and a shard of rows [2, 400) gets the
+    single-device init of those rows."""
+    from dlrmkit.model.embedding import init_table_block
+
+    coll = make_collection([4, 400], [3, 3])
+    for t in (0, 1):
+        w = table_weight(coll, t)
+        assert torch.count_nonzero(w[0]) == 0
+        assert bool((w[1:].abs().sum(dim=1) > 0).all())
+    whole, shard = torch.empty(400, 3), torch.empty(398, 3)
+    init_table_block(whole, base=7, table=1, table_rows=400, dim=3)
+    init_table_block(shard, base=7, table=1, table_rows=400, dim=3, row_start=2)
+    assert torch.equal(whole[2:], shard) and torch.count_nonzero(whole[0]) == 0
+
+
 # ---- interactions -----------------------------------------------------------------------------------
 
 

@@ -38,8 +38,10 @@ def check_matches(reference: dict, tmp_path: Path) -> None:
         assert ref["losses"][0] != pytest.approx(ref["losses"][-1]), "training must move the loss"
         for t, (a, b) in enumerate(zip(ref["tables"], got["tables"])):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: table {t}")
+        # the MLPs' gradients are summed across ranks in another order than one process sums its
+        # batch: a few float32 roundings apart after the steps (2.1e-6 measured at most)
         for a, b in zip(ref["dense"], got["dense"]):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: dense parameter")
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-6, msg=f"{name}: dense parameter")
 
 
 def test_cpu_group_carries_the_ids_and_the_default_group_the_model(reference, tmp_path):

@@ -185,6 +185,7 @@ def test_small_data_recipe_is_chosen_printed_and_recorded(tmp_path):
         (["--restore-best", "true"], ["--restore-best true"]),
         (["--patience", "1", "--restore-best", "true"], ["--patience 1", "--restore-best true"]),
         (["--target-auc", "0.7"], ["--target-auc 0.7"]),
+        (["--lr-decay-on-plateau", "0.1"], ["--lr-decay-on-plateau 0.1"]),
     ],
 )
 def test_selection_options_without_validation_rows_are_refused(tmp_path, given, named):
@@ -331,3 +332,41 @@ def test_selection_without_validation_rows_says_it_selects_nothing(tmp_path):
     transcode(tmp_path / "y.csv", tmp_path / "e", "--test-rows", "100")
     r2 = run_cli("train", "--data", tmp_path / "e", "--run-dir", tmp_path / "run2", "--no-progress", "--max-steps", "2")
     assert r2.code == 0 and "select nothing" not in r2.out, r2.err
+
+
+def test_lr_decays_at_each_plateau_and_resumes_at_its_scale(tmp_path):
+    """--lr-decay-on-plateau F: each evaluation without a better validation AUC multiplies the
+    learning rate by F, logged, and every later step trains at that rate; a checkpoint keeps the
+    scale, --resume takes it back, and a crafted one is refused naming the field."""
+    from dlrmkit.checkpoint import save_load as ckpt
+
+    write_csv(tmp_path / "x.csv", 1200)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200", "--val-rows", "200")
+    run = tmp_path / "run"
+    common = ["--data", tmp_path / "d", "--no-progress", "--preset", "tiny", "--batch-size", "64", "--lr", "0.1"]
+    common += ["--numerical-transform", "signed-log"]
+    common += ["--lr-decay-on-plateau", "0.5", "--patience", "0", "--log-every", "1", "--evals-per-epoch", "4"]
+    r = run_cli("train", *common, "--epochs", "6", "--run-dir", run)
+    assert r.code == 0, r.err
+    events = [json.loads(line) for line in open(run / "log.jsonl")]
+    evals = [e for e in events if e["event"] == "eval"]
+    best, scale, plateaus = -1.0, 1.0, 0
+    for e in events:
+        if e["event"] == "eval":
+            plateaus += not e["auc"] > best
+            best = max(best, e["auc"])
+        if e["event"] == "lr_decay":
+            scale *= 0.5
+            assert e["lr_scale"] == pytest.approx(scale)
+        if e["event"] == "train":
+            assert e["lr"] == pytest.approx(0.1 * scale)
+    assert len(evals) > 4 and plateaus > 0 and scale == pytest.approx(0.5**plateaus)
+    # the checkpoint keeps the scale; a crafted scale is refused
+    ck = run / "checkpoints"
+    path = ckpt.latest_checkpoint(str(ck))
+    manifest = ckpt.read_manifest(path)
+    assert manifest["lr_scale"] == pytest.approx(scale)
+    manifest["lr_scale"] = 5
+    json.dump(manifest, open(os.path.join(path, ckpt.MANIFEST), "w"))
+    r = run_cli("train", *common, "--epochs", "6", "--checkpoint-dir", ck, "--resume", "--run-dir", tmp_path / "run2")
+    assert r.code == 2 and "field 'lr_scale' is 5" in r.err, r.err

@@ -121,7 +121,7 @@ def init_table_block(
     out: torch.Tensor, base: int, table: int, table_rows: int, dim: int, row_start: int = 0, col_start: int = 0
 ) -> None:
     """Fill `out` with rows [row_start, +len(out)) and columns [col_start, +out.shape[1]) of
-    the init of table `table` ([table_rows, dim], uniform +-sqrt(1/rows)). Each chunk of
+    the init of table `table` ([table_rows, dim], uniform +-sqrt(1/rows), but row 0 zero). Each chunk of
     INIT_CHUNK_ROWS rows has its own generator, seeded by (base, table, chunk), so a shard gets
     exactly its block of the single-device init while generating at most one chunk
     ([INIT_CHUNK_ROWS, dim]) at a time and only the chunks its rows fall in."""
@@ -136,6 +136,10 @@ def init_table_block(
         block = torch.empty(hi - lo, dim).uniform_(-bound, bound, generator=torch.Generator().manual_seed(seed))
         a, b = max(lo, row_start), min(hi, row_end)
         out[a - row_start : b - row_start] = block[a - lo : b - lo, col_start : col_start + cols].to(out.dtype)
+    if row_start == 0 and rows:
+        # id 0 is the id of unseen, rare and missing values (data/id_counts.py): it starts at zero, so
+        # a value no training row had adds nothing to the logit rather than its random start
+        out[0] = 0
 
 
 # Deferred gradients of tables at least this wide are sorted by row, so the update walks the table in

@@ -56,6 +56,12 @@ class SelectionOptions:
         None, "stop after N evaluations without a better validation AUC (0: never)", parse=ct.nonneg_int
     )
     restore_best: bool | None = option(None, "end with the weights of the best validation AUC (true/false)")
+    lr_decay_on_plateau: float | None = option(
+        None,
+        "multiply the learning rate by F at each evaluation without a better validation AUC (as FuxiCTR and "
+        "Keras' ReduceLROnPlateau do; default: none)",
+        parse=ct.float_range(0.0, 1.0, lo_open=True, hi_open=True),
+    )
     eval_batch_size: int = option(16384, "batch size for evaluation (default {default})", parse=ct.batch_size)
     target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
     calibration: str | None = option(

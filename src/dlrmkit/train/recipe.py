@@ -22,7 +22,7 @@ from dlrmkit.train.options import SEARCH_BUDGET
 
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
-SELECTION = ("patience", "restore_best")  # options that act on the validation rows
+SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that act on the validation rows
 
 
 @dataclass
@@ -135,7 +135,7 @@ def apply(values: dict[str, Any], recipe: Recipe) -> list[str]:
     # the recipe's learning rate and table L2 belong to its optimizer: a user's optimizer keeps its own
     own_optimizer = any(values.get(k) is not None for k in ("optimizer", "embedding_optimizer"))
     for key, value in recipe.values.items():
-        if own_optimizer and key in ("optimizer", "lr", "embedding_weight_decay"):
+        if own_optimizer and key in ("optimizer", "embedding_optimizer", "lr", "dense_lr", "embedding_weight_decay"):
             continue
         if values.get(key) is None:
             values[key] = value

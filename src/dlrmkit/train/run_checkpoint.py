@@ -34,6 +34,7 @@ class TrainerState(Protocol):
     best_auc: float
     skipped_nonfinite: int
     samples_seen: int
+    schedule: Any  # dlrmkit.optim.schedule.LRSchedule: its plateau scale is saved
     run_id: str | None
     last_saved_step: int
     last_save_time: float
@@ -56,6 +57,7 @@ def save(trainer: TrainerState) -> str:
         best_auc=trainer.best_auc,
         skipped_nonfinite=trainer.skipped_nonfinite,
         samples_seen=trainer.samples_seen,
+        lr_scale=trainer.schedule.scale,
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
         run_id=run_id(trainer),
@@ -173,8 +175,18 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     trainer.samples_seen = (
         int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
     )
+    trainer.schedule.scale = lr_scale(meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
+
+
+def lr_scale(meta: dict, where: str) -> float:
+    """The learning-rate scale --lr-decay-on-plateau had reached (older checkpoints: 1), checked:
+    a number in (0, 1], else refused naming the field."""
+    value = meta.get("lr_scale", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise DlrmkitError(f"{where}: field 'lr_scale' is {value!r}, not a number in (0, 1]; refused")
+    return float(value)
 
 
 def check_counters(trainer: TrainerState, path: str, meta: dict) -> None:

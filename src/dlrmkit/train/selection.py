@@ -53,6 +53,11 @@ def selection_options_on(cfg: TrainConfig) -> list[tuple[str, str]]:
             ("patience", f"--patience {cfg.selection.patience}", bool(cfg.selection.patience)),
             ("restore_best", "--restore-best true", bool(cfg.selection.restore_best)),
             ("target_auc", f"--target-auc {cfg.selection.target_auc}", cfg.selection.target_auc is not None),
+            (
+                "lr_decay_on_plateau",
+                f"--lr-decay-on-plateau {cfg.selection.lr_decay_on_plateau}",
+                cfg.selection.lr_decay_on_plateau is not None,
+            ),
         )
         if on
     ]

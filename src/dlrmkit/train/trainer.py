@@ -289,6 +289,10 @@ class Trainer:
         self.check_loss()
         result = self.score(self.val_set)
         self.best.update(self.model, self.step, result, keep=self.cfg.selection.restore_best)
+        factor = self.cfg.selection.lr_decay_on_plateau
+        if factor is not None and self.best.since > 0:  # no better AUC than the best: a plateau
+            self.schedule.scale *= factor
+            self.log({"event": "lr_decay", "step": self.step, "lr_scale": self.schedule.scale})
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
         self.last_eval = (self.step, result)
