@@ -293,3 +293,36 @@ def test_search_choice_settles_near_ties_on_log_loss_after_the_temperature():
     assert choose([cand("a", 0.700, 0.630), cand("b", 0.701, 0.610)]).name == "b"
     # a candidate without a validation figure is never chosen over one with
     assert choose([cand("none", float("nan"), float("nan")), cand("b", 0.6, 0.7)]).name == "b"
+
+
+def test_search_choice_leaves_out_a_clearly_worse_log_loss():
+    """A candidate whose per-row validation log loss (after T) exceeds the lowest by more than
+    LOGLOSS_SIGNIFICANCE standard errors of the paired differences is out, whatever its AUC; a
+    difference within the rows' noise leaves it in; without per-row losses nobody is out; the
+    printed search names the one left out and why."""
+    from dlrmkit.train.recipe_search import Candidate, choose, clearly_worse, describe
+
+    rng = np.random.default_rng(0)
+    base = rng.exponential(0.55, 500)  # the regression's per-row losses on 500 validation rows
+
+    def cand(name, auc, rows):
+        return Candidate(
+            name,
+            {},
+            f"the {name}",
+            {"val_auc": auc, "val_logloss": float(rows.mean()), "val_logloss_t": float(rows.mean()),
+             "val_row_logloss": rows.astype(np.float32), "val_rows": len(rows), "best_epoch": 1, "seconds": 1.0},
+        )  # fmt: skip
+
+    regression = cand("regression", 0.716, base)
+    worse = cand("deep", 0.727, base + 0.08 + rng.normal(0, 0.3, 500))  # +0.08, standard error ~0.013
+    noisy = cand("deep", 0.727, base + 0.005 + rng.normal(0, 0.3, 500))  # +0.005: within the noise
+    assert set(clearly_worse([regression, worse])) == {"deep"}
+    assert choose([regression, worse]).name == "regression"
+    assert clearly_worse([regression, noisy]) == {} and choose([regression, noisy]).name == "deep"
+    text = "\n".join(describe(regression, [regression, worse], 7))
+    assert "(out: log loss after T +0.0" in text and "standard error" in text
+    # figures without per-row losses (a replay of a grid): nobody is out
+    for c in (regression, worse):
+        c.result.pop("val_row_logloss")
+    assert clearly_worse([regression, worse]) == {} and choose([regression, worse]).name == "deep"

@@ -370,3 +370,26 @@ def test_lr_decays_at_each_plateau_and_resumes_at_its_scale(tmp_path):
     json.dump(manifest, open(os.path.join(path, ckpt.MANIFEST), "w"))
     r = run_cli("train", *common, "--epochs", "6", "--checkpoint-dir", ck, "--resume", "--run-dir", tmp_path / "run2")
     assert r.code == 2 and "field 'lr_scale' is 5" in r.err, r.err
+
+
+def test_numerical_features_only_train_with_buckets_and_a_fixed_preset_is_one_line(tmp_path):
+    """A dataset with numerical features only has no table to look up: the recipe reads each
+    numerical feature as a category too (buckets), so the default path trains; a preset without
+    --numerical-buckets is refused in one line naming the dataset and the fix."""
+    write_csv(tmp_path / "x.csv", 900)
+    r = run_cli(
+        "transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+        "--numerical", "n1,n2", "--test-rows", "150",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert open_dataset(str(tmp_path / "d"))[0].cardinalities == []
+    common = ["train", "--data", tmp_path / "d", "--no-progress"]
+    r = run_cli(*common, "--run-dir", tmp_path / "run", "--search-budget", "2")
+    assert r.code == 0, r.err
+    assert "no categorical features: each numerical feature is also a category" in r.out
+    assert yaml.safe_load(open(tmp_path / "run" / "config.yaml"))["numerical-buckets"] > 0
+    m = json.load(open(tmp_path / "run" / "metrics.json"))
+    assert 0.0 <= m["auc"] <= 1.0
+    r = run_cli(*common, "--run-dir", tmp_path / "run2", "--preset", "tiny")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert str(tmp_path / "d") in r.err and "--numerical-buckets" in r.err

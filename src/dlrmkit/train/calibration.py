@@ -86,10 +86,13 @@ def calibrate(model: torch.nn.Module, val_set, batch_size: int, move=None) -> di
 
 def log_loss_of_logits(z: np.ndarray, y: np.ndarray) -> float:
     """Mean log loss of sigmoid(z), computed stably from the logits."""
-    if len(z) == 0:
-        return float("nan")
+    return float(np.mean(row_log_losses(z, y))) if len(z) else float("nan")
+
+
+def row_log_losses(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each row's log loss of sigmoid(z), computed stably from the logits (float64)."""
     z, y = z.astype(np.float64), y.astype(np.float64)
-    return float(np.mean(np.logaddexp(0.0, z) - y * z))
+    return np.logaddexp(0.0, z) - y * z
 
 
 def reliability(labels: np.ndarray, probs: np.ndarray, bins: int = BINS) -> list[list[float]]:

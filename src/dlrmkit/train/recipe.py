@@ -23,6 +23,7 @@ from dlrmkit.train.options import SEARCH_BUDGET
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
 SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that act on the validation rows
+NO_TABLE_BUCKETS = 32  # numerical features only: the buckets that give the model its tables
 
 
 @dataclass
@@ -121,6 +122,12 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
         r.reasons.append(f"numerical values {seen}: raw, so the model takes sign(x) log(1+|x|)")
     else:
         r.values["numerical_transform"] = "none"
+    if not cards and train.num_numerical:  # a model needs a table: the numbers become categories too
+        r.values["numerical_buckets"] = NO_TABLE_BUCKETS
+        r.reasons.append(
+            f"no categorical features: each numerical feature is also a category ({NO_TABLE_BUCKETS} quantile buckets "
+            "and the frequent values), so the model has tables to look up"
+        )
     return r
 
 

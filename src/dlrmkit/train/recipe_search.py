@@ -12,10 +12,17 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 # validation AUCs this close are a tie, broken by the lower log loss: 0.002 on 4,000 validation
 # rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
 NEAR_TIE_AUC, NEAR_TIE_ROWS = 0.002, 4_000
 NEAR_TIE_LOGLOSS = 0.001  # ... and log losses this close by the order of the candidates (simplest first)
+# a candidate whose validation log loss (after the temperature) is worse than the lowest one by more
+# than this many standard errors of the rows' paired differences is out of the choice: on a few
+# hundred validation rows a deep model can lead on AUC by chance while its probabilities are
+# clearly worse than the regression's
+LOGLOSS_SIGNIFICANCE = 2.0
 # quantiles per numerical feature of the candidates with buckets (fewer where values repeat; each
 # frequent value has a bucket of its own besides): the DLRM's, and the regression's, whose single
 # weight per bucket shares one C with the ids
@@ -124,12 +131,15 @@ def near_tie_auc(val_rows: int | None) -> float:
 
 
 def choose(tried: list[Candidate]) -> Candidate:
-    """The best validation AUC; the candidates within near_tie_auc(validation rows) of it are a
-    tie, broken by the lower log loss (after the temperature: settled_logloss); log losses within
+    """The best validation AUC among the candidates whose log loss is not clearly worse
+    (`clearly_worse`); the candidates within near_tie_auc(validation rows) of it are a tie, broken
+    by the lower log loss (after the temperature: settled_logloss); log losses within
     NEAR_TIE_LOGLOSS of the lowest are a tie too, won by the candidate tried first (the simplest:
     the order of `candidates`). On a few thousand validation rows AUC moves by about 0.01 between
     samples, so a deeper model must win clearly to be kept; on more rows a smaller gap is clear."""
     scored = [c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))]
+    out = clearly_worse(scored)
+    scored = [c for c in scored if c.name not in out]
     if not scored:
         return tried[0]
     top = max(c.result["val_auc"] for c in scored)
@@ -137,6 +147,25 @@ def choose(tried: list[Candidate]) -> Candidate:
     near = [c for c in scored if c.result["val_auc"] >= top - tie]
     low = min(settled_logloss(c) for c in near)
     return next(c for c in near if settled_logloss(c) <= low + NEAR_TIE_LOGLOSS)
+
+
+def clearly_worse(scored: list[Candidate]) -> dict[str, str]:
+    """{candidate name: why it is out} for the candidates whose validation log loss after the
+    temperature exceeds the lowest one's by more than LOGLOSS_SIGNIFICANCE standard errors of the
+    paired per-row differences (on the same validation rows). Without per-row losses (a replay of
+    figures), nobody is out."""
+    rows = [c.result.get("val_row_logloss") for c in scored]
+    if not scored or any(r is None or len(r) != len(rows[0]) or len(r) < 2 for r in rows):
+        return {}
+    means = [float(np.mean(r)) for r in rows]
+    best = int(np.argmin(means))
+    out = {}
+    for c, r, m in zip(scored, rows, means):
+        d = r.astype(np.float64) - rows[best]
+        se = float(np.std(d, ddof=1)) / math.sqrt(len(d))
+        if m - means[best] > LOGLOSS_SIGNIFICANCE * se:
+            out[c.name] = f"log loss after T {m - means[best]:+.4f} over {scored[best].name}'s ({se:.4f} standard error)"
+    return out
 
 
 def settled_logloss(c: Candidate) -> float:
@@ -158,29 +187,33 @@ def train_candidate(cfg: Any) -> dict[str, float]:
     trainer.test_set = trainer.test_set.window(0, 0, "test")  # selection never reads the test rows
     m = trainer.fit()
     epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
+    rows = logloss_after_temperature(trainer)
     return {
         "val_rows": len(trainer.val_set) if trainer.val_set is not None else 0,
         "val_auc": m["val_auc"],
         "val_logloss": m["val_logloss"],
-        "val_logloss_t": logloss_after_temperature(trainer),
+        "val_logloss_t": float(np.mean(rows, dtype=np.float64)) if rows is not None else math.nan,
+        "val_row_logloss": rows,
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
     }
 
 
-def logloss_after_temperature(trainer: Any) -> float:
-    """The validation log loss after the temperature the run fits once a candidate is chosen
-    (dlrmkit.train.calibration; nan where the run would fit none): the figure near-ties are
-    settled on, so that a confident model is not passed over for a miscalibration the
-    temperature removes. It folds the temperature into this candidate's model, which is dropped."""
+def logloss_after_temperature(trainer: Any) -> np.ndarray | None:
+    """Each validation row's log loss after the temperature the run fits once a candidate is
+    chosen (as dlrmkit.train.calibration.calibrate fits it, kept only where it lowers the mean;
+    None where the run would fit none). Their mean is the figure near-ties are settled on, so that a
+    confident model is not passed over for a miscalibration the temperature removes; the rows
+    themselves say whether a candidate's log loss is clearly worse (`clearly_worse`)."""
     from dlrmkit.precision import autocast
-    from dlrmkit.train.calibration import calibrate, skipped
+    from dlrmkit.train.calibration import fit_scale, logits_of, row_log_losses, skipped
 
     if skipped(trainer) is not None:
-        return float("nan")
+        return None
     with autocast(trainer.cfg.device.precision, trainer.device.type):
-        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
-    return fitted["val_logloss_after"]
+        z, y = logits_of(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
+    raw, scaled = row_log_losses(z, y), row_log_losses(fit_scale(z, y) * z, y)
+    return (scaled if scaled.mean() < raw.mean() else raw).astype(np.float32)
 
 
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
@@ -217,16 +250,17 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str
         f"search: {len(tried)} candidate recipes on the validation rows ({total:.0f} s, at most "
         f"--search-budget {budget} runs; the test rows are not read)"
     ]
+    out = clearly_worse([c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))])
     for c in tried:
         r = c.result
-        mark = "  <- chosen" if c is winner else ""
+        mark = "  <- chosen" if c is winner else f"  (out: {out[c.name]})" if c.name in out else ""
         after_t = r.get("val_logloss_t", math.nan)
         after_t = "" if math.isnan(after_t) else f" ({after_t:.4f} after T)"
         lines.append(
             f"  {c.name:<26} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}{after_t}  "
             f"best epoch {r['best_epoch']:.0f}  {r['seconds']:.0f} s{mark}"
         )
-    others = [c for c in tried if c is not winner]
+    others = [c for c in tried if c is not winner and c.name not in out]
     if others:
         best_other = max(others, key=lambda c: c.result["val_auc"])
         gap = winner.result["val_auc"] - best_other.result["val_auc"]
@@ -238,5 +272,7 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str
                 f"a near-tie on validation AUC (within {tie:.4f}) with {best_other.name}, settled by the "
                 f"lower log loss after the temperature, or, within {NEAR_TIE_LOGLOSS} of it, by the simpler model"
             )
+        if out:
+            why += f"; out of the choice: {len(out)} candidate(s) whose log loss is clearly worse"
         lines.append(f"  why: {winner.name} ({winner.why}): {why}")
     return lines

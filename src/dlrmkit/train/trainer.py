@@ -71,6 +71,12 @@ class Trainer:
             self.train_set, self.test_set = self.train_set.with_buckets(buckets), self.test_set.with_buckets(buckets)
             self.val_set = self.val_set.with_buckets(buckets) if self.val_set is not None else None
             tables = [*tables, *(len(b) + 1 for b in buckets)]
+        if not tables:
+            raise DlrmkitError(
+                f"{cfg.data}: no categorical features, so the model has no table to look up: give "
+                "--numerical-buckets N (each numerical feature also read as a category), or transcode some "
+                "columns as --categorical"
+            )
         if self.val_set is None and cfg.selection.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
