@@ -88,19 +88,6 @@ VARIANTS: dict[str, dict] = {
         "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
         "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
     },  # fmt: skip
-    # the `deepfm, adam, lr decay` candidate: FuxiCTR's DeepFM as FuxiCTR trains it
-    "deepfm-adam-plateau": {
-        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
-        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
-        "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
-        "batch_size": 512, "patience": 2, "lr_decay_on_plateau": 0.1,
-    },  # fmt: skip
-    "deepfm-adam-b512": {  # the same without the decay
-        "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
-        "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
-        "fm": True, "interaction": "cat", "embedding_optimizer": "adam", "lr": 0.001, "embedding_weight_decay": 0.01,
-        "batch_size": 512, "patience": 2,
-    },  # fmt: skip
     "big-fm-b256-e4": {
         "min_id_count": 2, "standardize_numerical": True, "numerical_buckets": 256, "embedding_dim": 16,
         "bottom_mlp": [64, 16], "top_mlp": [400, 400, 400, 1], "optimizer": "adam", "dense_lr": 0.001,
@@ -128,6 +115,10 @@ VARIANTS: dict[str, dict] = {
         "dropout": 0.2,
     },
 }
+# FuxiCTR's DeepFM at FuxiCTR's batch of 512 (`-b512`), and with its learning rate x0.1 at each
+# plateau too (`-plateau`: the `deepfm, adam, lr decay` candidate)
+VARIANTS["deepfm-adam-b512"] = {**VARIANTS["fuxi-deepfm-b256"], "batch_size": 512, "patience": 2}
+VARIANTS["deepfm-adam-plateau"] = {**VARIANTS["deepfm-adam-b512"], "lr_decay_on_plateau": 0.1}
 
 
 def run_one(data: str, seed: int, values: dict) -> dict:

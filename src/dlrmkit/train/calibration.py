@@ -72,14 +72,17 @@ def fold_scale(model: torch.nn.Module, a: float) -> None:
         model.fm.weight.mul_(a)
 
 
+def kept_scale(z: np.ndarray, y: np.ndarray) -> float:
+    """fit_scale's a, or 1 (no change) where it does not lower the mean log loss measurably."""
+    a = fit_scale(z, y)
+    return a if log_loss_of_logits(a * z, y) < log_loss_of_logits(z, y) else 1.0
+
+
 def calibrate(model: torch.nn.Module, val_set, batch_size: int, move=None) -> dict[str, Any]:
     """Fit the temperature on `val_set` and fold it into `model`; returns what was done."""
     z, y = logits_of(model, val_set, batch_size, move)
-    before = log_loss_of_logits(z, y)
-    a = fit_scale(z, y)
-    after = log_loss_of_logits(a * z, y)
-    if not after < before:  # no gain (or none measurable): leave the model as it is
-        a, after = 1.0, before
+    a = kept_scale(z, y)
+    before, after = log_loss_of_logits(z, y), log_loss_of_logits(a * z, y)
     fold_scale(model, a)
     return {"temperature": 1.0 / a, "val_logloss_before": before, "val_logloss_after": after}
 

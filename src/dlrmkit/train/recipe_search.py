@@ -74,6 +74,17 @@ def candidates(num_numerical: int) -> list[Candidate]:
             "and the frequent values)",
         )
     ] if num_numerical else []  # fmt: skip
+    # the two DeepFM-sized candidates: dim 16, a 400-400-400 top MLP by Adam, the FM term, buckets
+    deepfm_sized = {
+        "fm": True,
+        "embedding_dim": 16,
+        "bottom_mlp": [64, 16] if num_numerical else [],
+        "top_mlp": [400, 400, 400, 1],
+        "optimizer": "adam",
+        "dense_lr": 0.001,
+        **({"numerical_buckets": BUCKETS} if num_numerical else {}),
+    }
+    with_buckets = f"numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""
     return [
         Candidate(
             "regression",
@@ -86,41 +97,26 @@ def candidates(num_numerical: int) -> list[Candidate]:
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
         Candidate(
             "dlrm+wide+fm, wide top MLP",
-            {
-                "fm": True,
-                "embedding_dim": 16,
-                "bottom_mlp": [64, 16] if num_numerical else [],
-                "top_mlp": [400, 400, 400, 1],
-                "optimizer": "adam",
-                "dense_lr": 0.001,
-                "embedding_weight_decay": 0.0,
-                **({"numerical_buckets": BUCKETS} if num_numerical else {}),
-            },
+            {**deepfm_sized, "embedding_weight_decay": 0.0},
             "a DeepFM-sized model: dim 16, top MLP 400-400-400 trained by Adam, the FM term"
-            + (f", numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""),
+            + (f", {with_buckets}" if with_buckets else ""),
         ),
         Candidate(
             "deepfm, adam, lr decay",
             {
-                "fm": True,
+                **deepfm_sized,
                 "interaction": "cat",
-                "embedding_dim": 16,
-                "bottom_mlp": [64, 16] if num_numerical else [],
-                "top_mlp": [400, 400, 400, 1],
-                "optimizer": "adam",
                 "embedding_optimizer": "adam",
                 "lr": 0.001,
-                "dense_lr": 0.001,
                 "embedding_weight_decay": 0.01,
                 "batch_size": 512,
                 "patience": 2,
                 "lr_decay_on_plateau": 0.1,
-                **({"numerical_buckets": BUCKETS} if num_numerical else {}),
             },
             "DeepFM trained as FuxiCTR trains it: dim 16, the embeddings concatenated into a 400-400-400 MLP "
             "beside the FM term, Adam 0.001 on whole tables (L2 0.01 on every row) and the MLPs, batch 512, "
             "the learning rate x0.1 at each evaluation without a better validation AUC, stop after 2"
-            + (f"; numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""),
+            + (f"; {with_buckets}" if with_buckets else ""),
         ),
     ]
 
@@ -201,19 +197,18 @@ def train_candidate(cfg: Any) -> dict[str, float]:
 
 def logloss_after_temperature(trainer: Any) -> np.ndarray | None:
     """Each validation row's log loss after the temperature the run fits once a candidate is
-    chosen (as dlrmkit.train.calibration.calibrate fits it, kept only where it lowers the mean;
-    None where the run would fit none). Their mean is the figure near-ties are settled on, so that a
+    chosen (dlrmkit.train.calibration.kept_scale, as calibrate fits it; None where the run would
+    fit none). Their mean is the figure near-ties are settled on, so that a
     confident model is not passed over for a miscalibration the temperature removes; the rows
     themselves say whether a candidate's log loss is clearly worse (`clearly_worse`)."""
     from dlrmkit.precision import autocast
-    from dlrmkit.train.calibration import fit_scale, logits_of, row_log_losses, skipped
+    from dlrmkit.train.calibration import kept_scale, logits_of, row_log_losses, skipped
 
     if skipped(trainer) is not None:
         return None
     with autocast(trainer.cfg.device.precision, trainer.device.type):
         z, y = logits_of(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
-    raw, scaled = row_log_losses(z, y), row_log_losses(fit_scale(z, y) * z, y)
-    return (scaled if scaled.mean() < raw.mean() else raw).astype(np.float32)
+    return row_log_losses(kept_scale(z, y) * z, y).astype(np.float32)
 
 
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
