@@ -48,6 +48,8 @@ def main(argv: list[str]) -> int:
                 seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 m = json.load(open(os.path.join(run, "metrics.json")))
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
+                if m.get("blend"):  # the run is a blend of candidates
+                    chosen = "blend: " + ", ".join(f"{b['name']} x{b['weight']}" for b in m["blend"])
                 print(
                     json.dumps(
                         {

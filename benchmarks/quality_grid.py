@@ -121,7 +121,7 @@ VARIANTS["deepfm-adam-b512"] = {**VARIANTS["fuxi-deepfm-b256"], "batch_size": 51
 VARIANTS["deepfm-adam-plateau"] = {**VARIANTS["deepfm-adam-b512"], "lr_decay_on_plateau": 0.1}
 
 
-def run_one(data: str, seed: int, values: dict) -> dict:
+def run_one(data: str, seed: int, values: dict, dump: str | None = None) -> dict:
     import numpy as np
 
     from dlrmkit.config import TrainConfig
@@ -145,6 +145,8 @@ def run_one(data: str, seed: int, values: dict) -> dict:
     zv, yv = logits_of(trainer.model, trainer.val_set, 16384)
     zt, yt = logits_of(trainer.model, test, 16384)
     a = fit_scale(zv, yv)
+    if dump:  # each row's logit, validation and test, for blends measured afterwards
+        np.savez(dump, zv=zv, yv=yv, zt=zt, yt=yt)
     val_logloss_t = log_loss(yv, 1 / (1 + np.exp(-a * zv.astype(np.float64))))
     p, pc = 1 / (1 + np.exp(-zt.astype(np.float64))), 1 / (1 + np.exp(-a * zt.astype(np.float64)))
     return {
@@ -167,11 +169,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("data", nargs="+")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--dump", help="folder: each run's validation and test logits as DATA-VARIANT-SEED.npz")
     args = p.parse_args(argv)
     for data in args.data:
         for name in args.variants.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                out = {"data": data, "variant": name, "seed": seed, **run_one(data, seed, VARIANTS[name])}
+                dump = args.dump and f"{args.dump}/{data.rstrip('/').split('/')[-1]}-{name}-{seed}.npz"
+                out = {"data": data, "variant": name, "seed": seed, **run_one(data, seed, VARIANTS[name], dump)}
                 print(json.dumps(out), flush=True)
     return 0
 

@@ -320,3 +320,17 @@ def test_tiling_check_is_exact_on_random_grids():
         except DlrmkitError:
             ok = False
         assert ok == exact, (rows, cols, boxes)
+
+
+@pytest.mark.parametrize("dtype", [["float32"], {"a": 1}, 7, None])
+def test_a_tensor_dtype_of_another_kind_is_one_line(trained, tmp_path, dtype):
+    for name in ("manifest.json", "metadata.json"):
+        ck = tmp_path / name / "step_3"
+        shutil.copytree(trained, ck)
+        doc = json.loads((ck / name).read_text())
+        first = next(iter(doc["tensors"].values()))
+        first["dtype"] = dtype
+        (ck / name).write_text(json.dumps(doc))
+        with pytest.raises(DlrmkitError, match="dtype") as exc:  # never a TypeError from a set lookup
+            ckpt.load_logical_state(str(ck))
+        assert "\n" not in str(exc.value)

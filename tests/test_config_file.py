@@ -61,11 +61,20 @@ def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
     # the replay resolves every option (the recipe's choices, the nulls left to run-time defaults) the same way
     ca, cb = (yaml.safe_load((tmp_path / r / "config.yaml").read_text()) for r in ("A", "B"))
-    assert ca == cb and ca["preset"] == "auto" and ca["wide"] is True
+    assert ca == cb and ca["preset"] == "auto"
+    assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"]
     pa, pb = (json.loads((tmp_path / r / "plan.json").read_text()) for r in ("A", "B"))
     assert pa == pb
+    if ca.get("blend"):  # the search chose a blend: each member's folder holds its whole config
+        ma, mb = ([yaml.safe_load(p.read_text()) for p in sorted((tmp_path / r / "checkpoints").glob("*/config.yaml"))]
+                  for r in ("A", "B"))  # fmt: skip
+        assert ma == mb and len(ma) == len(pa["blend"]) >= 2
+        assert all(m["lr"] == 0.3 and m["embedding-dim"] == 8 and m["max-steps"] == 12 for m in ma)
+        assert a["steps"] == b["steps"] == 12 * len(ma)
+        assert (tmp_path / "B" / "checkpoints" / "blend.yaml").exists()
+        return
+    assert ca["wide"] is True
     assert a["steps"] == b["steps"] == 12
-    assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"]
     plan = json.loads((tmp_path / "B" / "plan.json").read_text())
     assert plan["model_config"]["embedding_dim"] == 8 and plan["model_config"]["bottom_mlp"] == [32, 8]
     assert (tmp_path / "B" / "checkpoints" / "latest").exists()

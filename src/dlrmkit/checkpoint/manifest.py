@@ -30,7 +30,8 @@ COUNTERS = {
     "samples_seen": MAX_STEP,
     "world_size": 1 << 16,
 }
-DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+# a tuple, not a set: a crafted dtype (a list, a mapping) is then simply not in it, never a TypeError
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 def is_int(v: Any, lo: int = 0, hi: int = MAX_INT) -> bool:

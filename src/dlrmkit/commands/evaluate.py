@@ -76,19 +76,23 @@ def run(args: argparse.Namespace) -> int:
                 f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
             )
 
+    from dlrmkit.train import blend
+
     par = None
-    if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
+    if blend.is_blend(args.checkpoint):  # members scored each as it was trained, their logits averaged
+        if launched_by_torchrun():
+            raise DlrmkitError(f"{args.checkpoint}: a blend is evaluated in one process; run it without torchrun")
+        b = blend.read_blend(args.checkpoint)
+        metrics = blend.metrics_of(*blend.blend_logits(b, blend.load_members(b, check), dataset, args.batch_size))
+    elif launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
         model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
+        metrics = par.evaluate(model_view(dataset, cfg), args.batch_size)
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
-    dataset = model_view(dataset, cfg)  # --min-id-count, --numerical-buckets: as training read it
-    metrics = (
-        par.evaluate(dataset, args.batch_size)
-        if par
-        else evaluate_model(model, dataset, args.batch_size, progress=True)
-    )
+        # --min-id-count, --numerical-buckets: the rows as training read them
+        metrics = evaluate_model(model, model_view(dataset, cfg), args.batch_size, progress=True)
     result = {**metrics, "rows": len(dataset), "world_size": par.ctx.world_size if par else 1}
     if par is not None:
         from dlrmkit.parallel.dist import shutdown

@@ -27,7 +27,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load_model(checkpoint: str):
     """The single-process DLRM of a checkpoint, in eval mode."""
     from dlrmkit.checkpoint.save_load import load_single_process_model
+    from dlrmkit.train.blend import is_blend, read_blend
 
+    if is_blend(checkpoint):  # several models, each reading its own view of the rows: no one graph
+        folders = read_blend(checkpoint).folders
+        raise DlrmkitError(
+            f"{checkpoint}: a blend of {len(folders)} models; export one member's checkpoint "
+            f"(for example {folders[0]}), or train with --search-budget 0 for one model"
+        )
     model, cfg = load_single_process_model(checkpoint)
     return model.eval(), cfg
 

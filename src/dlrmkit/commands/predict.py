@@ -84,7 +84,10 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
     if data:
         return data
     from dlrmkit.checkpoint.save_load import read_manifest, resolve_checkpoint
+    from dlrmkit.train.blend import is_blend, read_blend
 
+    if is_blend(checkpoint):  # its first member's
+        checkpoint = read_blend(checkpoint).folders[0]
     recorded = read_manifest(resolve_checkpoint(checkpoint)).get("train_config", {}).get("data")  # text or None
     if not recorded:
         raise DlrmkitError(f"{checkpoint}: the checkpoint records no dataset; pass --data DIR")
@@ -185,9 +188,9 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
 
     from dlrmkit.data.encoder import Vocabulary
     from dlrmkit.data.numerical_buckets import reads
-    from dlrmkit.data.split_binary import bucket_columns
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.checkpoint.save_load import load_single_process_model
+    from dlrmkit.train.blend import is_blend, load_members, mean_logits, read_blend
 
     data = dataset_dir(checkpoint, getattr(args, "data", None))
     spec = FeatureSpec.from_yaml(data)
@@ -208,27 +211,42 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
                 f"({vocab.cardinalities}); pass the --data the model was trained on"
             )
 
-    model, cfg = load_single_process_model(checkpoint, check)
-    model.eval()
+    if is_blend(checkpoint):  # its members' logits, weighted, times its temperature's 1/T
+        b = read_blend(checkpoint)
+        models, weights, scale = load_members(b, check), b.weights, b.scale
+    else:
+        models, weights, scale = [load_single_process_model(checkpoint, check)], [1], 1.0
+    for model, _ in models:
+        model.eval()
     if generator.startswith("dlrmkit preprocess criteo"):
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:
         source = _table_batches(path, vocab, meta, stored_as, args, report)
-    buckets = [np.asarray(b, dtype=np.float32) for b in cfg.numerical_buckets or []]
-    table_rows = np.asarray(cfg.table_sizes[: len(cfg.table_sizes) - len(buckets)], dtype=np.int64)
     with torch.no_grad():
         for rows, labels, dense, ids in source:
             ids = np.asarray(ids, dtype=np.int64)
-            ids[ids >= table_rows] = 0  # --min-id-count: rarer ids read as 0
-            if buckets:  # --numerical-buckets: the values as the dataset stores them, bucketed
-                stored = np.asarray(dense, dtype=stored_as)
-                ids = np.concatenate([ids, bucket_columns(buckets, stored)], axis=1)
+            views = [model_ids(cfg, ids, dense, stored_as) for _, cfg in models]
             for lo in range(0, len(rows), args.batch_size):
                 sl = slice(lo, lo + args.batch_size)
-                logits = model(torch.from_numpy(np.asarray(dense[sl], dtype=np.float32)), torch.from_numpy(ids[sl]))
-                probs = torch.sigmoid(logits.float()).numpy()
+                x = torch.from_numpy(np.asarray(dense[sl], dtype=np.float32))
+                z = [model(x, torch.from_numpy(v[sl])).double().numpy() for (model, _), v in zip(models, views)]
+                probs = torch.sigmoid(torch.from_numpy(scale * mean_logits(z, weights)).float()).numpy()
                 report.rows_scored += len(probs)
                 yield Scored(rows[sl], None if labels is None else labels[sl], probs)
+
+
+def model_ids(cfg: Any, ids: np.ndarray, dense: np.ndarray, stored_as: Any) -> np.ndarray:
+    """The ids a model of `cfg` reads for these rows: ids rarer than its tables keep read as 0
+    (--min-id-count), the values' buckets appended (--numerical-buckets, from the values as the
+    dataset stores them)."""
+    from dlrmkit.data.split_binary import bucket_columns
+
+    buckets = [np.asarray(b, dtype=np.float32) for b in cfg.numerical_buckets or []]
+    table_rows = np.asarray(cfg.table_sizes[: len(cfg.table_sizes) - len(buckets)], dtype=np.int64)
+    ids = np.where(ids >= table_rows, 0, ids)
+    if buckets:
+        ids = np.concatenate([ids, bucket_columns(buckets, np.asarray(dense, dtype=stored_as))], axis=1)
+    return ids
 
 
 def write_csv(batches: Iterator[Scored], out: TextIO) -> None:

@@ -172,10 +172,16 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     test = next((r for r in reversed(records) if r.get("event") == "test"), None)
     cfg = info.get("config", {})
     lines = [f"# Run {os.path.basename(os.path.abspath(run))}", ""]
-    lines.append(
-        f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
-        f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}"
-    )
+    blend = next((r for r in records if r.get("event") == "blend"), None)
+    members = blend.get("members") if blend else None
+    if isinstance(members, list):  # each member is a run of its own, in the checkpoint folder
+        shown = [f"{m.get('name')} x{m.get('weight')} (`{m.get('folder')}/`)" for m in members if isinstance(m, dict)]
+        lines.append(f"- data: `{cfg.get('data')}`; a blend of {len(shown)}: {', '.join(shown)}")
+    else:
+        lines.append(
+            f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
+            f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}"
+        )
     lines.append(f"- started {info.get('started')}; status: {'finished' if end else 'unfinished (no end record)'}")
     if end:
         lines.append(

@@ -173,12 +173,22 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     recipe_text = choose_recipe(cfg)
+    members = None
+    if cfg.selection.blend:  # the search chose a blend, or --blend named one: its members' configs, checked now
+        from dlrmkit.train.recipe import member_configs
+
+        members = member_configs(cfg)
     check_tables_fit(cfg)
     if cfg.output.tensorboard:
         from dlrmkit.train.run_log import summary_writer_class
 
         summary_writer_class()  # a missing package is an error before training, not after
     run_folder = run_dir.setup(cfg, list(getattr(args, "_argv", None) or []))
+    if members:  # each member trained as a run of its own, then their weighted mean scored
+        from dlrmkit.train.blend import train_blend
+
+        print(recipe_text)
+        return finish(cfg, run_folder, train_blend(cfg, run_folder, members))
     trainer = Trainer(cfg)
     run_dir.share_checkpoint_dir(run_folder, trainer)
     if trainer.dist.rank == 0:
@@ -197,9 +207,22 @@ def run(args: argparse.Namespace) -> int:
         if message is None:
             raise
         raise DlrmkitError(message) from None
+    finish(cfg, run_folder, metrics, trainer.dist.rank)
+    from dlrmkit.parallel.dist import shutdown
+
+    if trainer.par is not None:
+        trainer.par.close()
+    shutdown()
+    return 0
+
+
+def finish(cfg: TrainConfig, run_folder, metrics: dict, rank: int = 0) -> int:
+    """The run's metrics written (metrics.json, --metrics-json), its summary and lift printed."""
+    from dlrmkit.train import run_dir
+
     run_dir.write_metrics(run_folder, metrics)
     run_dir.drop_empty_checkpoint_dir(run_folder)
-    if trainer.dist.rank == 0:  # under torchrun only rank 0 writes and prints
+    if rank == 0:  # under torchrun only rank 0 writes and prints
         if cfg.output.metrics_json:
             run_dir.write_metrics_json(cfg.output.metrics_json, metrics)
         print(summary_line(metrics))
@@ -210,11 +233,6 @@ def run(args: argparse.Namespace) -> int:
             from dlrmkit.train.run_log import read_log, tensorboard
 
             tensorboard(read_log(cfg.output.log_jsonl), cfg.output.tensorboard)
-    from dlrmkit.parallel.dist import shutdown
-
-    if trainer.par is not None:
-        trainer.par.close()
-    shutdown()
     return 0
 
 

@@ -32,6 +32,37 @@ class ScheduleOptions:
     )
 
 
+MAX_BLEND_MEMBERS, MAX_BLEND_WEIGHT = 16, 1000  # what --blend or a blend.yaml may hold
+
+
+def blend_members(text: str) -> list[tuple[str, int]]:
+    """--blend 'NAME=W; NAME=W' as [(name, weight)]; ValueError naming what is wrong (the names
+    are checked against the search's candidates where the recipe is chosen)."""
+    members = []
+    for i, item in enumerate(str(text).split(";")):
+        name, eq, weight = item.strip().rpartition("=")
+        if not eq or not name.strip() or not weight.strip().isascii() or not weight.strip().isdigit():
+            raise ValueError(f"item {i + 1} ({item.strip()!r}) is not NAME=WEIGHT")
+        if not 1 <= int(weight) <= MAX_BLEND_WEIGHT:
+            raise ValueError(f"item {i + 1}: weight {int(weight)} is outside 1..{MAX_BLEND_WEIGHT}")
+        members.append((name.strip(), int(weight)))
+    names = [n for n, _ in members]
+    if len(set(names)) != len(names) or not 2 <= len(members) <= MAX_BLEND_MEMBERS:
+        raise ValueError(f"needs 2 to {MAX_BLEND_MEMBERS} different members, got {names}")
+    return members
+
+
+def blend_text(text: str) -> str:
+    """--blend's value, checked as the command line is parsed."""
+    import argparse
+
+    try:
+        blend_members(ct.text(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 @dataclass
 class SelectionOptions:
     """Evaluation on validation rows, early stop, the best weights, their calibration and the
@@ -75,6 +106,13 @@ class SelectionOptions:
         "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; "
         f"default {SEARCH_BUDGET})",
         parse=ct.nonneg_int,
+    )
+    blend: str | None = option(
+        None,
+        "--preset auto: train these candidate recipes of the search, each as a run of its own, and average "
+        "their logits with these weights, 'NAME=W; NAME=W' (the search writes what it chose into config.yaml; "
+        "default: the search decides)",
+        parse=blend_text,
     )
 
 

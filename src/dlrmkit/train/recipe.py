@@ -9,15 +9,18 @@ and its measurement: docs/RECIPES.md. Options given on the command line or in --
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dlrmkit.config import AUTO, get_preset, own_lr
+from dlrmkit.errors import DlrmkitError
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.id_counts import by_count, id_counts
 from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
+from dlrmkit.train import blend
 from dlrmkit.train.options import SEARCH_BUDGET
 
 SMALL_ROWS = 100_000
@@ -208,6 +211,13 @@ def select(cfg: Any) -> str:
     sel = cfg.selection
     budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
+    if sel.blend is not None:  # a blend given (a blend's config.yaml): its members, unsearched
+        sel.search_budget = 0
+        members = member_configs(cfg)
+        return "\n".join(
+            [describe(base, fill(copy.deepcopy(cfg), base)), f"blend of {len(members)} (--blend, no search):"]
+            + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c in members]
+        )
     if base.name == "small-data":
         if launched_by_torchrun():
             why_not = "under torchrun: search in one process, then repeat its config.yaml"
@@ -221,13 +231,60 @@ def select(cfg: Any) -> str:
             why_not = None
         if why_not is None:
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
+            lines = recipe_search.describe(winner, tried, budget)
+            members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
+            if members:  # the run is the blend; config.yaml repeats it (member_configs)
+                sel.blend, sel.search_budget = blend.spec(members), 0
+                return "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried)])
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
             base.name = f"small-data, {winner.name}"
             base.reasons.append("one temperature fitted on the validation rows after selection")
-            lines = recipe_search.describe(winner, tried, budget)
         else:
             lines = [f"search: off ({why_not}): the base recipe"]
         base.values["search_budget"] = 0
     text = describe(base, fill(cfg, base))
     return "\n".join([text, *lines]) if lines else text
+
+
+def member_configs(cfg: Any) -> list[tuple[Any, Any]]:
+    """(blend.Member, its TrainConfig) for each member of --blend: the candidate's recipe filled
+    into a copy of `cfg` as the search fills it (options given win), with its temperature."""
+    from dataclasses import replace
+
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.parallel.dist import launched_by_torchrun
+    from dlrmkit.train import recipe_search
+    from dlrmkit.train.selection import validation_split
+
+    if cfg.preset != AUTO:
+        raise DlrmkitError(f"--blend names candidates of --preset auto's search; this run has --preset {cfg.preset}")
+    if launched_by_torchrun():
+        raise DlrmkitError("--blend trains its members in one process; run it without torchrun")
+    if cfg.checkpoint.resume:
+        raise DlrmkitError("--blend with --resume: a blend's members are not resumed; train it again")
+    spec, train, _ = open_dataset(cfg.data)
+    if validation_split(spec, train, cfg.selection.val_fraction)[1] is None:
+        raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
+    base = choose(spec, train)
+    pool = {c.name: c for c in recipe_search.candidates(train.num_numerical)}
+    out = []
+    for m in blend.parse_spec(cfg.selection.blend):
+        if m.name not in pool:
+            raise DlrmkitError(f"--blend: no candidate named {m.name!r} for {cfg.data} (candidates: {', '.join(pool)})")
+        trial = copy.deepcopy(cfg)
+        trial.selection.blend = None
+        values = {**base.values, **pool[m.name].values, "calibration": "temperature", "search_budget": 0}
+        fill(trial, replace(base, values=values, reasons=[]))
+        out.append((m, trial))
+    return out
+
+
+def describe_values(cfg: Any) -> str:
+    """The recipe values of a member's config, as `describe` prints a recipe's."""
+    from dlrmkit.options import flatten
+
+    values = flatten(cfg)
+    keys = ("embedding_dim", "bottom_mlp", "top_mlp", "deep", "fm", "interaction", "optimizer", "lr",
+            "batch_size", "numerical_buckets")  # fmt: skip
+    return ", ".join(f"{k.replace('_', '-')} {format_value(values[k])}" for k in keys if values.get(k) is not None)

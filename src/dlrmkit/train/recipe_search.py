@@ -172,6 +172,7 @@ def settled_logloss(c: Candidate) -> float:
 
 def train_candidate(cfg: Any) -> dict[str, float]:
     """One candidate: the trainer of `cfg` (outputs off) to its early stop; validation figures."""
+    from dlrmkit.train.calibration import row_log_losses
     from dlrmkit.train.trainer import Trainer
 
     from dlrmkit.options import assign
@@ -183,32 +184,47 @@ def train_candidate(cfg: Any) -> dict[str, float]:
     trainer.test_set = trainer.test_set.window(0, 0, "test")  # selection never reads the test rows
     m = trainer.fit()
     epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
-    rows = logloss_after_temperature(trainer)
+    z, y = logits_after_temperature(trainer)
+    rows = None if z is None else row_log_losses(z, y).astype(np.float32)
     return {
         "val_rows": len(trainer.val_set) if trainer.val_set is not None else 0,
         "val_auc": m["val_auc"],
         "val_logloss": m["val_logloss"],
         "val_logloss_t": float(np.mean(rows, dtype=np.float64)) if rows is not None else math.nan,
         "val_row_logloss": rows,
+        "val_logits": z,  # after the temperature: what a blend averages (dlrmkit.train.blend)
+        "val_labels": y,
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
     }
 
 
-def logloss_after_temperature(trainer: Any) -> np.ndarray | None:
-    """Each validation row's log loss after the temperature the run fits once a candidate is
-    chosen (dlrmkit.train.calibration.kept_scale, as calibrate fits it; None where the run would
-    fit none). Their mean is the figure near-ties are settled on, so that a
-    confident model is not passed over for a miscalibration the temperature removes; the rows
-    themselves say whether a candidate's log loss is clearly worse (`clearly_worse`)."""
+def logits_after_temperature(trainer: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The validation rows' logits after the temperature the run fits once a candidate is chosen
+    (dlrmkit.train.calibration.kept_scale, as calibrate fits it), and their labels; (None, None)
+    where the run would fit none. Each row's log loss of these settles near-ties, so that a
+    confident model is not passed over for a miscalibration the temperature removes, and says
+    whether a candidate's log loss is clearly worse (`clearly_worse`); a blend averages them."""
     from dlrmkit.precision import autocast
-    from dlrmkit.train.calibration import kept_scale, logits_of, row_log_losses, skipped
+    from dlrmkit.train.calibration import kept_scale, logits_of, skipped
 
     if skipped(trainer) is not None:
-        return None
+        return None, None
     with autocast(trainer.cfg.device.precision, trainer.device.type):
         z, y = logits_of(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
-    return row_log_losses(kept_scale(z, y) * z, y).astype(np.float32)
+    return (kept_scale(z, y) * z).astype(np.float32), y
+
+
+def blend_of(tried: list[Candidate]) -> list:
+    """The blend of the tried candidates (dlrmkit.train.blend.ensemble_selection on their
+    validation logits), or [] where one candidate is best alone or logits are missing."""
+    from dlrmkit.train.blend import ensemble_selection
+
+    scored = [c for c in tried if c.result.get("val_logits") is not None]
+    if len(scored) < 2 or len(scored) != len(tried):
+        return []
+    members = ensemble_selection({c.name: c.result["val_logits"] for c in scored}, scored[0].result["val_labels"])
+    return members if len(members) > 1 else []
 
 
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:

@@ -118,6 +118,10 @@ def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
         if s.name in WHERE_OPTIONS:
             continue
         value = s.get(cfg)
+        if cfg.selection.blend:  # each member fills its own recipe (recipe.member_configs): what was given
+            if value is not None:
+                out[s.name] = value
+            continue
         if s.name in RECIPE_FIELDS and value is None:
             value = s.get(res)
         out[s.name] = value
@@ -200,6 +204,8 @@ def drop_empty_checkpoint_dir(run: RunDir) -> None:
         return
     try:
         os.rmdir(own)  # only an empty folder goes
+    except FileNotFoundError:
+        pass  # never made (a blend whose members saved nothing)
     except OSError:
         return
     info_path = run.file("run.json")

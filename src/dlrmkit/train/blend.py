@@ -1,0 +1,272 @@
+"""A blend: several of the search's candidate recipes, each trained as a run of its own, their
+logits averaged with whole-number weights and one temperature fitted on the validation rows.
+
+The weights come from ensemble selection (Caruana et al., 2004), as AutoML systems blend their
+models: starting from nothing, add (again, if it is best) the candidate whose logits, averaged
+with those already in, give the lowest validation log loss; stop when no addition lowers it.
+Each member's logits are taken after its own temperature, so a confident model is weighed
+by its ranking, not its scale. The test rows are read after every member is trained and the
+weights and temperature are fixed. docs/RECIPES.md measures it.
+
+On disk a blend is a checkpoint folder holding `blend.yaml` (the members' folders, weights and
+the blend's temperature) and one checkpoint folder per member beside it; `evaluate` and
+`predict` score it as one model, each member reading the rows as it was trained to."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlrmkit.errors import DlrmkitError
+from dlrmkit.train.options import MAX_BLEND_MEMBERS as MAX_MEMBERS
+from dlrmkit.train.options import MAX_BLEND_WEIGHT as MAX_WEIGHT
+from dlrmkit.train.options import blend_members
+
+BLEND_FILE = "blend.yaml"
+MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
+FOLDER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")  # a member's folder: one plain name inside the blend's
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str  # the candidate recipe (dlrmkit.train.recipe_search.candidates)
+    weight: int
+
+
+def ensemble_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) -> list[Member]:
+    """The members and their weights: greedy forward selection with repeats on the mean
+    validation log loss of the weighted mean of the candidates' logits (in the order of
+    `val_logits` on ties). One member: no blend."""
+    from dlrmkit.train.calibration import log_loss_of_logits
+
+    counts: dict[str, int] = {}
+    total, best = 0.0, math.inf  # the chosen logits' running sum, and their mean's log loss
+    for n in range(MAX_STEPS):
+        trials = [(log_loss_of_logits((total + z) / (n + 1), labels), name) for name, z in val_logits.items()]
+        loss, name = min(trials, key=lambda t: t[0])  # the first of equal losses
+        if not loss < best:
+            break
+        best, total = loss, total + val_logits[name].astype(np.float64)
+        counts[name] = counts.get(name, 0) + 1
+    return sorted((Member(k, v) for k, v in counts.items()), key=lambda m: -m.weight)
+
+
+def mean_logits(logits: list[np.ndarray], weights: list[int]) -> np.ndarray:
+    """The weighted mean of the members' logits (float64)."""
+    return sum(w * z.astype(np.float64) for z, w in zip(logits, weights)) / sum(weights)
+
+
+def spec(members: list[Member]) -> str:
+    """--blend's text: 'NAME=W; NAME=W'."""
+    return "; ".join(f"{m.name}={m.weight}" for m in members)
+
+
+def parse_spec(text: str) -> list[Member]:
+    """--blend 'NAME=W; NAME=W' (names checked against the candidates where the recipe is chosen)."""
+    try:
+        return [Member(name, weight) for name, weight in blend_members(text)]
+    except ValueError as exc:
+        raise DlrmkitError(f"--blend: {exc}") from None
+
+
+def folder_of(name: str) -> str:
+    """A member's folder name: its candidate name in lower case, other characters as '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64] or "member"
+
+
+# ---- on disk ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlendFile:
+    path: str  # the blend's folder
+    folders: list[str]  # each member's checkpoint folder (absolute)
+    weights: list[int]
+    scale: float  # 1/T of the blend's temperature
+
+
+def is_blend(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, BLEND_FILE))
+
+
+def write_blend(path: str, members: list[Member], scale: float) -> None:
+    import yaml
+
+    from dlrmkit.atomic_io import write_text
+
+    doc = {
+        "members": [{"name": m.name, "folder": folder_of(m.name), "weight": m.weight} for m in members],
+        "scale": float(scale),
+    }
+    write_text(os.path.join(path, BLEND_FILE), yaml.safe_dump(doc, sort_keys=False))
+
+
+def read_blend(path: str) -> BlendFile:
+    """blend.yaml of `path`, read as an untrusted file: each member a plain folder inside `path`
+    (no '..', no link), whole weights in 1..MAX_WEIGHT, a finite scale within the temperature's
+    range; anything else one line naming the file and field."""
+    from dlrmkit.train.calibration import MAX_SCALE, MIN_SCALE
+    from dlrmkit.untrusted import load_yaml
+
+    file = os.path.join(path, BLEND_FILE)
+    doc = load_yaml(file, "blend description", 1 << 20)
+    if not isinstance(doc, dict) or set(doc) != {"members", "scale"}:
+        raise DlrmkitError(f"{file}: not a blend description (needs exactly 'members' and 'scale')")
+    members, scale = doc["members"], doc["scale"]
+    if not isinstance(members, list) or not 1 <= len(members) <= MAX_MEMBERS:
+        raise DlrmkitError(f"{file}: 'members' must be a list of 1 to {MAX_MEMBERS} members")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not MIN_SCALE <= scale <= MAX_SCALE:
+        raise DlrmkitError(f"{file}: 'scale' must be a number in [{MIN_SCALE}, {MAX_SCALE}], got {scale!r}")
+    folders, weights = [], []
+    for i, m in enumerate(members):
+        where = f"{file}: member {i + 1}"
+        if not isinstance(m, dict) or not isinstance(m.get("folder"), str) or not FOLDER.fullmatch(m["folder"]):
+            raise DlrmkitError(f"{where}: 'folder' must be one plain folder name (a-z, 0-9, '-')")
+        w = m.get("weight")
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WEIGHT:
+            raise DlrmkitError(f"{where}: 'weight' must be a whole number in 1..{MAX_WEIGHT}, got {w!r}")
+        folder = os.path.join(path, m["folder"])
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            raise DlrmkitError(f"{where}: {folder} is not a folder inside the blend's")
+        folders.append(folder)
+        weights.append(w)
+    if len(set(folders)) != len(folders):
+        raise DlrmkitError(f"{file}: a member's folder is listed twice")
+    return BlendFile(path, folders, weights, float(scale))
+
+
+# ---- scoring ------------------------------------------------------------------------------------
+def load_members(blend: BlendFile, check: Any = None) -> list[tuple[Any, Any]]:
+    """(model, ModelConfig) of each member, in one process."""
+    from dlrmkit.checkpoint.save_load import load_single_process_model
+
+    return [load_single_process_model(folder, check) for folder in blend.folders]
+
+
+def blend_logits(blend: BlendFile, members: list[tuple[Any, Any]], dataset: Any, batch_size: int) -> tuple:
+    """(the blend's logits, labels) on `dataset` (a mapping as the dataset stores it): each member
+    reads it as it was trained to (dlrmkit.data.numerical_buckets.model_view)."""
+    from dlrmkit.data.numerical_buckets import model_view
+    from dlrmkit.train.calibration import logits_of
+
+    zs, y = [], None
+    for model, cfg in members:
+        z, y = logits_of(model, model_view(dataset, cfg), batch_size)
+        zs.append(z)
+    return blend.scale * mean_logits(zs, blend.weights), y
+
+
+def metrics_of(z: np.ndarray, y: np.ndarray, bins: bool = False) -> dict[str, Any]:
+    """AUC, log loss (and ECE with the reliability table) of logits `z` for labels `y`."""
+    from dlrmkit.metrics import roc_auc
+    from dlrmkit.train.calibration import expected_calibration_error, log_loss_of_logits, reliability
+
+    out: dict[str, Any] = {"auc": roc_auc(y, z) if len(y) else math.nan, "logloss": log_loss_of_logits(z, y)}
+    if bins and len(y):
+        p = 1.0 / (1.0 + np.exp(-z))
+        out["ece"], out["reliability"] = expected_calibration_error(y, p), reliability(y, p)
+    return out
+
+
+def describe(members: list[Member], tried: list[Any]) -> str:
+    """The search's lines on the blend it chose (`tried`: recipe_search.Candidate with results)."""
+    from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
+
+    by_name = {c.name: c.result for c in tried}
+    y = tried[0].result["val_labels"]
+    z = mean_logits([by_name[m.name]["val_logits"] for m in members], [m.weight for m in members])
+    single = min(log_loss_of_logits(c.result["val_logits"], y) for c in tried)
+    blended = log_loss_of_logits(kept_scale(z.astype(np.float32), y) * z, y)
+    return (
+        f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
+        f"log loss after the temperatures (best single {single:.4f}, the blend {blended:.4f}); each member is "
+        f"trained again as a run of its own, and the run is their weighted mean (config.yaml: --blend)"
+    )
+
+
+def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[str, Any]:
+    """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) as a run in
+    its own folder under the run's checkpoint folder, with no test rows; then, every member
+    trained, fit the blend's temperature on the validation rows, write blend.yaml, and score the
+    test rows once. Returns the run's metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
+    import json
+    import time
+    from dataclasses import asdict
+
+    from dlrmkit.atomic_io import write_json
+    from dlrmkit.options import assign
+    from dlrmkit.precision import autocast
+    from dlrmkit.train.calibration import kept_scale, logits_of
+    from dlrmkit.train.config_file import dump_config
+    from dlrmkit.train.run_dir import resolved_options
+    from dlrmkit.train.run_log import append_record
+    from dlrmkit.train.trainer import Trainer
+
+    ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
+
+    def log(record: dict[str, Any]) -> None:  # after every member is trained: every sample seen
+        seen = sum(r["samples"] for _, _, r in trained)
+        append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
+                      (ck, run.path))  # fmt: skip
+
+    trained = []
+    for i, (m, mcfg) in enumerate(members):
+        folder = os.path.join(ck, folder_of(m.name)) if ck else None
+        assign(mcfg, {
+            "run_dir": None, "checkpoint_dir": folder, "log_jsonl": folder and os.path.join(folder, "log.jsonl"),
+            "metrics_json": None, "tensorboard": None, "resume": False,
+        })  # fmt: skip
+        print(f"blend member {i + 1}/{len(members)}: {m.name} (weight {m.weight})", flush=True)
+        trainer = Trainer(mcfg)
+        test = trainer.test_set
+        trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
+        if folder:
+            dump_config(resolved_options(mcfg), os.path.join(folder, "config.yaml"))
+        trained.append((trainer, test, trainer.fit()))
+
+    def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
+        with autocast(t.cfg.device.precision, t.device.type):
+            return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
+
+    plan = [{"name": m.name, "weight": m.weight, "model_config": asdict(t.model_cfg)} for (m, _), (t, _, _) in
+            zip(members, trained)]  # fmt: skip
+    write_json(run.file("plan.json"), {"world_size": 1, "blend": plan})
+    weights = [m.weight for m, _ in members]
+    val = [scores(t, t.val_set) for t, _, _ in trained]
+    y = val[0][1]
+    z = mean_logits([v[0] for v in val], weights)
+    scale = kept_scale(z.astype(np.float32), y)
+    val_metrics = metrics_of(scale * z, y)
+    log({"event": "blend", "members": [{"name": m.name, "weight": m.weight, "folder": folder_of(m.name)}
+                                       for m, _ in members]})  # fmt: skip
+    log({"event": "calibration", "mapping": "val", "temperature": 1 / scale,
+         "val_logloss_before": metrics_of(z, y)["logloss"], "val_logloss_after": val_metrics["logloss"]})  # fmt: skip
+    log({"event": "eval", "step": 0, "mapping": "val", **val_metrics})
+    if ck:
+        write_blend(ck, [m for m, _ in members], scale)
+    scored = [scores(t, test) for t, test, _ in trained]
+    test_metrics = metrics_of(scale * mean_logits([s[0] for s in scored], weights), scored[0][1], bins=True)
+    log({"event": "test", "step": 0, "mapping": "test", **test_metrics})
+    runs = [r for _, _, r in trained]
+    seconds = sum(r["samples"] / r["samples_per_s"] for r in runs if r["samples_per_s"] > 0)
+    metrics = {
+        "auc": test_metrics["auc"],
+        "logloss": test_metrics["logloss"],
+        "val_auc": val_metrics["auc"],
+        "val_logloss": val_metrics["logloss"],
+        "ece": test_metrics.get("ece", math.nan),
+        "temperature": 1 / scale,
+        "steps": sum(r["steps"] for r in runs),
+        "samples": sum(r["samples"] for r in runs),
+        "samples_per_s": sum(r["samples"] for r in runs) / seconds if seconds > 0 else 0.0,
+        "train_loss": sum(w * r["train_loss"] for w, r in zip(weights, runs)) / sum(weights),
+        "world_size": 1,
+        "blend": [{"name": m.name, "weight": m.weight, "val_auc": r["val_auc"]} for (m, _), r in zip(members, runs)],
+    }
+    if "optimal_auc" in runs[0]:  # a synthetic dataset's
+        metrics["optimal_auc"] = runs[0]["optimal_auc"]
+    log({"event": "end", **metrics})
+    return metrics

@@ -1,0 +1,156 @@
+"""A blend of the search's candidates: ensemble selection on the validation rows, each member a
+run of its own, the test rows read once after all are trained, and `evaluate`, `predict` and
+`--config` treating the blend as one model; a blend.yaml from elsewhere is checked field by field."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from helpers import run_cli
+from dlrmkit.data.split_binary import SplitBinaryDataset
+from dlrmkit.metrics import roc_auc
+from dlrmkit.train.blend import Member, ensemble_selection, mean_logits, parse_spec
+from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
+from test_selection import transcode, write_csv
+
+
+def test_ensemble_selection_keeps_the_members_that_lower_the_validation_log_loss():
+    rng = np.random.default_rng(0)
+    signal = rng.normal(size=20_000)
+    y = (rng.random(20_000) < 1 / (1 + np.exp(-signal))).astype(np.float32)
+    # two models with independent errors and one that knows nothing, each after its temperature
+    # (as the search passes them)
+    raw = [signal + rng.normal(size=y.size), signal + rng.normal(size=y.size), rng.normal(size=y.size)]
+    a, b, noise = (kept_scale(z, y) * z for z in raw)
+    members = ensemble_selection({"a": a, "noise": noise, "b": b}, y)
+    assert {m.name for m in members} == {"a", "b"} and all(m.weight >= 1 for m in members)
+    blended = mean_logits([{"a": a, "b": b}[m.name] for m in members], [m.weight for m in members])
+    assert log_loss_of_logits(blended, y) < min(log_loss_of_logits(a, y), log_loss_of_logits(b, y))
+    # a model no mean improves on is a blend of one
+    assert ensemble_selection({"a": signal, "noise": noise}, y) == [Member("a", 1)]
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [("regression", "is not NAME=WEIGHT"), ("regression=0; dlrm+wide=1", "outside 1..1000"),
+     ("regression=1", "needs 2 to 16 different members"), ("regression=1; regression=2", "different members")],
+)  # fmt: skip
+def test_blend_text_is_checked(text, said):
+    with pytest.raises(Exception, match=said):
+        parse_spec(text)
+    r = run_cli("train", "--data", "nowhere", "--blend", text)
+    assert r.code == 2 and "--blend" in r.err and said in r.err and len(r.err.strip().splitlines()) <= 2, r.err
+
+
+def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_model(tmp_path, monkeypatch):
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    reads: list[str] = []
+    original = SplitBinaryDataset.read
+
+    def spy(self, start, end, check_ids=True):
+        reads.append(f"{self.mapping}:{end - start}")
+        return original(self, start, end, check_ids)
+
+    monkeypatch.setattr(SplitBinaryDataset, "read", spy)
+    run = tmp_path / "run"
+    spec = "regression, buckets=2; dlrm+wide=1"
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2", "--blend", spec)
+    assert r.code == 0, r.err
+    assert "blend member 1/2: regression, buckets (weight 2)" in r.out and "recipe small-data" in r.out, r.out
+    monkeypatch.setattr(SplitBinaryDataset, "read", original)
+    # every test read (a non-empty one) comes after the last train and validation read
+    nonempty = [x for x in reads if not x.endswith(":0")]
+    first_test = next(i for i, x in enumerate(nonempty) if x.startswith("test"))
+    assert all(x.startswith("test") for x in nonempty[first_test:]), nonempty[first_test - 3 :]
+    ck = run / "checkpoints"
+    doc = yaml.safe_load(open(ck / "blend.yaml"))
+    assert [(m["name"], m["weight"]) for m in doc["members"]] == [("regression, buckets", 2), ("dlrm+wide", 1)]
+    for m in doc["members"]:  # each member is a run of its own: checkpoints, config, log
+        assert (ck / m["folder"] / "latest").exists() and (ck / m["folder"] / "config.yaml").exists()
+    assert yaml.safe_load(open(ck / "regression-buckets" / "config.yaml"))["deep"] is False
+    m = json.load(open(run / "metrics.json"))
+    assert [b["name"] for b in m["blend"]] == ["regression, buckets", "dlrm+wide"] and 0 < m["temperature"]
+    # the blend's test figures are the weighted mean of its members' logits, as evaluate scores it
+    r = run_cli("evaluate", "--data", tmp_path / "d", "--checkpoint", ck, "--metrics-json", tmp_path / "e.json")
+    assert r.code == 0, r.err
+    e = json.load(open(tmp_path / "e.json"))
+    assert e["auc"] == pytest.approx(m["auc"], abs=1e-9) and e["logloss"] == pytest.approx(m["logloss"], abs=1e-7)
+    # ... and as predict scores the raw rows (the test mapping is the CSV's last 300 rows)
+    with open(tmp_path / "x.csv") as f:
+        lines = f.readlines()
+    (tmp_path / "tail.csv").write_text(lines[0] + "".join(lines[-300:]))
+    r = run_cli("predict", "--checkpoint", ck, "--input", tmp_path / "tail.csv", "--output", tmp_path / "p.csv")
+    assert r.code == 0, r.err
+    p = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1)
+    assert roc_auc(p[:, 1], p[:, 2]) == pytest.approx(m["auc"], abs=1e-6)
+    # one model per graph: export names the members instead
+    r = run_cli("export", "--checkpoint", ck, "--out", tmp_path / "m.pt")
+    assert r.code == 2 and "a blend of 2 models" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    # config.yaml repeats the blend, without the search
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["blend"] == spec and cfg["search-budget"] == 0
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run2", "--no-progress")
+    assert r2.code == 0 and "search: 7" not in r2.out, r2.out + r2.err
+    assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
+    r = run_cli("report", run)
+    assert r.code == 0 and "a blend of 2" in (run / "report.md").read_text()
+
+
+def test_blend_is_refused_where_it_cannot_run(tmp_path):
+    write_csv(tmp_path / "x.csv", 600)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")
+    for extra, said in (
+        (["--blend", "regression=1; nonesuch=1"], "no candidate named 'nonesuch'"),
+        (["--blend", "regression=1; dlrm+wide=1", "--preset", "tiny"], "--preset tiny"),
+        (["--blend", "regression=1; dlrm+wide=1", "--val-fraction", "0"], "no validation rows"),
+    ):
+        r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "r", "--no-progress", *extra)
+        assert r.code == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, (extra, r.err)
+        assert not (tmp_path / "r").exists()  # refused before the run folder is made
+
+
+@pytest.fixture(scope="module")
+def blend_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("blend")
+    write_csv(tmp / "x.csv", 600)
+    transcode(tmp / "x.csv", tmp / "d", "--test-rows", "100")
+    r = run_cli("train", "--data", tmp / "d", "--run-dir", tmp / "run", "--no-progress", "--epochs", "1",
+                "--blend", "regression=1; dlrm+wide=1")  # fmt: skip
+    assert r.code == 0, r.err
+    return tmp
+
+
+@pytest.mark.parametrize(
+    "doc,said",
+    [
+        ("- 1\n", "not a blend description"),
+        ({"members": [], "scale": 1.0}, "'members' must be a list"),
+        ({"members": [{"folder": "../run", "weight": 1}], "scale": 1.0}, "one plain folder name"),
+        ({"members": [{"folder": "/etc", "weight": 1}], "scale": 1.0}, "one plain folder name"),
+        ({"members": [{"folder": "regression", "weight": 0}], "scale": 1.0}, "'weight' must be a whole number"),
+        ({"members": [{"folder": "regression", "weight": True}], "scale": 1.0}, "'weight' must be a whole number"),
+        ({"members": [{"folder": "regression", "weight": 1}], "scale": ".nan"}, "'scale' must be a number"),
+        ({"members": [{"folder": "regression", "weight": 1}], "scale": 1e9}, "'scale' must be a number"),
+        ({"members": [{"folder": "missing", "weight": 1}], "scale": 1.0}, "is not a folder inside"),
+        ({"members": [{"folder": "link", "weight": 1}], "scale": 1.0}, "is not a folder inside"),
+        ({"members": [{"folder": "regression", "weight": 1}] * 2, "scale": 1.0}, "listed twice"),
+    ],
+)
+def test_a_crafted_blend_file_is_one_line(blend_run, tmp_path, doc, said):
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(blend_run / "run" / "checkpoints", ck)
+    os.symlink(ck / "regression", ck / "link")
+    text = doc if isinstance(doc, str) else yaml.safe_dump(doc).replace("'.nan'", ".nan")
+    (ck / "blend.yaml").write_text(text)
+    for argv in (["evaluate", "--data", blend_run / "d"], ["export", "--out", tmp_path / "m.pt"]):
+        r = run_cli(*argv, "--checkpoint", ck)
+        assert r.code == 2 and said in r.err and "blend.yaml" in r.err, (argv, r.err)
+        assert len(r.err.strip().splitlines()) == 1, r.err
