@@ -6,7 +6,9 @@ rows. Prints a markdown table of mean test AUC / log loss and each seed's figure
 
     PYTHONPATH=src python benchmarks/quality_grid.py DATA --seeds 0,1,2 --dump DIR \\
         --variants regression-k2-std,regression-k2-std-b32,base-k2-std,base-k2-std-b256,fm-k2-std,big-fm-b256,deepfm-adam-plateau
-    PYTHONPATH=src python benchmarks/quality_blend.py DIR [DATASET ...]
+    PYTHONPATH=src python benchmarks/quality_blend.py DIR [DATASET ...] [--with VARIANT,...]
+
+`--with`: more grid variants as candidates beside the search's (what a new candidate would add).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from dlrmkit.train.calibration import kept_scale, log_loss_of_logits, row_log_lo
 from dlrmkit.train.recipe_search import Candidate, choose
 
 
-def seed_runs(folder: str, data: str, seed: int) -> dict[str, dict]:
+def seed_runs(folder: str, data: str, seed: int, extra: list[str]) -> dict[str, dict]:
     runs = {}
-    for name, variant in VARIANT.items():
+    for name, variant in [*VARIANT.items(), *((v, v) for v in extra)]:
         path = os.path.join(folder, f"{data}-{variant}-{seed}.npz")
         if os.path.exists(path):
             f = np.load(path)
@@ -39,6 +41,8 @@ def seed_runs(folder: str, data: str, seed: int) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> int:
+    extra = argv[argv.index("--with") + 1].split(",") if "--with" in argv else []
+    argv = [a for i, a in enumerate(argv) if a != "--with" and (i == 0 or argv[i - 1] != "--with")]
     folder, wanted = argv[0], argv[1:]
     names = sorted({os.path.basename(p).split("-")[0] for p in glob.glob(os.path.join(folder, "*.npz"))})
     print("| dataset | single choice: test AUC / log loss | blend: test AUC / log loss | blend per seed (members) |")
@@ -46,7 +50,7 @@ def main(argv: list[str]) -> int:
     for data in wanted or names:
         single, blended, cells = [], [], []
         for seed in (0, 1, 2):
-            runs = seed_runs(folder, data, seed)
+            runs = seed_runs(folder, data, seed, extra)
             if len(runs) < 5:
                 continue
             yv, yt = next(iter(runs.values()))["yv"], next(iter(runs.values()))["yt"]

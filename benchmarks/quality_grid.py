@@ -119,6 +119,9 @@ VARIANTS: dict[str, dict] = {
 # plateau too (`-plateau`: the `deepfm, adam, lr decay` candidate)
 VARIANTS["deepfm-adam-b512"] = {**VARIANTS["fuxi-deepfm-b256"], "batch_size": 512, "patience": 2}
 VARIANTS["deepfm-adam-plateau"] = {**VARIANTS["deepfm-adam-b512"], "lr_decay_on_plateau": 0.1}
+# the same training for FuxiCTR's FM (no deep part) and for a DCNv2 cross network in place of the FM
+VARIANTS["fm-adam-plateau"] = {**VARIANTS["deepfm-adam-plateau"], "deep": False, "interaction": None}
+VARIANTS["dcn-adam-plateau"] = {**VARIANTS["deepfm-adam-plateau"], "fm": False, "interaction": "dcn", "dcn_layers": 3}
 
 
 def run_one(data: str, seed: int, values: dict, dump: str | None = None) -> dict:
