@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.metrics import roc_auc
 from dlrmkit.train.blend import Member, ensemble_selection, mean_logits, parse_spec
 from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
+from test_quality import assert_test_rows_read_last, spy_reads
 from test_selection import transcode, write_csv
 
 
@@ -50,24 +50,14 @@ def test_blend_text_is_checked(text, said):
 def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_model(tmp_path, monkeypatch):
     write_csv(tmp_path / "x.csv", 1500)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
-    reads: list[str] = []
-    original = SplitBinaryDataset.read
-
-    def spy(self, start, end, check_ids=True):
-        reads.append(f"{self.mapping}:{end - start}")
-        return original(self, start, end, check_ids)
-
-    monkeypatch.setattr(SplitBinaryDataset, "read", spy)
+    reads = spy_reads(monkeypatch)
     run = tmp_path / "run"
     spec = "regression, buckets=2; dlrm+wide=1"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2", "--blend", spec)
     assert r.code == 0, r.err
     assert "blend member 1/2: regression, buckets (weight 2)" in r.out and "recipe small-data" in r.out, r.out
-    monkeypatch.setattr(SplitBinaryDataset, "read", original)
-    # every test read (a non-empty one) comes after the last train and validation read
-    nonempty = [x for x in reads if not x.endswith(":0")]
-    first_test = next(i for i, x in enumerate(nonempty) if x.startswith("test"))
-    assert all(x.startswith("test") for x in nonempty[first_test:]), nonempty[first_test - 3 :]
+    assert_test_rows_read_last(reads)
+    monkeypatch.undo()
     ck = run / "checkpoints"
     doc = yaml.safe_load(open(ck / "blend.yaml"))
     assert [(m["name"], m["weight"]) for m in doc["members"]] == [("regression, buckets", 2), ("dlrm+wide", 1)]
@@ -100,6 +90,11 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
     r = run_cli("report", run)
     assert r.code == 0 and "a blend of 2" in (run / "report.md").read_text()
+    # a blend is not resumed: one line, and its folder left as it is
+    before = sorted(p.name for p in ck.iterdir())
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--resume", "--no-progress")
+    assert r.code == 2 and "holds a blend" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert sorted(p.name for p in ck.iterdir()) == before
 
 
 def test_blend_is_refused_where_it_cannot_run(tmp_path):

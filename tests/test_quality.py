@@ -139,9 +139,8 @@ def test_wide_init_starts_the_model_at_the_validated_regression(tmp_path):
     assert torch.allclose(got, lr.logits(dense, ids), atol=1e-4)  # the deep part starts at 0
 
 
-def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_search(tmp_path, monkeypatch):
-    write_csv(tmp_path / "x.csv", 1500)
-    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+def spy_reads(monkeypatch) -> list[str]:
+    """Every read of a mapping from now on, as 'mapping:rows', in order."""
     reads: list[str] = []
     original = SplitBinaryDataset.read
 
@@ -150,20 +149,32 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
         return original(self, start, end, check_ids)
 
     monkeypatch.setattr(SplitBinaryDataset, "read", spy)
+    return reads
+
+
+def assert_test_rows_read_last(reads: list[str]) -> None:
+    """Every test read (a non-empty one) comes after the last train and validation read."""
+    nonempty = [x for x in reads if not x.endswith(":0")]
+    first_test = next(i for i, x in enumerate(nonempty) if x.startswith("test"))
+    assert all(x.startswith("test") for x in nonempty[first_test:]), nonempty[first_test - 3 :]
+
+
+def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_search(tmp_path, monkeypatch):
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    reads = spy_reads(monkeypatch)
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
     assert r.code == 0, r.err
     assert "search: 7 candidate recipes on the validation rows" in r.out, r.out
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
-    # every test read (a non-empty one) comes after the last train and validation read
-    nonempty = [x for x in reads if not x.endswith(":0")]
-    first_test = next(i for i, x in enumerate(nonempty) if x.startswith("test"))
-    assert all(x.startswith("test") for x in nonempty[first_test:]), nonempty[first_test - 3 :]
+    assert_test_rows_read_last(reads)
     cfg = yaml.safe_load(open(run / "config.yaml"))
-    assert cfg["search-budget"] == 0 and cfg["calibration"] == "temperature"
+    # one model: its temperature in config.yaml; a blend: the members, each with its own
+    assert cfg["search-budget"] == 0 and (cfg.get("blend") or cfg["calibration"] == "temperature")
     chosen = [line for line in r.out.splitlines() if "<- chosen" in line][0]
     m = json.load(open(run / "metrics.json"))
-    assert f"val AUC {m['val_auc']:.4f}" in chosen or cfg["calibration"] == "temperature"
+    assert f"val AUC {m['val_auc']:.4f}" in chosen or cfg.get("calibration") == "temperature" or cfg.get("blend")
     assert 0.0 <= m["ece"] <= 1.0 and m["temperature"] > 0
     r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run2", "--no-progress")
     assert r2.code == 0 and "search: off" in r2.out, r2.out + r2.err

@@ -82,6 +82,13 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
             check_fresh_log(log, "--run-dir", out.run_dir)
     if ck.resume and not (ck.checkpoint_dir or out.run_dir):  # before the run folder is made
         raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
+    from dlrmkit.train.blend import is_blend
+
+    if ck.resume and checkpoints and is_blend(checkpoints):  # its members are runs of their own
+        raise DlrmkitError(
+            f"--resume: {checkpoints} holds a blend (blend.yaml), which is not resumed; train it again into a "
+            "new --run-dir, or resume one member with its own --checkpoint-dir"
+        )
     check_plan_file(cfg.parallel.plan)
     if not os.path.isdir(cfg.data):
         raise DlrmkitError(f"--data {cfg.data}: no such dataset folder")

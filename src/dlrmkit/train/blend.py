@@ -220,12 +220,14 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
             "metrics_json": None, "tensorboard": None, "resume": False,
         })  # fmt: skip
         print(f"blend member {i + 1}/{len(members)}: {m.name} (weight {m.weight})", flush=True)
+        t0 = time.perf_counter()
         trainer = Trainer(mcfg)
         test = trainer.test_set
         trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
         if folder:
             dump_config(resolved_options(mcfg), os.path.join(folder, "config.yaml"))
         trained.append((trainer, test, trainer.fit()))
+        print(f"  val AUC {trained[-1][2]['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
 
     def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
         with autocast(t.cfg.device.precision, t.device.type):
