@@ -31,8 +31,10 @@ def test_ensemble_selection_keeps_the_members_that_lower_the_validation_log_loss
     assert {m.name for m in members} == {"a", "b"} and all(m.weight >= 1 for m in members)
     blended = mean_logits([{"a": a, "b": b}[m.name] for m in members], [m.weight for m in members])
     assert log_loss_of_logits(blended, y) < min(log_loss_of_logits(a, y), log_loss_of_logits(b, y))
-    # a model no mean improves on is a blend of one
+    # a model no mean improves on is a blend of one; a diverged one (NaN logits) is never in it
     assert ensemble_selection({"a": signal, "noise": noise}, y) == [Member("a", 1)]
+    diverged = np.full(y.size, np.nan)
+    assert {m.name for m in ensemble_selection({"nan": diverged, "a": a, "b": b}, y)} == {"a", "b"}
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,8 @@ def ensemble_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) ->
     total, best = 0.0, math.inf  # the chosen logits' running sum, and their mean's log loss
     for n in range(MAX_STEPS):
         trials = [(log_loss_of_logits((total + z) / (n + 1), labels), name) for name, z in val_logits.items()]
-        loss, name = min(trials, key=lambda t: t[0])  # the first of equal losses
+        # the first of equal losses; a NaN (a diverged candidate) is never the lowest
+        loss, name = min(trials, key=lambda t: t[0] if t[0] == t[0] else math.inf)
         if not loss < best:
             break
         best, total = loss, total + val_logits[name].astype(np.float64)
