@@ -1,6 +1,7 @@
 """`dlrmkit train --data D` without --preset: a base recipe chosen from the dataset's size, and
 on small data a search over candidate recipes on the validation rows (select; the candidates:
-dlrmkit.train.recipe_search). Small data (up to SMALL_ROWS training rows, the sample a user tries
+dlrmkit.train.recipe_search), whose best, or a blend of several (member_configs;
+dlrmkit.train.blend), is the run. Small data (up to SMALL_ROWS training rows, the sample a user tries
 first) overfits a plain DLRM within an epoch, so its base adds a first-order (wide) term, trains
 the tables with Adagrad and lazy L2, keeps them narrow, evaluates every epoch on the validation
 rows, stops early and restores the best weights. Larger data gets a recipe by size. Each choice

@@ -1,8 +1,9 @@
 """`--preset auto` on data small enough to search: a few candidate recipes, each trained on the
 train rows with early stopping on the validation rows, the best by validation AUC (near-ties by
-log loss) kept and trained again as the run itself. The test mapping is never read here (each
-candidate's trainer gets an empty test window). The candidates and what each one measured on
-three real datasets: docs/RECIPES.md."""
+log loss) kept and trained again as the run itself, or, where ensemble selection on their
+validation logits keeps several, their blend (blend_of; dlrmkit.train.blend). The test mapping
+is never read here (each candidate's trainer gets an empty test window). The candidates and what
+each one measured on six real datasets: docs/RECIPES.md."""
 
 from __future__ import annotations
 
