@@ -179,12 +179,7 @@ def run(args: argparse.Namespace) -> int:
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
-    recipe_text = choose_recipe(cfg)
-    members = None
-    if cfg.selection.blend:  # the search chose a blend, or --blend named one: its members' configs, checked now
-        from dlrmkit.train.recipe import member_configs
-
-        members = member_configs(cfg)
+    recipe_text, members = choose_recipe(cfg)  # members: a blend's, chosen by the search or named by --blend
     check_tables_fit(cfg)
     if cfg.output.tensorboard:
         from dlrmkit.train.run_log import summary_writer_class
@@ -243,11 +238,16 @@ def finish(cfg: TrainConfig, run_folder, metrics: dict, rank: int = 0) -> int:
     return 0
 
 
-def choose_recipe(cfg: TrainConfig) -> str:
+def choose_recipe(cfg: TrainConfig) -> tuple[str, list]:
     """--preset auto: fill unset options from the dataset's recipe (they reach config.yaml, so
-    `train --config` repeats the run); returns what was chosen and why, for rank 0 to print."""
+    `train --config` repeats the run); returns what was chosen and why, for rank 0 to print, and
+    a blend's members (recipe.select), all before the run folder is made."""
     if cfg.preset != AUTO:
-        return ""
+        if cfg.selection.blend:
+            raise DlrmkitError(
+                f"--blend names candidates of --preset auto's search; this run has --preset {cfg.preset}"
+            )
+        return "", []
     from dlrmkit.train import recipe
 
     return recipe.select(cfg)  # a search over candidate recipes on the validation rows, where it can

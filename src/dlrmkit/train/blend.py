@@ -167,7 +167,7 @@ def metrics_of(z: np.ndarray, y: np.ndarray, bins: bool = False) -> dict[str, An
 
     out: dict[str, Any] = {"auc": roc_auc(y, z) if len(y) else math.nan, "logloss": log_loss_of_logits(z, y)}
     if bins and len(y):
-        p = 1.0 / (1.0 + np.exp(-z))
+        p = np.exp(-np.logaddexp(0.0, -z))  # sigmoid(z), without overflow at large |z|
         out["ece"], out["reliability"] = expected_calibration_error(y, p), reliability(y, p)
     return out
 
@@ -208,11 +208,6 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
 
     ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
 
-    def log(record: dict[str, Any]) -> None:  # after every member is trained: every sample seen
-        seen = sum(r["samples"] for _, _, r in trained)
-        append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
-                      (ck, run.path))  # fmt: skip
-
     trained = []
     for i, (m, mcfg) in enumerate(members):
         folder = os.path.join(ck, folder_of(m.name)) if ck else None
@@ -233,6 +228,12 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
     def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
         with autocast(t.cfg.device.precision, t.device.type):
             return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
+
+    seen = sum(r["samples"] for _, _, r in trained)  # every member trained: every sample seen
+
+    def log(record: dict[str, Any]) -> None:
+        append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
+                      (ck, run.path))  # fmt: skip
 
     plan = [{"name": m.name, "weight": m.weight, "model_config": asdict(t.model_cfg)} for (m, _), (t, _, _) in
             zip(members, trained)]  # fmt: skip
@@ -263,8 +264,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
         "ece": test_metrics.get("ece", math.nan),
         "temperature": 1 / scale,
         "steps": sum(r["steps"] for r in runs),
-        "samples": sum(r["samples"] for r in runs),
-        "samples_per_s": sum(r["samples"] for r in runs) / seconds if seconds > 0 else 0.0,
+        "samples": seen,
+        "samples_per_s": seen / seconds if seconds > 0 else 0.0,
         "train_loss": sum(w * r["train_loss"] for w, r in zip(weights, runs)) / sum(weights),
         "world_size": 1,
         "blend": [{"name": m.name, "weight": m.weight, "val_auc": r["val_auc"]} for (m, _), r in zip(members, runs)],

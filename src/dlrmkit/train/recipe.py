@@ -196,12 +196,13 @@ def fill(cfg: Any, recipe: Recipe) -> list[str]:
     return filled
 
 
-def select(cfg: Any) -> str:
+def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
     """--preset auto: the base recipe for the dataset's size; on data up to SMALL_ROWS training
     rows with validation rows, in one process, a search over candidate recipes on the validation
     rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s unset options (they reach
     config.yaml with --search-budget 0, so `train --config` repeats the run without the search);
-    returns what was chosen and why, for rank 0 to print."""
+    returns what was chosen and why, for rank 0 to print, and, where the run is a blend (chosen
+    by the search, or --blend), its members (member_configs), else []."""
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
@@ -213,12 +214,19 @@ def select(cfg: Any) -> str:
     budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
     if sel.blend is not None:  # a blend given (a blend's config.yaml): its members, unsearched
+        if launched_by_torchrun():
+            raise DlrmkitError("--blend trains its members in one process; run it without torchrun")
+        if cfg.checkpoint.resume:
+            raise DlrmkitError("--blend with --resume: a blend's members are not resumed; train it again")
+        if validation_split(spec, train, sel.val_fraction)[1] is None:
+            raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
         sel.search_budget = 0
-        members = member_configs(cfg)
-        return "\n".join(
+        members = member_configs(cfg, base, train.num_numerical)
+        text = "\n".join(
             [describe(base, fill(copy.deepcopy(cfg), base)), f"blend of {len(members)} (--blend, no search):"]
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c in members]
         )
+        return text, members
     if base.name == "small-data":
         if launched_by_torchrun():
             why_not = "under torchrun: search in one process, then repeat its config.yaml"
@@ -236,7 +244,8 @@ def select(cfg: Any) -> str:
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
-                return "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried)])
+                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried)])
+                return text, member_configs(cfg, base, train.num_numerical)
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
             base.name = f"small-data, {winner.name}"
@@ -245,30 +254,18 @@ def select(cfg: Any) -> str:
             lines = [f"search: off ({why_not}): the base recipe"]
         base.values["search_budget"] = 0
     text = describe(base, fill(cfg, base))
-    return "\n".join([text, *lines]) if lines else text
+    return ("\n".join([text, *lines]) if lines else text), []
 
 
-def member_configs(cfg: Any) -> list[tuple[Any, Any]]:
-    """(blend.Member, its TrainConfig) for each member of --blend: the candidate's recipe filled
-    into a copy of `cfg` as the search fills it (options given win), with its temperature."""
+def member_configs(cfg: Any, base: Recipe, num_numerical: int) -> list[tuple[Any, Any]]:
+    """(blend.Member, its TrainConfig) for each member of --blend: the candidate's recipe over
+    `base` filled into a copy of `cfg` as the search fills it (options given win), with its
+    temperature."""
     from dataclasses import replace
 
-    from dlrmkit.data.split_binary import open_dataset
-    from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
-    from dlrmkit.train.selection import validation_split
 
-    if cfg.preset != AUTO:
-        raise DlrmkitError(f"--blend names candidates of --preset auto's search; this run has --preset {cfg.preset}")
-    if launched_by_torchrun():
-        raise DlrmkitError("--blend trains its members in one process; run it without torchrun")
-    if cfg.checkpoint.resume:
-        raise DlrmkitError("--blend with --resume: a blend's members are not resumed; train it again")
-    spec, train, _ = open_dataset(cfg.data)
-    if validation_split(spec, train, cfg.selection.val_fraction)[1] is None:
-        raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
-    base = choose(spec, train)
-    pool = {c.name: c for c in recipe_search.candidates(train.num_numerical)}
+    pool = {c.name: c for c in recipe_search.candidates(num_numerical)}
     out = []
     for m in blend.parse_spec(cfg.selection.blend):
         if m.name not in pool:
