@@ -66,6 +66,22 @@ def test_cpu_placement_changes_nothing():
     assert dev.synchronizer(torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_every_tensor_but_host_tables_moves_to_the_device(placement):
+    """The meta device stands in for a GPU: every parameter and buffer of the model moves, its own
+    (the numerical features' mean and deviation, which the model holds itself) included; tables in
+    host memory stay."""
+    from dlrmkit.model.dlrm import DLRM, ModelConfig
+
+    model = DLRM(ModelConfig(**TINY_CFG, wide=True, fm=True, numerical_mean=[0.0] * 13, numerical_std=[1.0] * 13))
+    dev.place_model(model, torch.device("meta"), placement)
+    tables = {id(t) for t in [*model.embeddings.parameters(), *model.embeddings.buffers()]}
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        expected = "cpu" if placement == "host" and id(t) in tables else "meta"
+        assert t.device.type == expected, name
+    assert model.numerical_mean.device.type == "meta"
+
+
 def test_gpu_step_function_on_the_cpu_is_the_cpu_step():
     """The GPU step's own code (batch copy, CUDA autocast context, BCE, optimizers) run on the CPU,
     where every copy is a no-op and CUDA autocast does not apply: the same bits as bench's step."""

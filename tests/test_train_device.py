@@ -19,7 +19,10 @@ from dlrmkit.parallel.dist import check_backend
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parallel_util import torchrun  # noqa: E402
 
-ARGS = ["--max-steps", "6", "--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700"]
+# one recipe, no search: the same model on either device (the search is test_the_search_runs_on_the_gpu's)
+ARGS = ["--batch-size", "250", "--no-progress", "--no-shuffle", "--eval-batch-size", "700",
+        "--search-budget", "0"]  # fmt: skip
+STEPS = ["--max-steps", "6"]  # a resumed run names its own
 NEEDS_GPU = needs_gpu("training on a GPU needs a CUDA GPU; none here")
 
 
@@ -35,25 +38,25 @@ def test_the_device_picks_the_backend():
 
 
 def test_option_errors_name_the_option(tiny_data):
-    r = run_cli("train", "--data", tiny_data, *ARGS, "--table-placement", "device")
+    r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--table-placement", "device")
     assert r.code != 0 and "--table-placement device needs --device cuda" in r.err
-    r = run_cli("train", "--data", tiny_data, *ARGS, "--device", "cuda", "--precision", "fp16")
+    r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--device", "cuda", "--precision", "fp16")
     assert r.code != 0 and "--precision fp16 is not in `train` yet" in r.err
     if not torch.cuda.is_available():
-        r = run_cli("train", "--data", tiny_data, *ARGS, "--device", "cuda")
+        r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--device", "cuda")
         assert r.code != 0 and "--device cuda needs a CUDA GPU" in r.err
 
 
 @pytest.mark.multirank
 def test_nccl_on_cpu_is_refused_under_torchrun(tiny_data):
-    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--backend", "nccl")
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *STEPS, "--backend", "nccl")
     assert proc.returncode != 0
     assert "--backend nccl carries CUDA tensors only" in proc.stderr
 
 
-def _train(tmp_path: Path, tiny_data: Path, name: str, *extra: str) -> dict:
+def _train(tmp_path: Path, tiny_data: Path, name: str, *extra: str, steps: int = 6) -> dict:
     out = tmp_path / f"{name}.json"
-    r = run_cli("train", "--data", tiny_data, *ARGS, "--metrics-json", out, *extra)
+    r = run_cli("train", "--data", tiny_data, *ARGS, "--max-steps", steps, "--metrics-json", out, *extra)
     assert r.code == 0, r.err[-3000:]
     return json.loads(out.read_text())
 
@@ -95,10 +98,28 @@ def test_train_on_the_gpu_matches_the_cpu(tiny_data, tmp_path, placement, monkey
         "--checkpoint-dir",
         tmp_path / f"ck-{placement}",
         "--resume",
-        "--max-steps",
-        "8",
+        steps=8,
     )
     assert again["steps"] == 8  # a GPU checkpoint loads back onto the GPU and training goes on
+
+
+@NEEDS_GPU
+def test_the_search_runs_on_the_gpu(tiny_data, tmp_path, monkeypatch):
+    """The default path on small data: the recipe search, then its choice or a blend of its
+    candidates, each trained on the GPU; it ends near the same run on the CPU."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    searched = [a for a in ARGS if a not in ("--search-budget", "0")] + STEPS
+    results = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"{device}.json"
+        run = tmp_path / f"run-{device}"
+        r = run_cli("train", "--data", tiny_data, *searched, "--device", device, "--metrics-json", out, "--run-dir", run)
+        assert r.code == 0, r.err[-3000:]
+        assert "search: " in r.out
+        results[device] = json.loads(out.read_text())
+    assert results["cuda"]["auc"] == pytest.approx(results["cpu"]["auc"], abs=0.02)
+    assert results["cuda"]["logloss"] == pytest.approx(results["cpu"]["logloss"], abs=0.02)
 
 
 @pytest.mark.multirank
@@ -138,7 +159,7 @@ def test_torchrun_nccl_matches_the_cpu(tiny_data, tmp_path, world, sharding, ext
         "--checkpoint-dir",
         ck,
     ]
-    proc = torchrun(world, *run, "--metrics-json", out)
+    proc = torchrun(world, *run, *STEPS, "--metrics-json", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _close(json.loads(out.read_text()), ref, rel=2e-2 if "bf16" in extra else 5e-3)
     proc = torchrun(world, *run, "--resume", "--max-steps", "8", "--metrics-json", out)  # sharded GPU checkpoint

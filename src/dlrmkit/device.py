@@ -37,6 +37,8 @@ def place_model(model: torch.nn.Module, device: torch.device, placement: str) ->
     for child in model.children():
         if child is not tables:
             child.to(device)
+    for name, buf in list(model.named_buffers(recurse=False)):  # its own: the numerical mean and deviation
+        setattr(model, name, buf.to(device))
     if placement == "device":
         tables.to(device)
     else:

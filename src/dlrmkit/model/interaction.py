@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlrmkit.model.mlp import normal_
+
 
 class PairDots(torch.autograd.Function):
     """tril(F F^T) with a one-GEMM backward. Autograd's backward of bmm(F, F^T) runs two bmms with
@@ -103,7 +105,7 @@ class CrossInteraction(nn.Module):
         mats = list(self.W) if self.rank is None else [m for pair in zip(self.V, self.U) for m in pair]
         for m in mats:
             fan_out, fan_in = m.shape
-            m.normal_(0.0, (2.0 / (fan_in + fan_out)) ** 0.5, generator=generator)
+            normal_(m, (2.0 / (fan_in + fan_out)) ** 0.5, generator)
         for b in self.bias:
             b.zero_()
 

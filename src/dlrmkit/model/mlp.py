@@ -8,6 +8,13 @@ import torch
 from torch import nn
 
 
+@torch.no_grad()
+def normal_(t: torch.Tensor, std: float, generator: torch.Generator) -> None:
+    """Fill `t` with N(0, std) drawn on the CPU from `generator` (a CPU generator): the same draws
+    wherever `t` lives."""
+    t.copy_(torch.empty(t.shape).normal_(0.0, std, generator=generator))
+
+
 class MLP(nn.Sequential):
     """Linear layers of the given sizes with ReLU after each one (after the last only if
     `final_relu`): the bottom MLP ends in a ReLU, the top MLP ends in a logit. `dropout` > 0 puts
@@ -31,8 +38,8 @@ class MLP(nn.Sequential):
         for layer in self:
             if isinstance(layer, nn.Linear):
                 fan_out, fan_in = layer.weight.shape
-                layer.weight.normal_(0.0, math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
-                layer.bias.normal_(0.0, math.sqrt(1.0 / fan_out), generator=generator)
+                normal_(layer.weight, math.sqrt(2.0 / (fan_in + fan_out)), generator)
+                normal_(layer.bias, math.sqrt(1.0 / fan_out), generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """nn.Sequential's own forward, defined here: torch.compile skips frames whose code lives in
