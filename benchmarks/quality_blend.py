@@ -6,13 +6,16 @@ rows. Prints a markdown table of mean test AUC / log loss and each seed's figure
 
     PYTHONPATH=src python benchmarks/quality_grid.py DATA --seeds 0,1,2 --dump DIR \\
         --variants regression-k2-std,regression-k2-std-b32,base-k2-std,base-k2-std-b256,fm-k2-std,big-fm-b256,deepfm-adam-plateau
-    PYTHONPATH=src python benchmarks/quality_blend.py DIR [DATASET ...] [--with VARIANT,...]
+    PYTHONPATH=src python benchmarks/quality_blend.py DIR [DATASET ...] [--with VARIANT,...] \
+        [--seeds 0,1,2] [--bags N]
 
-`--with`: more grid variants as candidates beside the search's (what a new candidate would add).
+`--with`: more grid variants as candidates beside the search's (what a new candidate would add);
+`--bags 0`: ensemble selection unbagged (one run on the validation rows themselves).
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import statistics
@@ -23,7 +26,7 @@ import numpy as np
 from quality_choice import VARIANT
 
 from dlrmkit.metrics import roc_auc
-from dlrmkit.train.blend import ensemble_selection, mean_logits
+from dlrmkit.train.blend import BAGS, ensemble_selection, mean_logits
 from dlrmkit.train.calibration import kept_scale, log_loss_of_logits, row_log_losses
 from dlrmkit.train.recipe_search import Candidate, choose
 
@@ -41,15 +44,21 @@ def seed_runs(folder: str, data: str, seed: int, extra: list[str]) -> dict[str, 
 
 
 def main(argv: list[str]) -> int:
-    extra = argv[argv.index("--with") + 1].split(",") if "--with" in argv else []
-    argv = [a for i, a in enumerate(argv) if a != "--with" and (i == 0 or argv[i - 1] != "--with")]
-    folder, wanted = argv[0], argv[1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder")
+    parser.add_argument("datasets", nargs="*")
+    parser.add_argument("--with", dest="extra", default="", help="more grid variants as candidates")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--bags", type=int, default=BAGS, help="ensemble selection's bootstrap samples (0: unbagged)")
+    args = parser.parse_args(argv)
+    extra = [v for v in args.extra.split(",") if v]
+    folder, wanted, seeds = args.folder, args.datasets, [int(s) for s in args.seeds.split(",")]
     names = sorted({os.path.basename(p).split("-")[0] for p in glob.glob(os.path.join(folder, "*.npz"))})
     print("| dataset | single choice: test AUC / log loss | blend: test AUC / log loss | blend per seed (members) |")
     print("|---|---|---|---|")
     for data in wanted or names:
         single, blended, cells = [], [], []
-        for seed in (0, 1, 2):
+        for seed in seeds:
             runs = seed_runs(folder, data, seed, extra)
             if len(runs) < 5:
                 continue
@@ -64,14 +73,15 @@ def main(argv: list[str]) -> int:
             ]  # fmt: skip
             win = runs[choose(tried).name]
             single.append((roc_auc(yt, win["zt"]), log_loss_of_logits(win["zt"], yt)))
-            members = ensemble_selection({n: r["zv"] for n, r in runs.items()}, yv)
+            members = ensemble_selection({n: r["zv"] for n, r in runs.items()}, yv, args.bags)
             if len(members) == 1:  # no blend: the run is the single choice, as in `train`
                 members = [type(members[0])(choose(tried).name, 1)]
             w = [m.weight for m in members]
             zv = mean_logits([runs[m.name]["zv"] for m in members], w)
             zt = kept_scale(zv.astype(np.float32), yv) * mean_logits([runs[m.name]["zt"] for m in members], w)
             blended.append((roc_auc(yt, zt), log_loss_of_logits(zt, yt)))
-            cells.append(f"{blended[-1][0]:.4f} ({', '.join(f'{m.name} x{m.weight}' for m in members)})")
+            cells.append(f"{blended[-1][0]:.4f} ({', '.join(f'{m.name} x{m.weight}' for m in members)}; "
+                         f"single {single[-1][0]:.4f})")
         if single:
             s = [statistics.mean(x) for x in zip(*single)]
             b = [statistics.mean(x) for x in zip(*blended)]

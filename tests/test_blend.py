@@ -112,6 +112,20 @@ def test_blend_is_refused_where_it_cannot_run(tmp_path):
         assert not (tmp_path / "r").exists()  # refused before the run folder is made
 
 
+def test_a_bad_test_file_stops_a_blend_before_anything_is_saved(dataset_copy, tmp_path):
+    """As one model does: the members train, the test read fails with one line, and no member's
+    checkpoint and no blend.yaml are left to look like a finished blend."""
+    label = np.memmap(dataset_copy / "test" / "label.bin", dtype=np.uint8, mode="r+")
+    label[17] = 255
+    label.flush()
+    run = tmp_path / "r"
+    r = run_cli("train", "--data", dataset_copy, "--run-dir", run, "--no-progress", "--max-steps", "2",
+                "--blend", "regression=1; dlrm+wide=1")  # fmt: skip
+    assert r.code == 2 and "row 17 has label 255" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not (run / "checkpoints" / "blend.yaml").exists()
+    assert not list((run / "checkpoints").glob("*/step_*"))
+
+
 @pytest.fixture(scope="module")
 def blend_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("blend")

@@ -33,7 +33,8 @@ def assert_one_line_error(result, *needles):
 
 
 def train(data, *extra, steps=3):
-    result = run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, *extra)
+    """One model (no recipe search: a search may end in a blend, whose folder holds one per member)."""
+    result = run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, "--search-budget", 0, *extra)
     assert result.code == 0, result.err
     return result
 
@@ -127,6 +128,8 @@ def commands(ds, c, csv, out):
             "--checkpoint-dir",
             c,
             "--resume",
+            "--search-budget",
+            0,
             "--max-steps",
             6,
             "--batch-size",
@@ -267,7 +270,8 @@ def test_resume_refuses_another_dataset_of_the_same_shape(tiny_data, tmp_path):
     generate(str(other), tiny_config(), seed=1, preset="test-tiny")  # same shape, other rows
     c = tmp_path / "C"
     train(tiny_data, "--checkpoint-dir", c)
-    result = run_cli("train", "--data", other, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 5)
+    result = run_cli("train", "--data", other, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 5,
+                    "--search-budget", 0)  # fmt: skip
     assert_one_line_error(result, str(tiny_data), str(other), "another dataset", "fingerprint")
     assert (c / "latest").read_text() == "step_3"
     import shutil
@@ -321,6 +325,8 @@ def test_save_that_cannot_write_is_one_line_and_keeps_the_previous(tiny_data, tm
         "--checkpoint-dir",
         str(c),
         "--resume",
+        "--search-budget",
+        "0",
         "--max-steps",
         "4",
         "--log-jsonl",
@@ -355,7 +361,9 @@ def test_save_on_a_read_only_folder_is_one_line(tiny_data, tmp_path, monkeypatch
         return real(path, *a, **k)
 
     monkeypatch.setattr(os, "makedirs", read_only)
-    result = run_cli("train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 4)
+    result = run_cli(
+        "train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 4, "--search-budget", 0
+    )
     assert_one_line_error(result, "cannot write checkpoint", "EROFS", "step_2 is intact")
     assert (c / "latest").read_text() == "step_2"
 

@@ -30,8 +30,9 @@ def trained(tiny_data, tmp_path_factory) -> Path:
     """A checkpoint folder (adagrad: optimizer state in it) of 3 steps on the tiny dataset."""
     c = tmp_path_factory.mktemp("whole") / "C"
     r = run_cli(
-        "train", "--data", tiny_data, "--no-progress", "--max-steps", 3, "--optimizer", "adagrad", "--checkpoint-dir", c
-    )
+        "train", "--data", tiny_data, "--no-progress", "--max-steps", 3, "--optimizer", "adagrad", "--checkpoint-dir", c,
+        "--search-budget", 0,
+    )  # fmt: skip
     assert r.code == 0, r.err
     return c / "step_3"
 
@@ -180,6 +181,8 @@ def test_resume_refuses_counters_out_of_range(tiny_data, trained, tmp_path, chan
         "--checkpoint-dir",
         c,
         "--resume",
+        "--search-budget",
+        0,
     )
     assert_one_line_error(r, needle)
     assert sorted(os.listdir(c)) == ["latest", "log.jsonl", "step_3"]

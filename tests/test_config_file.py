@@ -16,7 +16,7 @@ def train(*argv):
 
 def test_config_file_sets_options_and_flags_override(tiny_data, tmp_path):
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(yaml.safe_dump({"data": str(tiny_data), "max-steps": 7, "lr": 0.5, "batch-size": 128}))
+    cfg.write_text(yaml.safe_dump({"data": str(tiny_data), "max-steps": 7, "lr": 0.5, "batch-size": 128, "search-budget": 0}))
     train("--config", cfg, "--max-steps", 5, "--run-dir", tmp_path / "R")
     resolved = yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())
     assert resolved["max-steps"] == 5  # the flag wins

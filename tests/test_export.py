@@ -10,7 +10,9 @@ from helpers import run_cli
 
 
 def test_torchscript_and_pt_exports_match_checkpoint(tiny_data, tmp_path):
-    result = run_cli("train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R")
+    result = run_cli(
+        "train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R", "--search-budget", 0
+    )
     assert result.code == 0, result.err
     ckpt = tmp_path / "R" / "checkpoints"
     model, cfg = load_model(str(ckpt))
@@ -34,7 +36,9 @@ def test_torchscript_and_pt_exports_match_checkpoint(tiny_data, tmp_path):
 
 def test_onnx_export_matches_checkpoint(tiny_data, tmp_path):
     onnx = pytest.importorskip("onnx", reason="--format onnx needs onnx (pip install 'dlrmkit[onnx]')")
-    result = run_cli("train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R")
+    result = run_cli(
+        "train", "--data", tiny_data, "--max-steps", 10, "--no-progress", "--run-dir", tmp_path / "R", "--search-budget", 0
+    )
     assert result.code == 0, result.err
     ckpt = tmp_path / "R" / "checkpoints"
     out = tmp_path / "m.onnx"

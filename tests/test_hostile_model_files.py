@@ -130,7 +130,7 @@ def first_format_metadata(payload: bytes) -> Callable[[Path], None]:
 EV = ("evaluate", "--data", "{ws}/ds", "--checkpoint", "{ws}/C")
 EX = ("export", "--checkpoint", "{ws}/C", "--out", "{ws}/m.pt")
 PR = ("predict", "--checkpoint", "{ws}/C", "--input", "{ws}/rows.csv", "--output", "{ws}/p.csv")
-SMALL = ("--batch-size", "100", "--eval-batch-size", "100", "--run-dir", "{ws}/newrun")
+SMALL = ("--batch-size", "100", "--eval-batch-size", "100", "--search-budget", "0", "--run-dir", "{ws}/newrun")
 RS = (
     "train",
     "--data",

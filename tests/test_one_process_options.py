@@ -71,7 +71,7 @@ def test_evaluate_and_bench_refuse_torchrun_only_options(tiny_data, tmp_path):
 
 
 def test_resume_and_target_auc_say_what_they_did(tiny_data, tmp_path):
-    c, run = tmp_path / "C", ("train", "--data", tiny_data, "--batch-size", "64", "--no-progress")
+    c, run = tmp_path / "C", ("train", "--data", tiny_data, "--batch-size", "64", "--no-progress", "--search-budget", "0")
     r = run_cli(*run, "--max-steps", "3", "--checkpoint-dir", c, "--resume", "--run-dir", tmp_path / "R1")
     assert r.code == 0, r.err
     assert f"no checkpoint in {c} yet: starting fresh" in r.err

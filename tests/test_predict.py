@@ -33,6 +33,8 @@ TRAIN = (
     "--eval-every",
     0,
     "--no-progress",
+    "--search-budget",  # one model (a search may end in a blend)
+    0,
 )
 
 

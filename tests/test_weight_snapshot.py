@@ -93,6 +93,8 @@ def train_selecting(data, folder, in_memory_max: int, monkeypatch) -> tuple[dict
         ck,
         "--metrics-json",
         out,
+        "--search-budget",
+        0,
     )
     assert r.code == 0, r.err
     return json.loads(out.read_text()), [json.loads(x) for x in (ck / "log.jsonl").read_text().splitlines()]

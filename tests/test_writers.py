@@ -24,7 +24,7 @@ from test_checkpoint_trust import assert_one_line_error
 
 
 def train(data, *extra, steps=3):
-    return run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, *extra)
+    return run_cli("train", "--data", data, "--no-progress", "--max-steps", steps, "--search-budget", 0, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,8 @@ def writers(tiny_data, c, tmp_path):
     csv = tmp_path / "rows.csv"
     return {
         "train-checkpoint-dir": (
-            ["train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 5],
+            ["train", "--data", tiny_data, "--no-progress", "--checkpoint-dir", c, "--resume", "--max-steps", 5,
+             "--search-budget", 0],  # fmt: skip
             c,
         ),
         "train-run-dir": (
@@ -187,6 +188,8 @@ def subprocess_train(data, c, env_extra, steps=6, **kw):
         str(steps),
         "--keep",
         "2",
+        "--search-budget",
+        "0",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", **env_extra)
     return subprocess.Popen(

@@ -4,6 +4,8 @@ logits averaged with whole-number weights and one temperature fitted on the vali
 The weights come from ensemble selection (Caruana et al., 2004), as AutoML systems blend their
 models: starting from nothing, add (again, if it is best) the candidate whose logits, averaged
 with those already in, give the lowest validation log loss; stop when no addition lowers it.
+As in that paper it is bagged: run on bootstrap samples of the validation rows and the additions
+summed, so that the weights do not follow the noise of one sample of a few thousand rows.
 Each member's logits are taken after its own temperature, so a confident model is weighed
 by its ranking, not its scale. The test rows are read after every member is trained and the
 weights and temperature are fixed. docs/RECIPES.md measures it.
@@ -29,6 +31,7 @@ from dlrmkit.train.options import blend_members
 
 BLEND_FILE = "blend.yaml"
 MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
+BAGS = 20  # bootstrap samples of the validation rows the selection runs on (Caruana et al.'s bagging)
 FOLDER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")  # a member's folder: one plain name inside the blend's
 
 
@@ -38,10 +41,24 @@ class Member:
     weight: int
 
 
-def ensemble_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) -> list[Member]:
+def ensemble_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray, bags: int = BAGS) -> list[Member]:
     """The members and their weights: greedy forward selection with repeats on the mean
     validation log loss of the weighted mean of the candidates' logits (in the order of
-    `val_logits` on ties). One member: no blend."""
+    `val_logits` on ties), bagged: run on `bags` bootstrap samples of the validation rows (a
+    fixed seed), a candidate's weight its additions summed over the bags, divided by the weights'
+    greatest common divisor (bags=0: one run on the rows themselves, unbagged). One member: no blend."""
+    counts = {} if bags else greedy_selection(val_logits, labels)
+    rng = np.random.default_rng(0)
+    for _ in range(bags):
+        rows = rng.integers(0, len(labels), len(labels))
+        for name, n in greedy_selection({k: z[rows] for k, z in val_logits.items()}, labels[rows]).items():
+            counts[name] = counts.get(name, 0) + n
+    common = math.gcd(*counts.values()) if counts else 1
+    return sorted((Member(k, v // common) for k, v in counts.items()), key=lambda m: -m.weight)
+
+
+def greedy_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) -> dict[str, int]:
+    """Caruana et al.'s selection on one sample of rows: {candidate: times added}."""
     from dlrmkit.train.calibration import log_loss_of_logits
 
     counts: dict[str, int] = {}
@@ -54,7 +71,7 @@ def ensemble_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) ->
             break
         best, total = loss, total + val_logits[name].astype(np.float64)
         counts[name] = counts.get(name, 0) + 1
-    return sorted((Member(k, v) for k, v in counts.items()), key=lambda m: -m.weight)
+    return counts
 
 
 def mean_logits(logits: list[np.ndarray], weights: list[int]) -> np.ndarray:
@@ -183,7 +200,8 @@ def describe(members: list[Member], tried: list[Any]) -> str:
     blended = log_loss_of_logits(kept_scale(z.astype(np.float32), y) * z, y)
     return (
         f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
-        f"log loss after the temperatures (best single {single:.4f}, the blend {blended:.4f}); each member is "
+        f"log loss after the temperatures, bagged over {BAGS} bootstrap samples of the validation rows (best single "
+        f"{single:.4f}, the blend {blended:.4f}); each member is "
         f"trained again as a run of its own, and the run is their weighted mean (config.yaml: --blend)"
     )
 
@@ -191,8 +209,8 @@ def describe(members: list[Member], tried: list[Any]) -> str:
 def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[str, Any]:
     """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) as a run in
     its own folder under the run's checkpoint folder, with no test rows; then, every member
-    trained, fit the blend's temperature on the validation rows, write blend.yaml, and score the
-    test rows once. Returns the run's metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
+    trained, fit the blend's temperature on the validation rows, score the test rows once, and
+    save each member's checkpoint and blend.yaml. Returns the run's metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
     import json
     import time
     from dataclasses import asdict
@@ -222,7 +240,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
         trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
         if folder:
             dump_config(resolved_options(mcfg), os.path.join(folder, "config.yaml"))
-        trained.append((trainer, test, trainer.fit()))
+        trained.append((trainer, test, trainer.fit(save=False)))  # saved once the blend is scored
         print(f"  val AUC {trained[-1][2]['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
 
     def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
@@ -249,11 +267,13 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
     log({"event": "calibration", "mapping": "val", "temperature": 1 / scale,
          "val_logloss_before": metrics_of(z, y)["logloss"], "val_logloss_after": val_metrics["logloss"]})  # fmt: skip
     log({"event": "eval", "step": 0, "mapping": "val", **val_metrics})
-    if ck:
-        write_blend(ck, [m for m, _ in members], scale)
     scored = [scores(t, test) for t, test, _ in trained]
     test_metrics = metrics_of(scale * mean_logits([s[0] for s in scored], weights), scored[0][1], bins=True)
     log({"event": "test", "step": 0, "mapping": "test", **test_metrics})
+    for t, _, _ in trained:  # as one model saves after its test read: a bad test file leaves no blend behind
+        t.save_final()
+    if ck:
+        write_blend(ck, [m for m, _ in members], scale)
     runs = [r for _, _, r in trained]
     seconds = sum(r["samples"] / r["samples_per_s"] for r in runs if r["samples_per_s"] > 0)
     metrics = {

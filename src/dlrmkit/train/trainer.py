@@ -338,16 +338,17 @@ class Trainer:
         return val, test
 
     # ---- the loop -----------------------------------------------------------------------
-    def fit(self) -> dict[str, Any]:
-        """Train to the end (epochs, max steps or target AUC); returns the final metrics."""
+    def fit(self, save: bool = True) -> dict[str, Any]:
+        """Train to the end (epochs, max steps or target AUC); returns the final metrics. `save`:
+        the final checkpoint at the end (a blend saves its members' once the blend is scored)."""
         self._bar: tqdm | None = None
         try:
-            return self._fit()
+            return self._fit(save)
         finally:
             if self._bar is not None:
                 self._bar.close()  # so an error message starts on its own line
 
-    def _fit(self) -> dict[str, Any]:
+    def _fit(self, save: bool) -> dict[str, Any]:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
         total = cfg.schedule.max_steps if cfg.schedule.max_steps else steps_per_epoch * cfg.schedule.epochs
@@ -419,7 +420,8 @@ class Trainer:
         self.eval_progress = cfg.output.progress  # the final evaluation shows progress (after 2 s, on a terminal)
         val, test = self.finish()
         self.best.close()
-        self.save_final()
+        if save:
+            self.save_final()
         metrics: dict[str, Any] = {
             "auc": test["auc"],
             "logloss": test["logloss"],
