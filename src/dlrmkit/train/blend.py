@@ -210,7 +210,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
     """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) as a run in
     its own folder under the run's checkpoint folder, with no test rows; then, every member
     trained, fit the blend's temperature on the validation rows, score the test rows once, and
-    save each member's checkpoint and blend.yaml. Returns the run's metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
+    save each member's checkpoint and blend.yaml. Returns the run's metrics; `run` is the run
+    folder (dlrmkit.train.run_dir.RunDir)."""
     import json
     import time
     from dataclasses import asdict
