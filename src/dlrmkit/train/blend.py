@@ -64,7 +64,8 @@ def greedy_selection(val_logits: dict[str, np.ndarray], labels: np.ndarray) -> d
     counts: dict[str, int] = {}
     total, best = 0.0, math.inf  # the chosen logits' running sum, and their mean's log loss
     for n in range(MAX_STEPS):
-        trials = [(log_loss_of_logits((total + z) / (n + 1), labels), name) for name, z in val_logits.items()]
+        with np.errstate(invalid="ignore"):  # a diverged candidate's NaN logits: its loss is NaN, never chosen
+            trials = [(log_loss_of_logits((total + z) / (n + 1), labels), name) for name, z in val_logits.items()]
         # the first of equal losses; a NaN (a diverged candidate) is never the lowest
         loss, name = min(trials, key=lambda t: t[0] if t[0] == t[0] else math.inf)
         if not loss < best:
