@@ -7,10 +7,12 @@ rows. Prints a markdown table of mean test AUC / log loss and each seed's figure
     PYTHONPATH=src python benchmarks/quality_grid.py DATA --seeds 0,1,2 --dump DIR \\
         --variants regression-k2-std,regression-k2-std-b32,base-k2-std,base-k2-std-b256,fm-k2-std,big-fm-b256,deepfm-adam-plateau
     PYTHONPATH=src python benchmarks/quality_blend.py DIR [DATASET ...] [--with VARIANT,...] \
-        [--seeds 0,1,2] [--bags N]
+        [--seeds 0,1,2] [--bags N] [--blend-seeds N]
 
 `--with`: more grid variants as candidates beside the search's (what a new candidate would add);
 `--bags 0`: ensemble selection unbagged (one run on the validation rows themselves).
+`--blend-seeds N`: each member of a blend the mean of its runs on seeds S to S+N-1, as `train
+--blend-seeds N` trains it (those seeds' dumps needed; the selection sees seed S's logits only).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from quality_choice import VARIANT
 from dlrmkit.metrics import roc_auc
 from dlrmkit.train.blend import BAGS, ensemble_selection, mean_logits
 from dlrmkit.train.calibration import kept_scale, log_loss_of_logits, row_log_losses
+from dlrmkit.train.options import SelectionOptions
 from dlrmkit.train.recipe_search import Candidate, choose
 
 
@@ -50,6 +53,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--with", dest="extra", default="", help="more grid variants as candidates")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--bags", type=int, default=BAGS, help="ensemble selection's bootstrap samples (0: unbagged)")
+    parser.add_argument("--blend-seeds", type=int, default=SelectionOptions.blend_seeds, help="runs per blend member")
     args = parser.parse_args(argv)
     extra = [v for v in args.extra.split(",") if v]
     folder, wanted, seeds = args.folder, args.datasets, [int(s) for s in args.seeds.split(",")]
@@ -76,6 +80,13 @@ def main(argv: list[str]) -> int:
             members = ensemble_selection({n: r["zv"] for n, r in runs.items()}, yv, args.bags)
             if len(members) == 1:  # no blend: the run is the single choice, as in `train`
                 members = [type(members[0])(choose(tried).name, 1)]
+            if len(members) > 1:  # a blend: each member its runs on seeds S, S+1, ... (as train_blend trains them)
+                again = [seed_runs(folder, data, seed + k, extra) for k in range(1, args.blend_seeds)]
+                if any(m.name not in r for r in again for m in members):
+                    raise SystemExit(f"{data}: --blend-seeds {args.blend_seeds} needs dumps of seeds {seed} to "
+                                     f"{seed + args.blend_seeds - 1}")  # fmt: skip
+                runs = {m.name: {key: np.mean([r[m.name][key] for r in [runs, *again]], axis=0) for key in ("zv", "zt")}
+                        for m in members}  # fmt: skip
             w = [m.weight for m in members]
             zv = mean_logits([runs[m.name]["zv"] for m in members], w)
             zt = kept_scale(zv.astype(np.float32), yv) * mean_logits([runs[m.name]["zt"] for m in members], w)

@@ -49,7 +49,9 @@ def main(argv: list[str]) -> int:
                 m = json.load(open(os.path.join(run, "metrics.json")))
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
                 if m.get("blend"):  # the run is a blend of candidates
-                    chosen = "blend: " + ", ".join(f"{b['name']} x{b['weight']}" for b in m["blend"])
+                    weights = {b["name"]: b["weight"] for b in m["blend"]}  # a member's runs share its weight
+                    runs = len(m["blend"]) // len(weights)
+                    chosen = f"blend ({runs} seed(s) each): " + ", ".join(f"{n} x{w}" for n, w in weights.items())
                 print(
                     json.dumps(
                         {

@@ -57,17 +57,21 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     spec = "regression, buckets=2; dlrm+wide=1"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2", "--blend", spec)
     assert r.code == 0, r.err
-    assert "blend member 1/2: regression, buckets (weight 2)" in r.out and "recipe small-data" in r.out, r.out
+    assert "blend member run 1/4: regression, buckets, seed 0 (weight 2)" in r.out and "recipe small-data" in r.out, r.out
     assert_test_rows_read_last(reads)
     monkeypatch.undo()
     ck = run / "checkpoints"
     doc = yaml.safe_load(open(ck / "blend.yaml"))
-    assert [(m["name"], m["weight"]) for m in doc["members"]] == [("regression, buckets", 2), ("dlrm+wide", 1)]
-    for m in doc["members"]:  # each member is a run of its own: checkpoints, config, log
+    # each member trained with two seeds (--blend-seeds' default), sharing the member's weight
+    runs = [("regression, buckets", 0, 2), ("regression, buckets", 1, 2), ("dlrm+wide", 0, 1), ("dlrm+wide", 1, 1)]
+    assert [(m["name"], m["seed"], m["weight"]) for m in doc["members"]] == runs
+    for m in doc["members"]:  # each member run is a run of its own: checkpoints, config, log
         assert (ck / m["folder"] / "latest").exists() and (ck / m["folder"] / "config.yaml").exists()
-    assert yaml.safe_load(open(ck / "regression-buckets" / "config.yaml"))["deep"] is False
+        assert yaml.safe_load(open(ck / m["folder"] / "config.yaml"))["seed"] == m["seed"]
+    assert yaml.safe_load(open(ck / "regression-buckets-seed0" / "config.yaml"))["deep"] is False
     m = json.load(open(run / "metrics.json"))
-    assert [b["name"] for b in m["blend"]] == ["regression, buckets", "dlrm+wide"] and 0 < m["temperature"]
+    assert [(b["name"], b["seed"], b["weight"]) for b in m["blend"]] == runs and 0 < m["temperature"]
+    assert m["blend"][2]["val_auc"] != m["blend"][3]["val_auc"]  # the seeds train different models
     # the blend's test figures are the weighted mean of its members' logits, as evaluate scores it
     r = run_cli("evaluate", "--data", tmp_path / "d", "--checkpoint", ck, "--metrics-json", tmp_path / "e.json")
     assert r.code == 0, r.err
@@ -83,7 +87,7 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert roc_auc(p[:, 1], p[:, 2]) == pytest.approx(m["auc"], abs=1e-6)
     # one model per graph: export names the members instead
     r = run_cli("export", "--checkpoint", ck, "--out", tmp_path / "m.pt")
-    assert r.code == 2 and "a blend of 2 models" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert r.code == 2 and "a blend of 4 models" in r.err and len(r.err.strip().splitlines()) == 1, r.err
     # config.yaml repeats the blend, without the search
     cfg = yaml.safe_load(open(run / "config.yaml"))
     assert cfg["blend"] == spec and cfg["search-budget"] == 0
@@ -91,7 +95,14 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert r2.code == 0 and "search: 7" not in r2.out, r2.out + r2.err
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
     r = run_cli("report", run)
-    assert r.code == 0 and "a blend of 2" in (run / "report.md").read_text()
+    assert r.code == 0 and "a blend of 4" in (run / "report.md").read_text()
+    assert "dlrm+wide, seed 1 x1 (`dlrm-wide-seed1/`)" in (run / "report.md").read_text()
+    # one seed: each member one run, in a folder named after it
+    r3 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run3", "--no-progress",
+                 "--blend-seeds", "1")  # fmt: skip
+    assert r3.code == 0 and "blend member run 2/2: dlrm+wide, seed 0 (weight 1)" in r3.out, r3.out + r3.err
+    doc = yaml.safe_load(open(tmp_path / "run3" / "checkpoints" / "blend.yaml"))
+    assert [m["folder"] for m in doc["members"]] == ["regression-buckets", "dlrm-wide"]
     # a blend is not resumed: one line, and its folder left as it is
     before = sorted(p.name for p in ck.iterdir())
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--resume", "--no-progress")
@@ -132,7 +143,7 @@ def blend_run(tmp_path_factory):
     write_csv(tmp / "x.csv", 600)
     transcode(tmp / "x.csv", tmp / "d", "--test-rows", "100")
     r = run_cli("train", "--data", tmp / "d", "--run-dir", tmp / "run", "--no-progress", "--epochs", "1",
-                "--blend", "regression=1; dlrm+wide=1")  # fmt: skip
+                "--blend", "regression=1; dlrm+wide=1", "--blend-seeds", "1")  # fmt: skip
     assert r.code == 0, r.err
     return tmp
 
@@ -142,6 +153,7 @@ def blend_run(tmp_path_factory):
     [
         ("- 1\n", "not a blend description"),
         ({"members": [], "scale": 1.0}, "'members' must be a list"),
+        ({"members": [{"folder": "regression", "weight": 1}] * 65, "scale": 1.0}, "a list of 1 to 64 members"),
         ({"members": [{"folder": "../run", "weight": 1}], "scale": 1.0}, "one plain folder name"),
         ({"members": [{"folder": "/etc", "weight": 1}], "scale": 1.0}, "one plain folder name"),
         ({"members": [{"folder": "regression", "weight": 0}], "scale": 1.0}, "'weight' must be a whole number"),

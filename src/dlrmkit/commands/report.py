@@ -167,6 +167,11 @@ def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
     ]
 
 
+def seed_of(member: dict[str, Any]) -> str:
+    """', seed S' where a blend's member run records its seed (a member trained with several)."""
+    return "" if member.get("seed") is None else f", seed {member['seed']}"
+
+
 def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str]) -> str:
     end = next((r for r in reversed(records) if r.get("event") == "end"), None)
     test = next((r for r in reversed(records) if r.get("event") == "test"), None)
@@ -175,7 +180,8 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     blend = next((r for r in records if r.get("event") == "blend"), None)
     members = blend.get("members") if blend else None
     if isinstance(members, list):  # each member is a run of its own, in the checkpoint folder
-        shown = [f"{m.get('name')} x{m.get('weight')} (`{m.get('folder')}/`)" for m in members if isinstance(m, dict)]
+        shown = [f"{m.get('name')}{seed_of(m)} x{m.get('weight')} (`{m.get('folder')}/`)"
+                 for m in members if isinstance(m, dict)]  # fmt: skip
         lines.append(f"- data: `{cfg.get('data')}`; a blend of {len(shown)}: {', '.join(shown)}")
     else:
         lines.append(

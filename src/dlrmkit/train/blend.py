@@ -16,6 +16,7 @@ the blend's temperature) and one checkpoint folder per member beside it; `evalua
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
@@ -25,11 +26,12 @@ from typing import Any
 import numpy as np
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.options import MAX_BLEND_MEMBERS as MAX_MEMBERS
+from dlrmkit.train.options import MAX_BLEND_MEMBERS, MAX_BLEND_SEEDS
 from dlrmkit.train.options import MAX_BLEND_WEIGHT as MAX_WEIGHT
 from dlrmkit.train.options import blend_members
 
 BLEND_FILE = "blend.yaml"
+MAX_RUNS = MAX_BLEND_MEMBERS * MAX_BLEND_SEEDS  # the runs a blend.yaml may list
 MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
 BAGS = 20  # bootstrap samples of the validation rows the selection runs on (Caruana et al.'s bagging)
 FOLDER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")  # a member's folder: one plain name inside the blend's
@@ -111,13 +113,15 @@ def is_blend(path: str) -> bool:
     return os.path.isfile(os.path.join(path, BLEND_FILE))
 
 
-def write_blend(path: str, members: list[Member], scale: float) -> None:
+def write_blend(path: str, runs: list[Any], scale: float) -> None:
+    """blend.yaml: each MemberRun's folder and its member's weight, and the blend's 1/T."""
     import yaml
 
     from dlrmkit.atomic_io import write_text
 
     doc = {
-        "members": [{"name": m.name, "folder": folder_of(m.name), "weight": m.weight} for m in members],
+        "members": [{"name": r.member.name, "seed": r.seed, "folder": r.folder, "weight": r.member.weight}
+                    for r in runs],  # fmt: skip
         "scale": float(scale),
     }
     write_text(os.path.join(path, BLEND_FILE), yaml.safe_dump(doc, sort_keys=False))
@@ -135,8 +139,8 @@ def read_blend(path: str) -> BlendFile:
     if not isinstance(doc, dict) or set(doc) != {"members", "scale"}:
         raise DlrmkitError(f"{file}: not a blend description (needs exactly 'members' and 'scale')")
     members, scale = doc["members"], doc["scale"]
-    if not isinstance(members, list) or not 1 <= len(members) <= MAX_MEMBERS:
-        raise DlrmkitError(f"{file}: 'members' must be a list of 1 to {MAX_MEMBERS} members")
+    if not isinstance(members, list) or not 1 <= len(members) <= MAX_RUNS:
+        raise DlrmkitError(f"{file}: 'members' must be a list of 1 to {MAX_RUNS} members")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not MIN_SCALE <= scale <= MAX_SCALE:
         raise DlrmkitError(f"{file}: 'scale' must be a number in [{MIN_SCALE}, {MAX_SCALE}], got {scale!r}")
     folders, weights = [], []
@@ -190,7 +194,7 @@ def metrics_of(z: np.ndarray, y: np.ndarray, bins: bool = False) -> dict[str, An
     return out
 
 
-def describe(members: list[Member], tried: list[Any]) -> str:
+def describe(members: list[Member], tried: list[Any], seeds: int) -> str:
     """The search's lines on the blend it chose (`tried`: recipe_search.Candidate with results)."""
     from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
 
@@ -202,17 +206,45 @@ def describe(members: list[Member], tried: list[Any]) -> str:
     return (
         f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
         f"log loss after the temperatures, bagged over {BAGS} bootstrap samples of the validation rows (best single "
-        f"{single:.4f}, the blend {blended:.4f}); each member is "
-        f"trained again as a run of its own, and the run is their weighted mean (config.yaml: --blend)"
+        f"{single:.4f}, the blend {blended:.4f}); each member is trained again as "
+        f"{'a run' if seeds == 1 else f'{seeds} runs, with seeds --seed and on,'} of its own, and the run is their "
+        f"weighted mean (config.yaml: --blend, --blend-seeds)"
     )
 
 
+@dataclass(frozen=True)
+class MemberRun:
+    """One training of a member: the blend averages a member's runs, one per seed."""
+
+    member: Member
+    seed: int
+    folder: str  # inside the blend's checkpoint folder
+    cfg: Any  # its TrainConfig
+
+
+def member_runs(members: list[tuple[Member, Any]], seeds: int) -> list[MemberRun]:
+    """Each member (with its TrainConfig from dlrmkit.train.recipe.member_configs) once per seed:
+    its config's seed, then the next ones; each run in a folder of its own (the member's name, and
+    its seed where there are several)."""
+    from dlrmkit.cli_types import MAX_SEED
+
+    runs = []
+    for m, mcfg in members:
+        for k in range(seeds):
+            rcfg = copy.deepcopy(mcfg)
+            rcfg.seed = (mcfg.seed + k) % (MAX_SEED + 1)
+            folder = folder_of(m.name)[:48] + (f"-seed{rcfg.seed}" if seeds > 1 else "")
+            runs.append(MemberRun(m, rcfg.seed, folder, rcfg))
+    return runs
+
+
 def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[str, Any]:
-    """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) as a run in
-    its own folder under the run's checkpoint folder, with no test rows; then, every member
-    trained, fit the blend's temperature on the validation rows, score the test rows once, and
-    save each member's checkpoint and blend.yaml. Returns the run's metrics; `run` is the run
-    folder (dlrmkit.train.run_dir.RunDir)."""
+    """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) --blend-seeds
+    times, each a run in its own folder under the run's checkpoint folder, with no test rows; then,
+    every run trained, fit the blend's temperature on the validation rows, score the test rows
+    once, and save each run's checkpoint and blend.yaml. A member's weight is shared by its runs,
+    so the blend is the weighted mean of each member's mean over its seeds. Returns the run's
+    metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
     import json
     import time
     from dataclasses import asdict
@@ -228,20 +260,22 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
 
     ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
 
+    runs = member_runs(members, cfg.selection.blend_seeds)
     trained = []
-    for i, (m, mcfg) in enumerate(members):
-        folder = os.path.join(ck, folder_of(m.name)) if ck else None
-        assign(mcfg, {
+    for i, r in enumerate(runs):
+        folder = os.path.join(ck, r.folder) if ck else None
+        assign(r.cfg, {
             "run_dir": None, "checkpoint_dir": folder, "log_jsonl": folder and os.path.join(folder, "log.jsonl"),
             "metrics_json": None, "tensorboard": None, "resume": False,
         })  # fmt: skip
-        print(f"blend member {i + 1}/{len(members)}: {m.name} (weight {m.weight})", flush=True)
+        print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, seed {r.seed} (weight {r.member.weight})",
+              flush=True)  # fmt: skip
         t0 = time.perf_counter()
-        trainer = Trainer(mcfg)
+        trainer = Trainer(r.cfg)
         test = trainer.test_set
         trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
         if folder:
-            dump_config(resolved_options(mcfg), os.path.join(folder, "config.yaml"))
+            dump_config(resolved_options(r.cfg), os.path.join(folder, "config.yaml"))
         trained.append((trainer, test, trainer.fit(save=False)))  # saved once the blend is scored
         print(f"  val AUC {trained[-1][2]['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
 
@@ -255,17 +289,17 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
         append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
                       (ck, run.path))  # fmt: skip
 
-    plan = [{"name": m.name, "weight": m.weight, "model_config": asdict(t.model_cfg)} for (m, _), (t, _, _) in
-            zip(members, trained)]  # fmt: skip
+    plan = [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "model_config": asdict(t.model_cfg)}
+            for r, (t, _, _) in zip(runs, trained)]  # fmt: skip
     write_json(run.file("plan.json"), {"world_size": 1, "blend": plan})
-    weights = [m.weight for m, _ in members]
+    weights = [r.member.weight for r in runs]
     val = [scores(t, t.val_set) for t, _, _ in trained]
     y = val[0][1]
     z = mean_logits([v[0] for v in val], weights)
     scale = kept_scale(z.astype(np.float32), y)
     val_metrics = metrics_of(scale * z, y)
-    log({"event": "blend", "members": [{"name": m.name, "weight": m.weight, "folder": folder_of(m.name)}
-                                       for m, _ in members]})  # fmt: skip
+    log({"event": "blend", "members": [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight,
+                                        "folder": r.folder} for r in runs]})  # fmt: skip
     log({"event": "calibration", "mapping": "val", "temperature": 1 / scale,
          "val_logloss_before": metrics_of(z, y)["logloss"], "val_logloss_after": val_metrics["logloss"]})  # fmt: skip
     log({"event": "eval", "step": 0, "mapping": "val", **val_metrics})
@@ -275,9 +309,9 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
     for t, _, _ in trained:  # as one model saves after its test read: a bad test file leaves no blend behind
         t.save_final()
     if ck:
-        write_blend(ck, [m for m, _ in members], scale)
-    runs = [r for _, _, r in trained]
-    seconds = sum(r["samples"] / r["samples_per_s"] for r in runs if r["samples_per_s"] > 0)
+        write_blend(ck, runs, scale)
+    done = [m for _, _, m in trained]
+    seconds = sum(m["samples"] / m["samples_per_s"] for m in done if m["samples_per_s"] > 0)
     metrics = {
         "auc": test_metrics["auc"],
         "logloss": test_metrics["logloss"],
@@ -285,14 +319,15 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
         "val_logloss": val_metrics["logloss"],
         "ece": test_metrics.get("ece", math.nan),
         "temperature": 1 / scale,
-        "steps": sum(r["steps"] for r in runs),
+        "steps": sum(m["steps"] for m in done),
         "samples": seen,
         "samples_per_s": seen / seconds if seconds > 0 else 0.0,
-        "train_loss": sum(w * r["train_loss"] for w, r in zip(weights, runs)) / sum(weights),
+        "train_loss": sum(w * m["train_loss"] for w, m in zip(weights, done)) / sum(weights),
         "world_size": 1,
-        "blend": [{"name": m.name, "weight": m.weight, "val_auc": r["val_auc"]} for (m, _), r in zip(members, runs)],
+        "blend": [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "val_auc": m["val_auc"]}
+                  for r, m in zip(runs, done)],
     }
-    if "optimal_auc" in runs[0]:  # a synthetic dataset's
-        metrics["optimal_auc"] = runs[0]["optimal_auc"]
+    if "optimal_auc" in done[0]:  # a synthetic dataset's
+        metrics["optimal_auc"] = done[0]["optimal_auc"]
     log({"event": "end", **metrics})
     return metrics

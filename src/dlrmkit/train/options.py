@@ -32,7 +32,8 @@ class ScheduleOptions:
     )
 
 
-MAX_BLEND_MEMBERS, MAX_BLEND_WEIGHT = 16, 1000  # what --blend or a blend.yaml may hold
+MAX_BLEND_MEMBERS, MAX_BLEND_WEIGHT = 16, 1000  # what --blend may hold
+MAX_BLEND_SEEDS = 4  # --blend-seeds: a blend.yaml holds at most MAX_BLEND_MEMBERS * MAX_BLEND_SEEDS runs
 
 
 def blend_members(text: str) -> list[tuple[str, int]]:
@@ -113,6 +114,12 @@ class SelectionOptions:
         "their logits with these weights, 'NAME=W; NAME=W' (the search writes what it chose into config.yaml; "
         "default: the search decides)",
         parse=blend_text,
+    )
+    blend_seeds: int = option(
+        2,
+        "a blend: train each member N times, with seeds --seed, --seed+1, ..., each a run of its own, and "
+        "average their logits (the mean of two seeds ranks better than one; one model: unused; default {default})",
+        parse=ct.int_range(1, MAX_BLEND_SEEDS),
     )
 
 

@@ -222,8 +222,10 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
         sel.search_budget = 0
         members = member_configs(cfg, base, train.num_numerical)
+        head = (f"blend of {len(members)} (--blend, no search), each member trained with "
+                f"{cfg.selection.blend_seeds} seed(s) from --seed on:")  # fmt: skip
         text = "\n".join(
-            [describe(base, fill(copy.deepcopy(cfg), base)), f"blend of {len(members)} (--blend, no search):"]
+            [describe(base, fill(copy.deepcopy(cfg), base)), head]
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c in members]
         )
         return text, members
@@ -244,7 +246,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
-                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried)])
+                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])
                 return text, member_configs(cfg, base, train.num_numerical)
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
