@@ -177,3 +177,51 @@ def test_a_crafted_blend_file_is_one_line(blend_run, tmp_path, doc, said):
         r = run_cli(*argv, "--checkpoint", ck)
         assert r.code == 2 and said in r.err and "blend.yaml" in r.err, (argv, r.err)
         assert len(r.err.strip().splitlines()) == 1, r.err
+
+
+def log_events(path) -> list[tuple]:
+    """A log's records without their times: (event, step, AUC), a NaN AUC as None."""
+    return [(r["event"], r.get("step"), r.get("auc") if r.get("auc") == r.get("auc") else None)
+            for r in map(json.loads, open(path))]  # fmt: skip
+
+
+def test_a_searched_blend_takes_over_the_search_runs_and_its_config_repeats_it(tmp_path):
+    """Each member's first seed is the search's own run of that candidate (the same training, not
+    done again): its folder holds a checkpoint and the training's whole log, as a fresh member run's
+    does, and the run's config.yaml, which trains every member run afresh, gives the same figures."""
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    run, again = tmp_path / "run", tmp_path / "again"
+    common = ("--no-progress", "--epochs", "2")
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--search-budget", "3", *common)
+    assert r.code == 0 and "blend:" in r.out, r.out + r.err  # these rows and seed end in a blend
+    doc = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))
+    assert r.out.count("(the search's run of it, not trained again)") == len(doc["members"]) // 2 >= 2, r.out
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
+    assert r2.code == 0 and "not trained again" not in r2.out, r2.out + r2.err
+    a, b = (json.load(open(f / "metrics.json")) for f in (run, again))
+    assert a["auc"] == b["auc"] and a["logloss"] == b["logloss"] and a["val_logloss"] == b["val_logloss"]
+    for m in doc["members"]:
+        taken, fresh = (log_events(f / "checkpoints" / m["folder"] / "log.jsonl") for f in (run, again))
+        assert taken == fresh, m["folder"]
+        events = [e for e, _, _ in taken]
+        assert events[-3:] == ["calibration", "test", "end"] and "eval" in events and events.count("end") == 1
+
+
+def test_a_run_takes_over_a_trained_model_only_where_it_would_train_the_same(tiny_data, tmp_path):
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train.trainer import Trainer
+
+    def cfg(**kw):
+        return TrainConfig.of(data=str(tiny_data), preset="tiny", max_steps=6, eval_every=3, progress=False, **kw)
+
+    trainer = Trainer(cfg(), keep_log=True)
+    m = trainer.fit(save=False)
+    assert trainer.take_over(cfg(lr=0.5, checkpoint_dir=str(tmp_path / "a")), m) is None  # another training
+    assert not (tmp_path / "a").exists()
+    taken = trainer.take_over(cfg(checkpoint_dir=str(tmp_path / "b"), calibration="temperature"), m)
+    assert taken is not None and taken["val_auc"] == m["val_auc"] and taken["temperature"] > 0
+    events = [e for e, _, _ in log_events(tmp_path / "b" / "log.jsonl")]
+    assert events.count("eval") == 2 and events[-3:] == ["calibration", "test", "end"] and events.count("end") == 1
+    trainer.save_final()
+    assert (tmp_path / "b" / "latest").exists()

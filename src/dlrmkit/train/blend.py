@@ -10,9 +10,13 @@ Each member's logits are taken after its own temperature, so a confident model i
 by its ranking, not its scale. The test rows are read after every member is trained and the
 weights and temperature are fixed. docs/RECIPES.md measures it.
 
-On disk a blend is a checkpoint folder holding `blend.yaml` (the members' folders, weights and
-the blend's temperature) and one checkpoint folder per member beside it; `evaluate` and
-`predict` score it as one model, each member reading the rows as it was trained to."""
+Each member is trained --blend-seeds times (seeds --seed and on), and its logits are the mean
+of its runs: the mean of two seeds of a deep model ranks better than one.
+
+On disk a blend is a checkpoint folder holding `blend.yaml` (the member runs' folders and seeds,
+their member's weight, the blend's temperature) and one checkpoint folder per member run beside
+it; `evaluate` and `predict` score it as one model, each member reading the rows as it was
+trained to."""
 
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def is_blend(path: str) -> bool:
     return os.path.isfile(os.path.join(path, BLEND_FILE))
 
 
-def write_blend(path: str, runs: list[Any], scale: float) -> None:
+def write_blend(path: str, runs: list[MemberRun], scale: float) -> None:
     """blend.yaml: each MemberRun's folder and its member's weight, and the blend's 1/T."""
     import yaml
 
@@ -220,30 +224,33 @@ class MemberRun:
     seed: int
     folder: str  # inside the blend's checkpoint folder
     cfg: Any  # its TrainConfig
+    trained: tuple | None = None  # the search's run of it (trainer, test rows, metrics), taken over
 
 
-def member_runs(members: list[tuple[Member, Any]], seeds: int) -> list[MemberRun]:
-    """Each member (with its TrainConfig from dlrmkit.train.recipe.member_configs) once per seed:
-    its config's seed, then the next ones; each run in a folder of its own (the member's name, and
-    its seed where there are several)."""
+def member_runs(members: list[tuple[Member, Any, Any]], seeds: int) -> list[MemberRun]:
+    """Each member (with its TrainConfig and the search's run of it, from
+    dlrmkit.train.recipe.member_configs) once per seed: its config's seed, where the search's run
+    is taken over if there is one, then the next seeds; each run in a folder of its own (the
+    member's name, and its seed where there are several)."""
     from dlrmkit.cli_types import MAX_SEED
 
     runs = []
-    for m, mcfg in members:
+    for m, mcfg, trained in members:
         for k in range(seeds):
             rcfg = copy.deepcopy(mcfg)
             rcfg.seed = (mcfg.seed + k) % (MAX_SEED + 1)
             folder = folder_of(m.name)[:48] + (f"-seed{rcfg.seed}" if seeds > 1 else "")
-            runs.append(MemberRun(m, rcfg.seed, folder, rcfg))
+            runs.append(MemberRun(m, rcfg.seed, folder, rcfg, trained if k == 0 else None))
     return runs
 
 
-def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[str, Any]:
+def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> dict[str, Any]:
     """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) --blend-seeds
-    times, each a run in its own folder under the run's checkpoint folder, with no test rows; then,
-    every run trained, fit the blend's temperature on the validation rows, score the test rows
-    once, and save each run's checkpoint and blend.yaml. A member's weight is shared by its runs,
-    so the blend is the weighted mean of each member's mean over its seeds. Returns the run's
+    times, each a run in its own folder under the run's checkpoint folder, with no test rows (the
+    first seed's run is the search's, taken over, where the search made it: the same training);
+    then, every run trained, fit the blend's temperature on the validation rows, score the test
+    rows once, and save each run's checkpoint and blend.yaml. A member's weight is shared by its
+    runs, so the blend is the weighted mean of each member's mean over its seeds. Returns the run's
     metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
     import json
     import time
@@ -271,13 +278,22 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any]]) -> dict[s
         print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, seed {r.seed} (weight {r.member.weight})",
               flush=True)  # fmt: skip
         t0 = time.perf_counter()
-        trainer = Trainer(r.cfg)
-        test = trainer.test_set
-        trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
+        metrics = None
+        if r.trained is not None:  # the search trained it on this seed: the same run, not trained again
+            trainer, test, search_metrics = r.trained
+            metrics = trainer.take_over(r.cfg, search_metrics)
+        taken = metrics is not None
+        if not taken:
+            trainer = Trainer(r.cfg)
+            test = trainer.test_set
+            trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
         if folder:
             dump_config(resolved_options(r.cfg), os.path.join(folder, "config.yaml"))
-        trained.append((trainer, test, trainer.fit(save=False)))  # saved once the blend is scored
-        print(f"  val AUC {trained[-1][2]['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
+        if metrics is None:
+            metrics = trainer.fit(save=False)  # saved once the blend is scored
+        trained.append((trainer, test, metrics))
+        how = " (the search's run of it, not trained again)" if taken else ""
+        print(f"  val AUC {metrics['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s{how}", flush=True)
 
     def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
         with autocast(t.cfg.device.precision, t.device.type):

@@ -226,7 +226,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
                 f"{cfg.selection.blend_seeds} seed(s) from --seed on:")  # fmt: skip
         text = "\n".join(
             [describe(base, fill(copy.deepcopy(cfg), base)), head]
-            + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c in members]
+            + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c, _ in members]
         )
         return text, members
     if base.name == "small-data":
@@ -247,7 +247,8 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])
-                return text, member_configs(cfg, base, train.num_numerical)
+                trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
+                return text, member_configs(cfg, base, train.num_numerical, trained)
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
             base.name = f"small-data, {winner.name}"
@@ -259,10 +260,11 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
     return ("\n".join([text, *lines]) if lines else text), []
 
 
-def member_configs(cfg: Any, base: Recipe, num_numerical: int) -> list[tuple[Any, Any]]:
-    """(blend.Member, its TrainConfig) for each member of --blend: the candidate's recipe over
-    `base` filled into a copy of `cfg` as the search fills it (options given win), with its
-    temperature."""
+def member_configs(cfg: Any, base: Recipe, num_numerical: int, trained: dict | None = None) -> list[tuple]:
+    """(blend.Member, its TrainConfig, its trained run or None) for each member of --blend: the
+    candidate's recipe over `base` filled into a copy of `cfg` as the search fills it (options
+    given win), with its temperature; `trained`: the search's run of each candidate (on the run's
+    seed, outputs off: recipe_search.Candidate.trained), which the blend takes over."""
     from dataclasses import replace
 
     from dlrmkit.train import recipe_search
@@ -276,7 +278,7 @@ def member_configs(cfg: Any, base: Recipe, num_numerical: int) -> list[tuple[Any
         trial.selection.blend = None
         values = {**base.values, **pool[m.name].values, "calibration": "temperature", "search_budget": 0}
         fill(trial, replace(base, values=values, reasons=[]))
-        out.append((m, trial))
+        out.append((m, trial, (trained or {}).get(m.name)))
     return out
 
 

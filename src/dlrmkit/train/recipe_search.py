@@ -53,6 +53,9 @@ class Candidate:
     values: dict[str, Any]  # TrainConfig values over the base recipe's
     why: str
     result: dict[str, float] = field(default_factory=dict)
+    # the trained run (its Trainer, its test rows, its metrics), kept for a blend to take over as
+    # its member's first run (dlrmkit.train.blend.train_blend) instead of training it again
+    trained: tuple | None = field(default=None, repr=False)
 
 
 def candidates(num_numerical: int) -> list[Candidate]:
@@ -171,8 +174,9 @@ def settled_logloss(c: Candidate) -> float:
     return c.result["val_logloss"] if math.isnan(t) else t
 
 
-def train_candidate(cfg: Any) -> dict[str, float]:
-    """One candidate: the trainer of `cfg` (outputs off) to its early stop; validation figures."""
+def train_candidate(cfg: Any) -> tuple[dict[str, float], tuple]:
+    """One candidate: the trainer of `cfg` (outputs off) to its early stop; its validation
+    figures, and the trained run (the trainer, its test rows, its metrics)."""
     from dlrmkit.train.calibration import row_log_losses
     from dlrmkit.train.trainer import Trainer
 
@@ -181,8 +185,9 @@ def train_candidate(cfg: Any) -> dict[str, float]:
     quiet = copy.deepcopy(cfg)
     assign(quiet, QUIET)
     t0 = time.perf_counter()
-    trainer = Trainer(quiet)
-    trainer.test_set = trainer.test_set.window(0, 0, "test")  # selection never reads the test rows
+    trainer = Trainer(quiet, keep_log=True)  # its log's records, for a blend member that takes it over
+    test = trainer.test_set
+    trainer.test_set = test.window(0, 0, "test")  # selection never reads the test rows
     m = trainer.fit()
     epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
     z, y = logits_after_temperature(trainer)
@@ -197,7 +202,7 @@ def train_candidate(cfg: Any) -> dict[str, float]:
         "val_labels": y,
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
-    }
+    }, (trainer, test, m)
 
 
 def logits_after_temperature(trainer: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -248,7 +253,8 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
         if shape in seen:
             continue
         seen.append(shape)
-        cand.result = train_candidate(trial) if budget > 0 else {}
+        if budget > 0:
+            cand.result, cand.trained = train_candidate(trial)
         tried.append(cand)
     return choose(tried), tried
 

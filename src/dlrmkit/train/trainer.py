@@ -40,8 +40,17 @@ from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 
 
+# options a run may change when it takes over a trained model (Trainer.take_over): where it
+# writes, and what happens once training ends
+TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorboard", "final_checkpoint",
+              "resume", "progress", "calibration", "checkpoint_every", "checkpoint_every_seconds",
+              "search_budget", "blend", "blend_seeds")  # fmt: skip
+
+
 class Trainer:
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, keep_log: bool = False):
+        """`keep_log`: a run without a log keeps its records in memory, for a run that takes it
+        over (take_over) to write into its own log."""
         cfg = cfg.resolved()  # option errors before the dataset is opened
         if cfg.checkpoint.checkpoint_dir:  # before any expensive work
             if not cfg.checkpoint.resume:
@@ -177,6 +186,7 @@ class Trainer:
         self.log_path = cfg.output.log_jsonl or (
             os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
         )
+        self.kept_log: list[str] | None = [] if keep_log and not self.log_path else None
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
             if self.placement is not None:
@@ -256,6 +266,38 @@ class Trainer:
         """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
         self.losses.check_finite(self.cfg.checkpoint.checkpoint_dir)
 
+    def take_over(self, cfg: TrainConfig, metrics: dict[str, Any]) -> dict[str, Any] | None:
+        """This trained model as the run `cfg` describes, where `cfg` trains exactly what this
+        trainer trained and differs only in where it writes and its calibration (a blend's member
+        whose run the recipe search already made, with outputs off: see TAKEN_OVER). Takes `cfg`'s
+        checkpoint folder and log, fits the temperature as `finish` would, logs the end; returns
+        `metrics` (this trainer's `fit`'s) with the calibrated validation figures. None, with
+        nothing changed, where `cfg` would train something else."""
+        from dlrmkit.options import flatten
+
+        cfg = cfg.resolved()
+        mine, theirs = flatten(self.cfg), flatten(cfg)
+        if any(mine[k] != theirs[k] for k in mine if k not in TAKEN_OVER):
+            return None
+        if cfg.checkpoint.checkpoint_dir:
+            ckpt.check_fresh_directory(cfg.checkpoint.checkpoint_dir)
+            ckpt.check_writable_directory(cfg.checkpoint.checkpoint_dir)
+        self.cfg = cfg
+        self.log_path = cfg.output.log_jsonl or (
+            os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
+        )
+        if self.kept_log and self.log_path:  # the training's records, then the end as `finish` logs it
+            ended = ('{"event": "test"', '{"event": "end"')  # the outputs-off run's own end, replaced below
+            self.write_log("".join(line for line in self.kept_log if not line.startswith(ended)))
+        self.kept_log = None
+        val = {"auc": metrics["val_auc"], "logloss": metrics["val_logloss"]}
+        if cfg.selection.calibration == "temperature":
+            val = calibrate_run(self, val)
+        self.log({"event": "test", "step": self.step, "mapping": "test", "auc": metrics["auc"], "logloss": metrics["logloss"]})
+        metrics = {**metrics, "val_logloss": val["logloss"], "temperature": self.temperature}
+        self.log({"event": "end", **metrics})
+        return metrics
+
     # ---- state (dlrmkit.train.run_checkpoint: what a checkpoint records, the checks on resume) ----
     def save(self) -> str:
         return run_checkpoint.save(self)
@@ -269,13 +311,19 @@ class Trainer:
 
     # ---- logging ------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
-        if self.log_path and self.dist.rank == 0:
-            record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
-            try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
-                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                append_record(self.log_path, json.dumps(record) + "\n", (self.cfg.checkpoint.checkpoint_dir, self.cfg.output.run_dir))
-            except OSError as exc:
-                raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
+        if self.dist.rank == 0 and (self.log_path or self.kept_log is not None):
+            line = json.dumps({**record, "time": time.time(), "samples_seen": self.samples_seen}) + "\n"
+            if self.log_path:
+                self.write_log(line)
+            else:
+                self.kept_log.append(line)
+
+    def write_log(self, lines: str) -> None:
+        try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
+            os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+            append_record(self.log_path, lines, (self.cfg.checkpoint.checkpoint_dir, self.cfg.output.run_dir))
+        except OSError as exc:
+            raise DlrmkitError(f"--log-jsonl {self.log_path}: cannot write ({exc.strerror or exc})") from None
 
     def score(self, dataset: SplitBinaryDataset, bins: bool = False) -> dict[str, float]:
         with autocast(self.cfg.device.precision, self.device.type):
