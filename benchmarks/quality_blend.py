@@ -11,8 +11,9 @@ rows. Prints a markdown table of mean test AUC / log loss and each seed's figure
 
 `--with`: more grid variants as candidates beside the search's (what a new candidate would add);
 `--bags 0`: ensemble selection unbagged (one run on the validation rows themselves).
-`--blend-seeds N`: each member of a blend the mean of its runs on seeds S to S+N-1, as `train
---blend-seeds N` trains it (those seeds' dumps needed; the selection sees seed S's logits only).
+`--blend-seeds N`: each member of a blend (weighing SEEDED_SHARE of it or more) the mean of its
+runs on seeds S to S+N-1, as `train --blend-seeds N` trains it (those seeds' dumps needed; the
+selection sees seed S's logits only).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from quality_choice import VARIANT
 
 from dlrmkit.metrics import roc_auc
-from dlrmkit.train.blend import BAGS, ensemble_selection, mean_logits
+from dlrmkit.train.blend import BAGS, SEEDED_SHARE, ensemble_selection, mean_logits
 from dlrmkit.train.calibration import kept_scale, log_loss_of_logits, row_log_losses
 from dlrmkit.train.options import SelectionOptions
 from dlrmkit.train.recipe_search import Candidate, choose
@@ -85,8 +86,9 @@ def main(argv: list[str]) -> int:
                 if any(m.name not in r for r in again for m in members):
                     raise SystemExit(f"{data}: --blend-seeds {args.blend_seeds} needs dumps of seeds {seed} to "
                                      f"{seed + args.blend_seeds - 1}")  # fmt: skip
+                total = sum(m.weight for m in members)  # a member under SEEDED_SHARE of it: one seed
                 runs = {m.name: {key: np.mean([r[m.name][key] for r in [runs, *again]], axis=0) for key in ("zv", "zt")}
-                        for m in members}  # fmt: skip
+                        if m.weight >= SEEDED_SHARE * total else runs[m.name] for m in members}  # fmt: skip
             w = [m.weight for m in members]
             zv = mean_logits([runs[m.name]["zv"] for m in members], w)
             zt = kept_scale(zv.astype(np.float32), yv) * mean_logits([runs[m.name]["zt"] for m in members], w)

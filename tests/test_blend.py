@@ -196,7 +196,11 @@ def test_a_searched_blend_takes_over_the_search_runs_and_its_config_repeats_it(t
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--search-budget", "3", *common)
     assert r.code == 0 and "blend:" in r.out, r.out + r.err  # these rows and seed end in a blend
     doc = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))
-    assert r.out.count("(the search's run of it, not trained again)") == len(doc["members"]) // 2 >= 2, r.out
+    weights = {m["name"]: m["weight"] for m in doc["members"]}
+    assert r.out.count("(the search's run of it, not trained again)") == len(weights) >= 2, r.out
+    # two seeds for a member weighing a tenth of the blend or more, one for the others
+    runs = [sum(m["name"] == n for m in doc["members"]) for n in weights]
+    assert runs == [2 if w >= 0.1 * sum(weights.values()) else 1 for w in weights.values()], (runs, weights)
     r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
     assert r2.code == 0 and "not trained again" not in r2.out, r2.out + r2.err
     a, b = (json.load(open(f / "metrics.json")) for f in (run, again))

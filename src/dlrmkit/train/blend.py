@@ -10,8 +10,9 @@ Each member's logits are taken after its own temperature, so a confident model i
 by its ranking, not its scale. The test rows are read after every member is trained and the
 weights and temperature are fixed. docs/RECIPES.md measures it.
 
-Each member is trained --blend-seeds times (seeds --seed and on), and its logits are the mean
-of its runs: the mean of two seeds of a deep model ranks better than one.
+Each member weighing a tenth of the blend or more is trained --blend-seeds times (seeds --seed
+and on), and its logits are the mean of its runs: the mean of two seeds of a deep model ranks
+better than one.
 
 On disk a blend is a checkpoint folder holding `blend.yaml` (the member runs' folders and seeds,
 their member's weight, the blend's temperature) and one checkpoint folder per member run beside
@@ -37,6 +38,9 @@ from dlrmkit.train.options import blend_members
 BLEND_FILE = "blend.yaml"
 MAX_RUNS = MAX_BLEND_MEMBERS * MAX_BLEND_SEEDS  # the runs a blend.yaml may list
 MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
+# a member weighing less than this share of a blend is run on one seed: its other seeds would
+# cost a run each and move the blend little (docs/RECIPES.md, "Two seeds per member")
+SEEDED_SHARE = 0.1
 BAGS = 20  # bootstrap samples of the validation rows the selection runs on (Caruana et al.'s bagging)
 FOLDER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")  # a member's folder: one plain name inside the blend's
 
@@ -230,13 +234,15 @@ class MemberRun:
 def member_runs(members: list[tuple[Member, Any, Any]], seeds: int) -> list[MemberRun]:
     """Each member (with its TrainConfig and the search's run of it, from
     dlrmkit.train.recipe.member_configs) once per seed: its config's seed, where the search's run
-    is taken over if there is one, then the next seeds; each run in a folder of its own (the
-    member's name, and its seed where there are several)."""
+    is taken over if there is one, then the next seeds; a member weighing less than
+    SEEDED_SHARE of the blend, once. Each run in a folder of its own (the member's name, and its
+    seed where the blend has several)."""
     from dlrmkit.cli_types import MAX_SEED
 
     runs = []
+    total = sum(m.weight for m, _, _ in members)
     for m, mcfg, trained in members:
-        for k in range(seeds):
+        for k in range(seeds if m.weight >= SEEDED_SHARE * total else 1):
             rcfg = copy.deepcopy(mcfg)
             rcfg.seed = (mcfg.seed + k) % (MAX_SEED + 1)
             folder = folder_of(m.name)[:48] + (f"-seed{rcfg.seed}" if seeds > 1 else "")
