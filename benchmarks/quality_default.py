@@ -50,8 +50,8 @@ def main(argv: list[str]) -> int:
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
                 if m.get("blend"):  # the run is a blend of candidates
                     weights = {b["name"]: b["weight"] for b in m["blend"]}  # a member's runs share its weight
-                    runs = len(m["blend"]) // len(weights)
-                    chosen = f"blend ({runs} seed(s) each): " + ", ".join(f"{n} x{w}" for n, w in weights.items())
+                    runs = {n: sum(b["name"] == n for b in m["blend"]) for n in weights}  # its seeds
+                    chosen = "blend: " + ", ".join(f"{n} x{w} ({runs[n]} run(s))" for n, w in weights.items())
                 print(
                     json.dumps(
                         {

@@ -244,6 +244,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
             lines = recipe_search.describe(winner, tried, budget)
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
+            recipe_search.release(tried, keep={m.name for m in members})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])

@@ -233,6 +233,17 @@ def blend_of(tried: list[Candidate]) -> list:
     return members if len(members) > 1 else []
 
 
+def release(tried: list[Candidate], keep: set[str]) -> None:
+    """Let go of the trained runs of the candidates not in `keep` (a blend's members), now, so
+    that their models and optimizer state are not held while the blend trains."""
+    import gc
+
+    for c in tried:
+        if c.name not in keep:
+            c.trained = None
+    gc.collect()  # a trainer's references among its parts: freed by the cycle collector
+
+
 def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
     """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
