@@ -214,9 +214,9 @@ def describe(members: list[Member], tried: list[Any], seeds: int) -> str:
     return (
         f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
         f"log loss after the temperatures, bagged over {BAGS} bootstrap samples of the validation rows (best single "
-        f"{single:.4f}, the blend {blended:.4f}); each member is trained again as "
-        f"{'a run' if seeds == 1 else f'{seeds} runs, with seeds --seed and on,'} of its own, and the run is their "
-        f"weighted mean (config.yaml: --blend, --blend-seeds)"
+        f"{single:.4f}, the blend {blended:.4f}); each member is its search run"
+        f"{'' if seeds == 1 else f' and, weighing a tenth of the blend or more, {seeds - 1} more on the next seed(s)'}"
+        f", each a run of its own, and the run is their weighted mean (config.yaml: --blend, --blend-seeds)"
     )
 
 
@@ -284,18 +284,18 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, seed {r.seed} (weight {r.member.weight})",
               flush=True)  # fmt: skip
         t0 = time.perf_counter()
-        metrics = None
-        if r.trained is not None:  # the search trained it on this seed: the same run, not trained again
-            trainer, test, search_metrics = r.trained
-            metrics = trainer.take_over(r.cfg, search_metrics)
+        # the search trained it on this seed: the same run, taken over, not trained again
+        metrics = r.trained[0].take_over(r.cfg, r.trained[2]) if r.trained is not None else None
         taken = metrics is not None
-        if not taken:
+        if taken:
+            trainer, test, _ = r.trained
+        else:
             trainer = Trainer(r.cfg)
             test = trainer.test_set
             trainer.test_set = test.window(0, 0, "test")  # the blend reads the test rows, once all are trained
         if folder:
             dump_config(resolved_options(r.cfg), os.path.join(folder, "config.yaml"))
-        if metrics is None:
+        if not taken:
             metrics = trainer.fit(save=False)  # saved once the blend is scored
         trained.append((trainer, test, metrics))
         how = " (the search's run of it, not trained again)" if taken else ""

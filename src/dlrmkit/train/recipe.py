@@ -222,8 +222,8 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
         sel.search_budget = 0
         members = member_configs(cfg, base, train.num_numerical)
-        head = (f"blend of {len(members)} (--blend, no search), each member trained with "
-                f"{cfg.selection.blend_seeds} seed(s) from --seed on:")  # fmt: skip
+        head = (f"blend of {len(members)} (--blend, no search), each member weighing a tenth of it or more "
+                f"trained with {cfg.selection.blend_seeds} seed(s) from --seed on, the others with one:")  # fmt: skip
         text = "\n".join(
             [describe(base, fill(copy.deepcopy(cfg), base)), head]
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c, _ in members]

@@ -47,15 +47,26 @@ TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorb
               "search_budget", "blend", "blend_seeds")  # fmt: skip
 
 
+def check_checkpoint_dir(cfg: TrainConfig) -> None:
+    """--checkpoint-dir writable, and holding no other run's checkpoints unless --resume."""
+    if cfg.checkpoint.checkpoint_dir:
+        if not cfg.checkpoint.resume:
+            ckpt.check_fresh_directory(cfg.checkpoint.checkpoint_dir)
+        ckpt.check_writable_directory(cfg.checkpoint.checkpoint_dir)
+
+
+def log_path_of(cfg: TrainConfig) -> str | None:
+    """The run's log: --log-jsonl, else log.jsonl in --checkpoint-dir, else none."""
+    ck = cfg.checkpoint.checkpoint_dir
+    return cfg.output.log_jsonl or (os.path.join(ck, "log.jsonl") if ck else None)
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, keep_log: bool = False):
         """`keep_log`: a run without a log keeps its records in memory, for a run that takes it
         over (take_over) to write into its own log."""
         cfg = cfg.resolved()  # option errors before the dataset is opened
-        if cfg.checkpoint.checkpoint_dir:  # before any expensive work
-            if not cfg.checkpoint.resume:
-                ckpt.check_fresh_directory(cfg.checkpoint.checkpoint_dir)
-            ckpt.check_writable_directory(cfg.checkpoint.checkpoint_dir)
+        check_checkpoint_dir(cfg)  # before any expensive work
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
@@ -183,10 +194,8 @@ class Trainer:
         self.temperature, self.test_ece = 1.0, float("nan")  # --calibration; the test rows' ECE
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
-        self.log_path = cfg.output.log_jsonl or (
-            os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
-        )
-        self.kept_log: list[str] | None = [] if keep_log and not self.log_path else None
+        self.log_path = log_path_of(cfg)
+        self.kept_log: list[dict[str, Any]] | None = [] if keep_log and not self.log_path else None
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
             if self.placement is not None:
@@ -279,16 +288,12 @@ class Trainer:
         mine, theirs = flatten(self.cfg), flatten(cfg)
         if any(mine[k] != theirs[k] for k in mine if k not in TAKEN_OVER):
             return None
-        if cfg.checkpoint.checkpoint_dir:
-            ckpt.check_fresh_directory(cfg.checkpoint.checkpoint_dir)
-            ckpt.check_writable_directory(cfg.checkpoint.checkpoint_dir)
-        self.cfg = cfg
-        self.log_path = cfg.output.log_jsonl or (
-            os.path.join(cfg.checkpoint.checkpoint_dir, "log.jsonl") if cfg.checkpoint.checkpoint_dir else None
-        )
-        if self.kept_log and self.log_path:  # the training's records, then the end as `finish` logs it
-            ended = ('{"event": "test"', '{"event": "end"')  # the outputs-off run's own end, replaced below
-            self.write_log("".join(line for line in self.kept_log if not line.startswith(ended)))
+        check_checkpoint_dir(cfg)
+        self.cfg, self.log_path = cfg, log_path_of(cfg)
+        if self.kept_log and self.log_path:  # the training's records (not the outputs-off run's own
+            # test and end, logged again below), then the end as `finish` logs it
+            kept = [r for r in self.kept_log if r["event"] not in ("test", "end")]
+            self.write_log("".join(json.dumps(r) + "\n" for r in kept))
         self.kept_log = None
         val = {"auc": metrics["val_auc"], "logloss": metrics["val_logloss"]}
         if cfg.selection.calibration == "temperature":
@@ -312,11 +317,11 @@ class Trainer:
     # ---- logging ------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
         if self.dist.rank == 0 and (self.log_path or self.kept_log is not None):
-            line = json.dumps({**record, "time": time.time(), "samples_seen": self.samples_seen}) + "\n"
+            record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             if self.log_path:
-                self.write_log(line)
+                self.write_log(json.dumps(record) + "\n")
             else:
-                self.kept_log.append(line)
+                self.kept_log.append(record)
 
     def write_log(self, lines: str) -> None:
         try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
