@@ -219,6 +219,35 @@ def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
     assert abs(result["test_auc"] - best[2]) < 0.005, (result["test_auc"], best)
 
 
+def test_search_regression_candidate_is_the_baselines_model_with_every_id(tmp_path):
+    """The base recipe merges ids seen once (--min-id-count 2); the regression candidate keeps
+    every id, as `dlrmkit baseline` and scikit-learn's one-hot regression do: the same C and
+    validation AUC as the baseline (the run's evaluation before its first step) on a log where
+    most user ids are seen once."""
+    import csv
+
+    rng = np.random.default_rng(3)
+    with open(tmp_path / "x.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "user", "ad"])
+        for _ in range(2400):
+            user, ad = int(rng.integers(0, 3000)), int(rng.integers(0, 30))
+            p = 1 / (1 + np.exp(-(1.5 * (user % 2) - 0.8 + 0.05 * (ad % 7))))
+            w.writerow([int(rng.random() < p), f"u{user}", f"a{ad}"])
+    r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+                "--categorical", "user,ad", "--test-rows", "400", "--val-rows", "400")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("baseline", "--data", tmp_path / "d")
+    assert r.code == 0, r.err
+    base = json.load(open(tmp_path / "d" / "baseline.json"))
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--search-budget", "1")
+    assert r.code == 0, r.err
+    assert "ids seen fewer than 2 times share id 0" in r.out, r.out  # the base merges them
+    log = [json.loads(x) for x in open(tmp_path / "run" / "log.jsonl")]
+    start = next(e for e in log if e["event"] == "eval" and e["step"] == 0)  # the regression, before any step
+    assert start["auc"] == pytest.approx(base["val_auc"], abs=1e-6), (start, base["val_auc"])
+
+
 def test_report_plots_the_test_reliability_and_ignores_a_malformed_table(tmp_path):
     pytest.importorskip("matplotlib", reason="report plots need matplotlib (the report extra)")
     from dlrmkit.commands.report import reliability_bins, reliability_plot

@@ -92,8 +92,9 @@ def candidates(num_numerical: int) -> list[Candidate]:
     return [
         Candidate(
             "regression",
-            regression,
-            "the logistic regression inside the model (the wide term alone, C chosen on the validation rows)",
+            {**regression, "min_id_count": 1},
+            "the logistic regression inside the model (the wide term alone, C chosen on the validation rows), "
+            "every id a weight of its own: `dlrmkit baseline`'s model",
         ),
         *regression_buckets,
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
