@@ -221,9 +221,9 @@ def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
 
 def test_search_regression_candidate_is_the_baselines_model_with_every_id(tmp_path):
     """The base recipe merges ids seen once (--min-id-count 2); the regression candidate keeps
-    every id, as `dlrmkit baseline` and scikit-learn's one-hot regression do: the same C and
-    validation AUC as the baseline (the run's evaluation before its first step) on a log where
-    most user ids are seen once."""
+    every id, as `dlrmkit baseline` and scikit-learn's one-hot regression do: the run's evaluation
+    before its first step has the baseline's validation AUC on a log where most user ids are seen
+    once (with the ids merged it has another)."""
     import csv
 
     rng = np.random.default_rng(3)
