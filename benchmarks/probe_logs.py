@@ -56,9 +56,10 @@ def fewer_clicks(out: str, seed: int, keep: float) -> None:
     rng, sizes, inputs = random.Random(seed), {}, []
     for name in ("train", "valid", "test"):
         header, rows = rows_of(name)
-        kept = [r for r in rows if r[0] == "0" or rng.random() < keep]
-        write(path := os.path.join(out, f"{name}.csv"), header, kept)
-        sizes[name], inputs = len(kept), [*inputs, path]
+        kept = [r for r in rows if r[0] == "0" or rng.random() < keep]  # a click kept with probability `keep`
+        inputs.append(os.path.join(out, f"{name}.csv"))
+        write(inputs[-1], header, kept)
+        sizes[name] = len(kept)
     transcode("--input", *inputs, "--out", os.path.join(out, "data"), *KDD12_COLUMNS,
               "--test-rows", str(sizes["test"]), "--val-rows", str(sizes["valid"]))  # fmt: skip
 
@@ -66,7 +67,8 @@ def fewer_clicks(out: str, seed: int, keep: float) -> None:
 def kdd12_slice(out: str, index: int) -> None:
     header, rows = rows_of("train")
     _, test = rows_of("test")
-    write(path := os.path.join(out, "rows.csv"), header, rows[index * SLICE_ROWS : (index + 1) * SLICE_ROWS] + test)
+    path = os.path.join(out, "rows.csv")
+    write(path, header, rows[index * SLICE_ROWS : (index + 1) * SLICE_ROWS] + test)
     transcode("--input", path, "--out", os.path.join(out, "data"), *KDD12_COLUMNS, "--test-rows", str(len(test)))
 
 

@@ -10,6 +10,7 @@ test figures and the wall seconds. docs/RECIPES.md holds the table made from the
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import resource
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
                 if m.get("blend"):  # the run is a blend of candidates
                     weights = {b["name"]: b["weight"] for b in m["blend"]}  # a member's runs share its weight
-                    runs = {n: sum(b["name"] == n for b in m["blend"]) for n in weights}  # its seeds
+                    runs = collections.Counter(b["name"] for b in m["blend"])  # its seeds
                     chosen = "blend: " + ", ".join(f"{n} x{w} ({runs[n]} run(s))" for n, w in weights.items())
                 print(
                     json.dumps(
