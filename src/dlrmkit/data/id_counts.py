@@ -36,11 +36,12 @@ def by_count(counts: list[np.ndarray]) -> int | None:
     return next((t for t, c in enumerate(counts) if (np.diff(c[1:]) > 0).any()), None)
 
 
-def frequent_rows(train: SplitBinaryDataset, min_count: int) -> list[int]:
-    """Per table, 1 + the number of ids seen at least `min_count` times in the train mapping: the
-    rows a model keeps with --min-id-count. One line naming the feature when the ids are not
-    numbered by descending count (a FeatureSpec dataset made elsewhere)."""
-    counts = id_counts(train)
+def frequent_rows(train: SplitBinaryDataset, min_count: int, counts: list[np.ndarray] | None = None) -> list[int]:
+    """Per table, 1 + the number of ids seen at least `min_count` times in the train mapping
+    (`counts`: its id_counts, when already taken): the rows a model keeps with --min-id-count. One
+    line naming the feature when the ids are not numbered by descending count (a FeatureSpec
+    dataset made elsewhere)."""
+    counts = id_counts(train) if counts is None else counts
     bad = by_count(counts)
     if bad is not None:
         raise DatasetError(
@@ -49,3 +50,11 @@ def frequent_rows(train: SplitBinaryDataset, min_count: int) -> list[int]:
             "cannot keep its frequent ids; use --min-id-count 1"
         )
     return [1 + int((c[1:] >= min_count).sum()) for c in counts]
+
+
+def known_ids(counts: list[np.ndarray], held_out: SplitBinaryDataset, min_count: int) -> list[np.ndarray]:
+    """Per table, whether each id is seen at least `min_count` times in the train mapping's rows
+    outside `held_out` (rows of it, held out for validation; `counts`: the whole mapping's
+    id_counts). Id 0 is always known: it is the fold's target."""
+    held = id_counts(held_out)
+    return [np.concatenate([[True], (c - h)[1:] >= min_count]) for c, h in zip(counts, held)]

@@ -108,6 +108,7 @@ class SplitBinaryDataset:
                 )
         self.id_dtype = np.result_type(*[c.dtype for c in self.categorical]) if self.categorical else np.int32
         self.table_rows: np.ndarray | None = None  # fold_ids: ids at or above these read as 0
+        self.known: list[np.ndarray] | None = None  # fold_unknown: per table, which ids read as themselves
         self.buckets: list[np.ndarray] = []  # with_buckets: one more table per numerical feature
 
     def __len__(self) -> int:
@@ -128,6 +129,14 @@ class SplitBinaryDataset:
         --min-id-count times (ids are numbered by descending training count: data/id_counts.py)."""
         out = copy.copy(self)
         out.table_rows = np.asarray(table_rows, dtype=np.int64)
+        return out
+
+    def fold_unknown(self, known: list[np.ndarray]) -> "SplitBinaryDataset":
+        """This dataset with each table's ids `i` where `known[t][i]` is False read as 0 too (rows
+        held out from the train mapping read as test rows will: an id the training rows saw too
+        rarely is folded as an id first seen at test time is)."""
+        out = copy.copy(self)
+        out.known = [np.asarray(k, dtype=bool) for k in known]
         return out
 
     def with_buckets(self, boundaries: list[list[float]]) -> "SplitBinaryDataset":
@@ -155,6 +164,13 @@ class SplitBinaryDataset:
         if self.table_rows is not None and ids.size:
             rows = np.repeat(self.table_rows[tables], [self.hotness[t] for t in tables])
             ids[ids >= rows] = 0
+        if self.known is not None and ids.size:
+            col = 0
+            for t in tables:
+                if t < len(self.known):  # a categorical table (bucket tables come after them)
+                    block = ids[:, col : col + self.hotness[t]]
+                    block[~self.known[t][block]] = 0
+                col += self.hotness[t]
 
     @property
     def num_numerical(self) -> int:

@@ -102,6 +102,11 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
             "SGD 1.0, batch 256, 6 epochs), evaluated on the validation rows each epoch, stop after 2 "
             "without improvement, restore the best weights"
         )
+        if train.num_numerical:  # raw counts, even after their log, stall SGD 1.0 at a constant
+            r.values["standardize_numerical"] = True
+            r.reasons.append("numerical inputs standardized with the training rows' mean and deviation")
+        r.values["calibration"] = "temperature"
+        r.reasons.append("one temperature fitted on the validation rows after training (one process)")
     else:
         r = Recipe(
             "large-data",

@@ -268,7 +268,44 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
         if budget > 0:
             cand.result, cand.trained = train_candidate(trial)
         tried.append(cand)
+        if budget > 0 and cand.name == "regression" and (base.values.get("min_id_count") or 1) > 1 and given.get("min_id_count") is None:
+            check_rare_ids(cfg, base, cand, apply)
     return choose(tried), tried
+
+
+def check_rare_ids(cfg: Any, base: Any, regression: Candidate, apply) -> None:
+    """The base's rare-id rule (ids seen fewer than --min-id-count times in the training rows share
+    id 0) checked on the validation rows before the candidates that use it: the regression with
+    the rule against the `regression` candidate (every id its own weight). Where the rule's log
+    loss is clearly worse (clearly_worse) and by more than a tie (NEAR_TIE_LOGLOSS), `cfg` keeps
+    every id (--min-id-count 1 in every later candidate, a blend's members and the run's
+    config.yaml): on logs whose label follows an id's novelty (a first purchase is never a
+    reorder), "seen once" in the training rows means another thing than an id first seen at test
+    time, and validation rows read as test rows are (Trainer) show it."""
+    k = base.values["min_id_count"]
+    folded = Candidate("regression, rare ids folded", {**regression.values, "min_id_count": k}, "")
+    trial = copy.deepcopy(cfg)
+    apply(trial, replace(base, values={**base.values, **folded.values}, reasons=[]))
+    folded.result, _ = train_candidate(trial)
+    worse = clearly_worse([regression, folded]).get(folded.name)
+    gap = folded.result["val_logloss_t"] - regression.result["val_logloss_t"]
+    if worse is None or not gap > NEAR_TIE_LOGLOSS:  # a gap the choice calls a tie changes nothing
+        base.reasons.append(
+            f"ids seen fewer than {k} times folded onto id 0: on the validation rows the regression with them folded is "
+            f"not clearly worse than with every id its own (log loss after T {folded.result['val_logloss_t']:.4f} "
+            f"against {regression.result['val_logloss_t']:.4f}; clearly: by more than {LOGLOSS_SIGNIFICANCE:g} standard "
+            f"errors and more than {NEAR_TIE_LOGLOSS}; {folded.result['seconds']:.0f} s)"
+        )
+        return
+    from dlrmkit.options import assign
+
+    assign(cfg, {"min_id_count": 1})  # as if given: every later candidate, a blend's members and config.yaml keep it
+    del base.values["min_id_count"]  # the run's option now, not the recipe's
+    base.reasons[:] = [r for r in base.reasons if "--min-id-count" not in r]
+    base.reasons.append(
+        f"every id its own row (--min-id-count 1): on the validation rows the regression with ids seen fewer than {k} "
+        f"times folded onto id 0 is clearly worse than with every id its own ({worse})"
+    )
 
 
 def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str]:

@@ -19,6 +19,12 @@ DEFAULT_VAL_FRACTION = 0.1  # held out when a dataset has no val mapping
 MAX_HELD_OUT = 1_000_000  # ... at most this many rows: enough for AUC to +-0.001, cheap to evaluate
 
 
+def held_out_from_train(spec: FeatureSpec, fraction: float | None) -> bool:
+    """Whether the validation rows are the train mapping's last rows (validation_split), not the
+    dataset's val mapping."""
+    return fraction is not None or open_val(spec) is None
+
+
 def validation_split(
     spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None
 ) -> tuple[SplitBinaryDataset, SplitBinaryDataset | None, str]:

@@ -29,12 +29,12 @@ from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
 from dlrmkit.train.run_log import append_record
-from dlrmkit.data.id_counts import frequent_rows
+from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
 from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run
 from dlrmkit.train.regression import numerical_stats, start_from_regression
-from dlrmkit.train.selection import BestWeights, validation_split
+from dlrmkit.train.selection import BestWeights, held_out_from_train, validation_split
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
@@ -75,14 +75,20 @@ class Trainer:
         # deviation) are label-free and taken over the whole train mapping, as the vocabulary is:
         # the same for any --val-fraction, so a resumed run rebuilds the model it saved
         mapping = self.train_set
-        tables = self.spec.cardinalities
-        if (cfg.model.min_id_count or 1) > 1:
-            tables = frequent_rows(self.train_set, cfg.model.min_id_count)
+        tables, counts, min_count = self.spec.cardinalities, None, cfg.model.min_id_count or 1
+        if min_count > 1:
+            counts = id_counts(self.train_set)
+            tables = frequent_rows(self.train_set, min_count, counts)
             self.train_set, self.test_set = self.train_set.fold_ids(tables), self.test_set.fold_ids(tables)
         # model selection reads the validation rows only; the test mapping is scored once, at the end
         self.train_set, self.val_set, self.val_source = validation_split(
             self.spec, self.train_set, cfg.selection.val_fraction
         )
+        if counts is not None and self.val_set is not None and held_out_from_train(self.spec, cfg.selection.val_fraction):
+            # rows held out from the train mapping are read as test rows will be: an id the
+            # training rows saw fewer than --min-id-count times reads as 0 there too, though the
+            # whole mapping's counts (which include these rows) keep it
+            self.val_set = self.val_set.fold_unknown(known_ids(counts, self.val_set, min_count))
         if self.val_set is not None and tables != self.spec.cardinalities:
             self.val_set = self.val_set.fold_ids(tables)
         buckets = None  # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py)
