@@ -404,3 +404,33 @@ def test_auto_keeps_every_id_where_folding_rare_ids_misleads_the_validation_rows
     assert "ids seen fewer than 2 times share id 0" not in r.out, r.out
     cfg = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
     assert cfg["min-id-count"] == 1, cfg
+
+
+@pytest.mark.slow  # 110,000 rows: the medium-data recipe
+def test_auto_on_medium_data_tries_the_regression_beside_the_recipes_dlrm(tmp_path):
+    """Past 100,000 training rows `train --data D` tries two candidates on the validation rows, the
+    regression and the medium-data recipe's DLRM, and keeps the better or their blend; its
+    config.yaml repeats the choice without searching."""
+    rng = np.random.default_rng(5)
+    n = 110_000
+    a, b = rng.integers(0, 300, n), rng.integers(0, 40, n)
+    x = rng.exponential(20.0, n).round()
+    logit = 0.8 * np.sin(a) + 0.5 * np.cos(b) + 0.4 * np.log1p(x) - 1.2
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    with open(tmp_path / "m.csv", "w") as f:
+        f.write("y,x,a,b\n" + "".join(f"{y[i]},{x[i]:.0f},a{a[i]},b{b[i]}\n" for i in range(n)))
+    r = run_cli("transcode", "--input", tmp_path / "m.csv", "--out", tmp_path / "d", "--label", "y",
+                "--numerical", "x", "--categorical", "a,b", "--test-rows", "5000")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress")
+    assert r.code == 0, r.err
+    assert "recipe medium-data" in r.out and "search: 2 candidate recipes" in r.out, r.out
+    assert "\n  regression " in r.out and "\n  dlrm " in r.out, r.out
+    m = json.load(open(tmp_path / "run" / "metrics.json"))
+    cfg = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
+    assert cfg["search-budget"] == 0
+    r = run_cli("train", "--config", tmp_path / "run" / "config.yaml", "--run-dir", tmp_path / "again", "--no-progress")
+    assert r.code == 0, r.err
+    assert "search:" not in r.out, r.out
+    again = json.load(open(tmp_path / "again" / "metrics.json"))
+    assert again["auc"] == pytest.approx(m["auc"], abs=1e-6) and m["auc"] > 0.6, (m["auc"], again["auc"])

@@ -1,11 +1,13 @@
-"""`dlrmkit train --data D` without --preset: a base recipe chosen from the dataset's size, and
-on small data a search over candidate recipes on the validation rows (select; the candidates:
-dlrmkit.train.recipe_search), whose best, or a blend of several (member_configs;
+"""`dlrmkit train --data D` without --preset: a base recipe chosen from the dataset's size, and,
+up to LARGE_ROWS training rows, a search over candidate recipes on the validation rows (select;
+the candidates: dlrmkit.train.recipe_search), whose best, or a blend of several (member_configs;
 dlrmkit.train.blend), is the run. Small data (up to SMALL_ROWS training rows, the sample a user tries
 first) overfits a plain DLRM within an epoch, so its base adds a first-order (wide) term, trains
 the tables with Adagrad and lazy L2, keeps them narrow, evaluates every epoch on the validation
-rows, stops early and restores the best weights. Larger data gets a recipe by size. Each choice
-and its measurement: docs/RECIPES.md. Options given on the command line or in --config always win.
+rows, stops early and restores the best weights; seven candidates are tried over it. Medium data
+gets the tiny preset's recipe, tried against the regression; larger data the DLRM reference's. Each
+choice and its measurement: docs/RECIPES.md. Options given on the command line or in --config
+always win.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
 SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that act on the validation rows
 NO_TABLE_BUCKETS = 32  # numerical features only: the buckets that give the model its tables
+SEARCHED = ("small-data", "medium-data")  # the base recipes tried against their candidates on validation rows
 
 
 @dataclass
@@ -202,9 +205,9 @@ def fill(cfg: Any, recipe: Recipe) -> list[str]:
 
 
 def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
-    """--preset auto: the base recipe for the dataset's size; on data up to SMALL_ROWS training
-    rows with validation rows, in one process, a search over candidate recipes on the validation
-    rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s unset options (they reach
+    """--preset auto: the base recipe for the dataset's size; on data up to LARGE_ROWS training
+    rows (the SEARCHED bases) with validation rows, in one process, a search over candidate
+    recipes on the validation rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s unset options (they reach
     config.yaml with --search-budget 0, so `train --config` repeats the run without the search);
     returns what was chosen and why, for rank 0 to print, and, where the run is a blend (chosen
     by the search, or --blend), its members (member_configs), else []."""
@@ -234,7 +237,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c, _ in members]
         )
         return text, members
-    if base.name == "small-data":
+    if base.name in SEARCHED:
         if launched_by_torchrun():
             why_not = "under torchrun: search in one process, then repeat its config.yaml"
         elif train.multi_hot:
@@ -255,10 +258,11 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
                 return text, member_configs(cfg, base, train.num_numerical, trained)
+            if base.values.get("calibration") != "temperature":
+                base.reasons.append("one temperature fitted on the validation rows after selection")
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
-            base.name = f"small-data, {winner.name}"
-            base.reasons.append("one temperature fitted on the validation rows after selection")
+            base.name = f"{base.name}, {winner.name}"
         else:
             lines = [f"search: off ({why_not}): the base recipe"]
         base.values["search_budget"] = 0
@@ -275,7 +279,7 @@ def member_configs(cfg: Any, base: Recipe, num_numerical: int, trained: dict | N
 
     from dlrmkit.train import recipe_search
 
-    pool = {c.name: c for c in recipe_search.candidates(num_numerical)}
+    pool = {c.name: c for c in recipe_search.candidates(num_numerical, base.name)}
     out = []
     for m in blend.parse_spec(cfg.selection.blend):
         if m.name not in pool:

@@ -58,9 +58,21 @@ class Candidate:
     trained: tuple | None = field(default=None, repr=False)
 
 
-def candidates(num_numerical: int) -> list[Candidate]:
-    """In the order tried (a smaller --search-budget keeps the first ones)."""
+def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
+    """In the order tried (a smaller --search-budget keeps the first ones), over the base recipe
+    named `base` (dlrmkit.train.recipe.choose): the small-data base's seven, or, over the
+    medium-data base, the regression and the base's own DLRM."""
     regression = {"deep": False, "wide_init": "regression", "patience": 1}
+    if base == "medium-data":
+        return [
+            Candidate(
+                "regression",
+                {**regression, "wide": True},
+                "the logistic regression inside the model (the wide term alone, C chosen on the validation rows), "
+                "every id a weight of its own: `dlrmkit baseline`'s model",
+            ),
+            Candidate("dlrm", {}, "the medium-data recipe's DLRM, trained from scratch"),
+        ]
     # the candidates with buckets, only with numerical features
     regression_buckets = [
         Candidate(
@@ -256,7 +268,7 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
     seen: list[dict] = []
     given = flatten(cfg)
     deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
-    pool = [c for c in candidates(num_numerical) if not (deep_asked and c.values.get("deep") is False)]
+    pool = [c for c in candidates(num_numerical, base.name) if not (deep_asked and c.values.get("deep") is False)]
     for cand in pool[: max(budget, 1)]:
         trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
         apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
