@@ -207,8 +207,9 @@ def fill(cfg: Any, recipe: Recipe) -> list[str]:
 def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
     """--preset auto: the base recipe for the dataset's size; on data up to LARGE_ROWS training
     rows (the SEARCHED bases) with validation rows, in one process, a search over candidate
-    recipes on the validation rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s unset options (they reach
-    config.yaml with --search-budget 0, so `train --config` repeats the run without the search);
+    recipes on the validation rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s
+    unset options (they reach config.yaml with --search-budget 0, so `train --config` repeats the
+    run without the search);
     returns what was chosen and why, for rank 0 to print, and, where the run is a blend (chosen
     by the search, or --blend), its members (member_configs), else []."""
     from dlrmkit.data.split_binary import open_dataset
