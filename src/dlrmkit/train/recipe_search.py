@@ -63,16 +63,14 @@ def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
     named `base` (dlrmkit.train.recipe.choose): the small-data base's seven, or, over the
     medium-data base, the regression and the base's own DLRM."""
     regression = {"deep": False, "wide_init": "regression", "patience": 1}
+    every_id = Candidate(
+        "regression",
+        {**regression, "wide": True, "min_id_count": 1},  # the small-data base has the wide term, medium-data not
+        "the logistic regression inside the model (the wide term alone, C chosen on the validation rows), "
+        "every id a weight of its own: `dlrmkit baseline`'s model",
+    )
     if base == "medium-data":
-        return [
-            Candidate(
-                "regression",
-                {**regression, "wide": True},
-                "the logistic regression inside the model (the wide term alone, C chosen on the validation rows), "
-                "every id a weight of its own: `dlrmkit baseline`'s model",
-            ),
-            Candidate("dlrm", {}, "the medium-data recipe's DLRM, trained from scratch"),
-        ]
+        return [every_id, Candidate("dlrm", {}, "the medium-data recipe's DLRM, trained from scratch")]
     # the candidates with buckets, only with numerical features
     regression_buckets = [
         Candidate(
@@ -102,12 +100,7 @@ def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
     }
     with_buckets = f"numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""
     return [
-        Candidate(
-            "regression",
-            {**regression, "min_id_count": 1},
-            "the logistic regression inside the model (the wide term alone, C chosen on the validation rows), "
-            "every id a weight of its own: `dlrmkit baseline`'s model",
-        ),
+        every_id,
         *regression_buckets,
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
         *dlrm_buckets,
