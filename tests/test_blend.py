@@ -208,8 +208,11 @@ def test_a_searched_blend_takes_over_the_search_runs_and_its_config_repeats_it(t
     for m in doc["members"]:
         taken, fresh = (log_events(f / "checkpoints" / m["folder"] / "log.jsonl") for f in (run, again))
         assert taken == fresh, m["folder"]
+        # the member's run to its end, then its refit on the training and validation rows to the refit's
         events = [e for e, _, _ in taken]
-        assert events[-3:] == ["calibration", "test", "end"] and "eval" in events and events.count("end") == 1
+        run1, refit = events[: events.index("refit")], events[events.index("refit") :]
+        assert run1[-3:] == ["calibration", "test", "end"] and "eval" in run1 and run1.count("end") == 1
+        assert refit[-2:] == ["test", "end"] and "eval" not in refit and refit.count("end") == 1
 
 
 def test_a_run_takes_over_a_trained_model_only_where_it_would_train_the_same(tiny_data, tmp_path):

@@ -273,17 +273,30 @@ def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
     assert result["c"] == ref[2], (result["c_tried"], scores)
     assert abs(result["test_auc"] - ref[3]) < 0.002, (result, ref)
     assert 0.5 < result["val_auc"] <= 1.0 and len(result["c_tried"]) <= 6  # coarse to fine, not all 7
+    # the chosen C refitted on the train and validation rows together, as scikit-learn would refit it
+    both = train.read(0, len(train))
+    enc = OneHotEncoder(handle_unknown="ignore").fit(both.ids)
+    xd = both.dense.astype(np.float64)
+    mu, sd = xd.mean(0), xd.std(0)
+    refit = LogisticRegression(C=ref[2], max_iter=5000).fit(x(both), both.labels)
+    assert abs(result["refit_test_auc"] - roc_auc_score(b.labels, refit.predict_proba(x(b))[:, 1])) < 0.002
+    assert result["refit_rows"] == len(train) and f"refitted on the train and validation rows ({len(train):,})" in r.out
     t = run_cli(
         "train", "--data", str(tmp_path / "d"), "--run-dir", str(tmp_path / "run"), "--no-progress", "--epochs", "2"
     )
     assert t.code == 0, t.err
-    assert "logistic-regression baseline" in t.out and "lift" in t.out
+    # the default recipe refits, so its lift is against the refitted regression
+    assert f"refitted on the train and validation rows as this run was: test AUC {result['refit_test_auc']:.4f}" in t.out
     # a baseline made for the dataset as it was (or by a dlrmkit that recorded no fingerprint) is
     # named stale, with no lift against it
     from dlrmkit.commands.train import baseline_lift
 
     data = str(tmp_path / "d")
     assert f"lift {0.9 - result['test_auc']:+.4f}" in baseline_lift(data, {"auc": 0.9})
+    assert f"lift {0.9 - result['refit_test_auc']:+.4f}" in baseline_lift(data, {"auc": 0.9, "refit": True})
+    json.dump({k: v for k, v in result.items() if not k.startswith("refit")}, open(tmp_path / "d" / "baseline.json", "w"))
+    line = baseline_lift(data, {"auc": 0.9, "refit": True})  # a baseline.json from before refits
+    assert "no refit" in line and "no lift printed" in line and "dlrmkit baseline --data" in line, line
     for stale in ({**result, "dataset_fingerprint": "0" * 64}, {k: v for k, v in result.items() if "fingerprint" not in k}):
         json.dump(stale, open(tmp_path / "d" / "baseline.json", "w"))
         line = baseline_lift(data, {"auc": 0.9})

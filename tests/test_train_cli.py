@@ -118,9 +118,10 @@ def test_train_default_recipe_reaches_optimal_auc(tiny_preset_run):
     assert 0.5 < m["auc"] <= 1.0
     assert "recipe medium-data" in result.out  # 150,000 rows: the tiny preset's recipe, selected on validation
     assert "numerical inputs standardized" in result.out  # raw counts stalled SGD 1.0 at a constant on real logs
-    # at most 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate); early stops at an epoch end
-    assert m["steps"] <= 6 * 528 and m["steps"] % 528 == 0
-    assert m["samples"] == m["steps"] // 528 * 135_000
+    # selected: at most 6 epochs of ceil(135000 / 256) batches (the last 15,000 rows validate), early
+    # stops at an epoch end; then the refit, as many epochs of ceil(150000 / 256) batches of all the rows
+    assert m["refit"] and m["selected_step"] <= 6 * 528 and m["selected_step"] % 528 == 0
+    assert m["steps"] == m["selected_step"] // 528 * 586 and m["samples"] == m["steps"] // 586 * 150_000
     assert m["world_size"] == 1
     assert m["samples_per_s"] > 0
     assert 0 < m["logloss"] < 0.6931 and 0 < m["train_loss"] < 0.6931

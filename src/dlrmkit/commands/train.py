@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -191,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(recipe_text)
         return finish(cfg, run_folder, train_blend(cfg, run_folder, members))
+    from dlrmkit.train.refit import refit, skipped as refit_skipped
+
     trainer = Trainer(cfg)
     run_dir.share_checkpoint_dir(run_folder, trainer)
     if trainer.dist.rank == 0:
@@ -200,8 +203,21 @@ def run(args: argparse.Namespace) -> int:
         if trainer.val_set is None and idle:  # e.g. too few train rows to hold any out
             print(f"note: {', '.join(idle)} select nothing without validation rows: the last weights are kept")
     run_dir.write_plan(run_folder, trainer)
+    refitting = bool(cfg.selection.refit) and trainer.val_set is not None
+    why_not = refit_skipped(cfg, trainer.par is not None) if refitting else None
+    if why_not is not None:
+        refitting = False
+        if trainer.dist.rank == 0:
+            print(f"refit: skipped ({why_not}); the run's model is the one selection chose", file=sys.stderr)
+    if refitting:  # the refit reads the test rows, once
+        trainer.test_set = trainer.test_set.window(0, 0, "test")
     try:
-        metrics = trainer.fit()
+        metrics = trainer.fit(save=not refitting)
+        if refitting:
+            epochs = metrics["selected_step"] / len(trainer.loader)
+            print(f"refit on the training and validation rows: {epochs:.2f} epochs, as selection chose (step "
+                  f"{metrics['selected_step']})", flush=True)  # fmt: skip
+            trainer, _, metrics = refit(trainer, metrics, read_test=True)
     except RuntimeError as exc:  # a dead or stopped peer: one line naming the collective
         from dlrmkit.faults import collective_failure
 
@@ -266,6 +282,17 @@ def baseline_lift(data: str, metrics: dict) -> str:
         return (
             f"logistic-regression baseline ({base['path']}): not for this dataset as it is now (its files "
             f"changed, or an older dlrmkit wrote it); no lift printed: run `dlrmkit baseline --data {data}` again"
+        )
+    if metrics.get("refit"):  # the regression refitted as this run was, where the baseline has it
+        auc = base.get("refit_test_auc")
+        if not isinstance(auc, (int, float)) or math.isnan(auc):
+            return (
+                f"logistic-regression baseline ({base['path']}): no refit on the train and validation rows in it, "
+                f"as this run's model was; no lift printed: run `dlrmkit baseline --data {data}` again"
+            )
+        return (
+            f"logistic-regression baseline ({base['path']}), refitted on the train and validation rows as this "
+            f"run was: test AUC {auc:.4f}, lift {metrics['auc'] - auc:+.4f}"
         )
     return (
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "

@@ -53,6 +53,24 @@ class Column:
         out.offset, out.rows = self.offset + lo, hi - lo
         return out
 
+    def pieces(self) -> list[tuple[str, np.ndarray]]:
+        """(file, rows) of each chunk this column's rows lie in, clipped to its window (views)."""
+        lo, hi = self.offset, self.offset + self.rows
+        return [
+            (path, part[max(lo - s, 0) : min(hi - s, len(part))])
+            for path, part, s in zip(self.files, self.parts, self.starts[:-1])
+            if max(lo - s, 0) < min(hi - s, len(part))
+        ]
+
+    def joined(self, other: "Column") -> "Column":
+        """This column's rows, then `other`'s, as one column (no copy)."""
+        both = self.pieces() + other.pieces()
+        out = copy.copy(self)
+        out.files, out.parts = [f for f, _ in both], [p for _, p in both]
+        out.starts = np.cumsum([0] + [len(p) for p in out.parts])
+        out.rows, out.offset = int(out.starts[-1]), 0
+        return out
+
     def file_of_row(self, row: int) -> str:
         """The chunk file that holds `row`."""
         return self.files[int(np.searchsorted(self.starts, row + self.offset, side="right")) - 1]
@@ -121,6 +139,17 @@ class SplitBinaryDataset:
         out.numerical = self.numerical.window(lo, hi) if self.numerical else None
         out.categorical = [c.window(lo, hi) for c in self.categorical]
         out.rows, out.mapping = hi - lo, mapping or self.mapping
+        return out
+
+    def joined(self, other: "SplitBinaryDataset") -> "SplitBinaryDataset":
+        """This dataset's rows, then `other`'s (a mapping of the same FeatureSpec), read as this
+        dataset reads its own (its folds and buckets; `other`'s are not applied): the training and
+        validation rows together for a refit (dlrmkit.train.refit)."""
+        out = copy.copy(self)
+        out.label = self.label.joined(other.label)
+        out.numerical = self.numerical.joined(other.numerical) if self.numerical else None
+        out.categorical = [a.joined(b) for a, b in zip(self.categorical, other.categorical)]
+        out.rows = self.rows + other.rows
         return out
 
     def fold_ids(self, table_rows: list[int]) -> "SplitBinaryDataset":

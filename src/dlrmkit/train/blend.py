@@ -268,12 +268,22 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     from dlrmkit.train.calibration import kept_scale, logits_of
     from dlrmkit.train.config_file import dump_config
     from dlrmkit.train.run_dir import resolved_options
+    from dlrmkit.train.refit import refit, skipped
     from dlrmkit.train.run_log import append_record
     from dlrmkit.train.trainer import Trainer
 
     ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
 
+    def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
+        with autocast(t.cfg.device.precision, t.device.type):
+            return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
+
     runs = member_runs(members, cfg.selection.blend_seeds)
+    refitting = bool(cfg.selection.refit)
+    why_not = skipped(cfg, parallel=False) if refitting else None
+    if why_not is not None:
+        refitting = False
+        print(f"refit: skipped ({why_not}); each member run is the one selection chose", flush=True)
     trained = []
     for i, r in enumerate(runs):
         folder = os.path.join(ck, r.folder) if ck else None
@@ -297,25 +307,27 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             dump_config(resolved_options(r.cfg), os.path.join(folder, "config.yaml"))
         if not taken:
             metrics = trainer.fit(save=False)  # saved once the blend is scored
-        trained.append((trainer, test, metrics))
+        val = scores(trainer, trainer.val_set)  # the blend's weights and temperature: the run's figures
         how = " (the search's run of it, not trained again)" if taken else ""
         print(f"  val AUC {metrics['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s{how}", flush=True)
+        if refitting:  # the member is its refit on the training and validation rows
+            t0 = time.perf_counter()
+            trainer, test, metrics = refit(trainer, metrics, read_test=False)
+            print(f"  refit on the training and validation rows: {metrics['refit_steps']} steps  "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+        trained.append((trainer, test, metrics, val))
 
-    def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
-        with autocast(t.cfg.device.precision, t.device.type):
-            return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
-
-    seen = sum(r["samples"] for _, _, r in trained)  # every member trained: every sample seen
+    seen = sum(r["samples"] for _, _, r, _ in trained)  # every member trained: every sample seen
 
     def log(record: dict[str, Any]) -> None:
         append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
                       (ck, run.path))  # fmt: skip
 
     plan = [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "model_config": asdict(t.model_cfg)}
-            for r, (t, _, _) in zip(runs, trained)]  # fmt: skip
+            for r, (t, _, _, _) in zip(runs, trained)]  # fmt: skip
     write_json(run.file("plan.json"), {"world_size": 1, "blend": plan})
     weights = [r.member.weight for r in runs]
-    val = [scores(t, t.val_set) for t, _, _ in trained]
+    val = [v for _, _, _, v in trained]
     y = val[0][1]
     z = mean_logits([v[0] for v in val], weights)
     scale = kept_scale(z.astype(np.float32), y)
@@ -325,14 +337,14 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     log({"event": "calibration", "mapping": "val", "temperature": 1 / scale,
          "val_logloss_before": metrics_of(z, y)["logloss"], "val_logloss_after": val_metrics["logloss"]})  # fmt: skip
     log({"event": "eval", "step": 0, "mapping": "val", **val_metrics})
-    scored = [scores(t, test) for t, test, _ in trained]
+    scored = [scores(t, test) for t, test, _, _ in trained]
     test_metrics = metrics_of(scale * mean_logits([s[0] for s in scored], weights), scored[0][1], bins=True)
     log({"event": "test", "step": 0, "mapping": "test", **test_metrics})
-    for t, _, _ in trained:  # as one model saves after its test read: a bad test file leaves no blend behind
+    for t, _, _, _ in trained:  # as one model saves after its test read: a bad test file leaves no blend behind
         t.save_final()
     if ck:
         write_blend(ck, runs, scale)
-    done = [m for _, _, m in trained]
+    done = [m for _, _, m, _ in trained]
     seconds = sum(m["samples"] / m["samples_per_s"] for m in done if m["samples_per_s"] > 0)
     metrics = {
         "auc": test_metrics["auc"],
@@ -346,6 +358,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         "samples_per_s": seen / seconds if seconds > 0 else 0.0,
         "train_loss": sum(w * m["train_loss"] for w, m in zip(weights, done)) / sum(weights),
         "world_size": 1,
+        "refit": all(m.get("refit", False) for m in done),
         "blend": [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "val_auc": m["val_auc"]}
                   for r, m in zip(runs, done)],
     }

@@ -94,6 +94,12 @@ class SelectionOptions:
         "Keras' ReduceLROnPlateau do; default: none)",
         parse=ct.float_range(0.0, 1.0, lo_open=True, hi_open=True),
     )
+    refit: bool | None = option(
+        None,
+        "once selection has chosen on the validation rows, train the same recipe again on the training and "
+        "validation rows together, for the epochs selection chose, and keep that model (true/false; default: true "
+        "after --preset auto's search, else false)",
+    )
     eval_batch_size: int = option(16384, "batch size for evaluation (default {default})", parse=ct.batch_size)
     target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
     calibration: str | None = option(

@@ -40,6 +40,13 @@ class Recipe:
     reasons: list[str] = field(default_factory=list)
 
 
+REFIT_WHY = (
+    "refit: each model kept is trained again on the training and validation rows together, for the epochs "
+    "selection chose (--refit true): the rows selection held back train it too (more rows; in a log kept in time "
+    "order, the latest)"
+)
+
+
 def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
     rows, cards = len(train), spec.cardinalities
     scale = numerical_scale(train)
@@ -252,6 +259,9 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
         if why_not is None:
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
             lines = recipe_search.describe(winner, tried, budget)
+            if sel.refit is None:  # as if given: a blend's members and config.yaml keep it
+                sel.refit = True
+                lines.append(f"  {REFIT_WHY}")
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
             recipe_search.release(tried, keep={m.name for m in members})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)

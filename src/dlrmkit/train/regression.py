@@ -201,10 +201,10 @@ def fit(
     batch_size: int = 65536,
     c_grid: tuple[float, ...] | list[float] | None = None,
 ) -> dict[str, Any]:
-    """`dlrmkit baseline`: C chosen on the validation rows (or `c`); the test rows scored once
-    with that C's fit on the train rows. No refit on train + validation rows: `train` fits on the
-    train rows and selects on the validation rows, so the lift it prints compares two models that
-    saw the same rows."""
+    """`dlrmkit baseline`: C chosen on the validation rows (or `c`); the test rows scored with
+    that C's fit on the train rows, and with its refit on the train and validation rows together
+    (`refit_*`), so `train` prints its lift against the regression that saw the rows it saw (the
+    train rows, or with --refit both)."""
     from dlrmkit.data.fingerprint import dataset_fingerprint
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.resources import check_memory
@@ -233,6 +233,10 @@ def fit(
     else:
         how = f"chosen on the validation rows from {len(tried)} values (best AUC, near-ties by log loss)"
     t = score(model, test, batch_size)
+    again = None
+    if val is not None and len(val):  # warm-started from the fit on the train rows
+        joined = train.joined(val)
+        again = score(train_on(cards, joined, best["c"], signed, batch_size, max_iter, model), test, batch_size)
     return {
         "model": "logistic regression (one-hot ids + standardized numerical features, L2)",
         "c": best["c"],
@@ -241,7 +245,9 @@ def fit(
         "train_rows": len(train),
         "validation": val_source,
         "test_fit_rows": len(train),
-        "refit": "none: the chosen C's fit on the train rows (the rows `train` fits on)",
+        "refit_rows": len(train) + len(val) if again is not None else None,
+        "refit_test_auc": again["auc"] if again is not None else math.nan,
+        "refit_test_logloss": again["logloss"] if again is not None else math.nan,
         "val_auc": best["val_auc"],
         "val_logloss": best["val_logloss"],
         "test_auc": t["auc"],
@@ -265,8 +271,8 @@ def choose(tried: list[dict[str, float]]) -> dict[str, float]:
 _CHOSEN: dict[tuple, tuple[dict[str, float], LogisticRegression]] = {}  # per dataset and split, in one process
 
 
-def init_wide(model, train, val, data: str = "", batch_size: int = 65536) -> dict[str, float]:
-    """`--wide-init regression`: the validated regression (C chosen on `val`, fitted on `train`)
+def init_wide(model, train, val, data: str = "", batch_size: int = 65536, c: float | None = None) -> dict[str, float]:
+    """`--wide-init regression`: the validated regression (C chosen on `val`, or `c`, fitted on `train`)
     put into the DLRM's wide term (the tables' last column, the numerical linear term and its
     bias), the deep part's output layer zeroed, so training starts at the regression and the deep
     part learns what it leaves. One fused table of one width (one process). Returns the C and the
@@ -276,9 +282,9 @@ def init_wide(model, train, val, data: str = "", batch_size: int = 65536) -> dic
 
     signed = model.cfg.numerical_transform == "signed-log"
     cards = list(model.cfg.table_sizes)
-    key = (data, len(train), len(val) if val is not None else 0, signed, tuple(cards))
+    key = (data, len(train), len(val) if val is not None else 0, signed, tuple(cards), c)
     if key not in _CHOSEN:
-        best, _, fitted = select(cards, train, val, signed, None, batch_size)
+        best, _, fitted = select(cards, train, val, signed, [c] if c is not None else None, batch_size)
         _CHOSEN[key] = (best, fitted)
     best, lr = _CHOSEN[key]
     (table,) = model.embeddings.tables  # one width: the wide column is every row's last
@@ -302,8 +308,9 @@ def init_wide(model, train, val, data: str = "", batch_size: int = 65536) -> dic
     return best
 
 
-def start_from_regression(model, train, val, cfg) -> dict[str, float]:
-    """The trainer's `--wide-init regression`: refused where it cannot apply, else init_wide."""
+def start_from_regression(model, train, val, cfg, c: float | None = None) -> dict[str, float]:
+    """The trainer's `--wide-init regression`: refused where it cannot apply, else init_wide
+    (`c`: the C a refit's run chose, dlrmkit.train.refit)."""
     from dlrmkit.parallel.dist import launched_by_torchrun
 
     if launched_by_torchrun():
@@ -312,4 +319,4 @@ def start_from_regression(model, train, val, cfg) -> dict[str, float]:
         raise DlrmkitError("--wide-init regression needs the wide term (--wide true)")
     if train.multi_hot:
         raise DlrmkitError("--wide-init regression reads one-hot datasets (this one has bags of ids)")
-    return init_wide(model, train, val, cfg.data, cfg.selection.eval_batch_size)
+    return init_wide(model, train, val, cfg.data, cfg.selection.eval_batch_size, c)

@@ -35,6 +35,7 @@ class TrainerState(Protocol):
     skipped_nonfinite: int
     samples_seen: int
     schedule: Any  # dlrmkit.optim.schedule.LRSchedule: its plateau scale is saved
+    refit: Any  # dlrmkit.train.refit.Refit, or None: a refit's checkpoints say so, and are not resumed
     run_id: str | None
     last_saved_step: int
     last_save_time: float
@@ -58,6 +59,7 @@ def save(trainer: TrainerState) -> str:
         skipped_nonfinite=trainer.skipped_nonfinite,
         samples_seen=trainer.samples_seen,
         lr_scale=trainer.schedule.scale,
+        refit=trainer.refit is not None,
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
         run_id=run_id(trainer),
@@ -153,6 +155,12 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     path = ckpt.resolve_checkpoint(path)
     meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
+    if meta.get("refit") is not False and "refit" in meta:  # a refit's is the end of a finished run
+        raise DlrmkitError(
+            f"{path}: the checkpoint of a refit (--refit: the run's model trained again on its training and "
+            "validation rows once it had ended), which is not resumed; evaluate or predict with it, or train again "
+            "into a fresh --checkpoint-dir"
+        )
     data = meta.get("dataset")
     if isinstance(data, dict) and data.get("fingerprint") != fingerprint(trainer):
         raise DlrmkitError(

@@ -4,6 +4,7 @@ mapping never enters here: it is scored once, after training, on the selected mo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import math
 from collections.abc import Iterable
 
@@ -64,6 +65,7 @@ def selection_options_on(cfg: TrainConfig) -> list[tuple[str, str]]:
                 f"--lr-decay-on-plateau {cfg.selection.lr_decay_on_plateau}",
                 cfg.selection.lr_decay_on_plateau is not None,
             ),
+            ("refit", "--refit true", bool(cfg.selection.refit)),
         )
         if on
     ]
@@ -88,6 +90,16 @@ def check_selection_options(cfg: TrainConfig, config: str | None = None, flags: 
         f"val mapping is not used either): {'it' if one else 'they'} would do nothing; drop "
         f"{'it' if one else 'them'}, or give --val-fraction > 0"
     )
+
+
+@dataclass(frozen=True)
+class Refit:
+    """What a refit (dlrmkit.train.refit) repeats of its run's selection."""
+
+    epochs: float  # the run's selected step, in epochs of its training rows
+    lr_scales: tuple[tuple[float, float], ...]  # (epoch, learning-rate scale from then on): the run's decays
+    wide_c: float | None  # --wide-init regression: the C the run chose on the validation rows
+    scale: float  # 1/T of the temperature the run fitted on the validation rows (1: none)
 
 
 class BestWeights:

@@ -32,19 +32,19 @@ from dlrmkit.train.run_log import append_record
 from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
 from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
-from dlrmkit.train.calibration import calibrate_run
+from dlrmkit.train.calibration import calibrate_run, fold_scale
 from dlrmkit.train.regression import numerical_stats, start_from_regression
-from dlrmkit.train.selection import BestWeights, held_out_from_train, validation_split
+from dlrmkit.train.selection import BestWeights, Refit, held_out_from_train, validation_split
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 
 
 # options a run may change when it takes over a trained model (Trainer.take_over): where it
-# writes, and what happens once training ends
+# writes, and what happens once training ends (a refit too: another training, after it)
 TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorboard", "final_checkpoint",
               "resume", "progress", "calibration", "checkpoint_every", "checkpoint_every_seconds",
-              "search_budget", "blend", "blend_seeds")  # fmt: skip
+              "search_budget", "blend", "blend_seeds", "refit")  # fmt: skip
 
 
 def check_checkpoint_dir(cfg: TrainConfig) -> None:
@@ -62,11 +62,13 @@ def log_path_of(cfg: TrainConfig) -> str | None:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, keep_log: bool = False):
+    def __init__(self, cfg: TrainConfig, keep_log: bool = False, refit: Refit | None = None):
         """`keep_log`: a run without a log keeps its records in memory, for a run that takes it
-        over (take_over) to write into its own log."""
+        over (take_over) to write into its own log. `refit`: this run trains on the training and
+        validation rows together, repeating what a run selected on them (dlrmkit.train.refit)."""
         cfg = cfg.resolved()  # option errors before the dataset is opened
-        check_checkpoint_dir(cfg)  # before any expensive work
+        if refit is None:  # a refit writes into its run's folder, after it
+            check_checkpoint_dir(cfg)  # before any expensive work
         self.spec, self.train_set, self.test_set = open_dataset(cfg.data)
         if len(self.train_set) == 0:
             raise DlrmkitError(f"{cfg.data}: the train mapping has no rows")
@@ -91,6 +93,12 @@ class Trainer:
             self.val_set = self.val_set.fold_unknown(known_ids(counts, self.val_set, min_count))
         if self.val_set is not None and tables != self.spec.cardinalities:
             self.val_set = self.val_set.fold_ids(tables)
+        self.refit = refit
+        if refit is not None:  # the validation rows join the training rows, read as they are
+            if self.val_set is None:
+                raise DlrmkitError(f"{cfg.data}: a refit needs the validation rows its run selected on")
+            self.train_set, self.val_set = self.train_set.joined(self.val_set), None
+            self.val_source = f"none: a refit on the training and validation rows ({len(self.train_set):,})"
         buckets = None  # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py)
         if (cfg.model.numerical_buckets or 0) > 0 and self.train_set.num_numerical:
             buckets = quantile_boundaries(mapping, cfg.model.numerical_buckets)
@@ -127,7 +135,8 @@ class Trainer:
             self.model.reset_parameters(cfg.seed)
         self.wide_init: dict[str, float] | None = None  # --wide-init regression: its C and figures
         if cfg.model.wide_init not in (None, "none"):
-            self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg)
+            c = refit.wide_c if refit is not None else None  # a refit's regression: the C its run chose
+            self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg, c)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
         if cfg.schedule.batch_size < world:
@@ -197,6 +206,7 @@ class Trainer:
         self.data_fingerprint: str | None = None  # computed at the first save or resume
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
+        self.lr_scales: list[tuple[int, float]] = []  # --lr-decay-on-plateau: (step, scale from then on)
         self.temperature, self.test_ece = 1.0, float("nan")  # --calibration; the test rows' ECE
         self.last_eval: tuple[int, dict[str, float]] | None = None
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
@@ -357,6 +367,7 @@ class Trainer:
         factor = self.cfg.selection.lr_decay_on_plateau
         if factor is not None and self.best.since > 0:  # no better AUC than the best: a plateau
             self.schedule.scale *= factor
+            self.lr_scales.append((self.step, self.schedule.scale))
             self.log({"event": "lr_decay", "step": self.step, "lr_scale": self.schedule.scale})
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
             self.best_auc = result["auc"]
@@ -387,6 +398,9 @@ class Trainer:
             self.log({"event": "restore_best", "step": self.best.step, **val})
         if self.cfg.selection.calibration == "temperature":  # on the validation rows, before the test read
             val = calibrate_run(self, val)
+        if self.refit is not None:  # the temperature its run fitted on the validation rows
+            fold_scale(self.model, self.refit.scale)
+            self.temperature = 1 / self.refit.scale
         test = (
             self.score(self.test_set, bins=True)
             if len(self.test_set)
@@ -411,6 +425,10 @@ class Trainer:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
         total = cfg.schedule.max_steps if cfg.schedule.max_steps else steps_per_epoch * cfg.schedule.epochs
+        scales: dict[int, float] = {}
+        if self.refit is not None:  # its run's epochs and decays, in steps of these rows
+            total = round(self.refit.epochs * steps_per_epoch)
+            scales = {round(epoch * steps_per_epoch): scale for epoch, scale in self.refit.lr_scales}
         # disable=None: no bar when stderr is not a terminal (logs, CI, subprocesses)
         self._bar = bar = tqdm(
             total=total,
@@ -428,6 +446,8 @@ class Trainer:
             for batch in self.loader.epoch(self.epoch, self.batch_in_epoch):
                 loss = self.train_step(batch)
                 self.batch_in_epoch += 1
+                if self.step in scales:  # a refit: its run's learning-rate decays, at the same point
+                    self.schedule.scale = scales[self.step]
                 fault_point(f"train:step-{self.step}")  # reliability tests only (DLRMKIT_FAULT)
                 self.track_loss(loss)  # no host sync unless --skip-nonfinite
                 seen = self.par.global_size(batch) if self.par else len(batch)
