@@ -81,7 +81,7 @@ def test_a_refit_repeats_its_runs_selected_steps_decays_and_temperature(data):
     assert len(test2) == 100 and len(again.test_set) == 0  # the caller reads the test rows
     assert out["refit"] and out["val_auc"] == m["val_auc"] and out["selected_step"] == m["selected_step"]
     # the decays at the same point of training: the scale a step ran with, step by step
-    probe = Trainer(config(data / "val", calibration="temperature"), refit=Refit(9 / 19, ((3 / 19, 0.5), (7 / 19, 0.25)), None, 1.0))
+    probe = Trainer(config(data / "val", calibration="temperature"), refit=Refit(9 / 19, ((3 / 19, 0.5), (7 / 19, 0.25)), None, 1.0, {}))
     original = probe.train_step
 
     def step(batch):
@@ -124,6 +124,10 @@ def test_train_refit_reads_the_test_rows_once_and_saves_the_refit(data, tmp_path
     r = run_cli("evaluate", "--data", data / "val", "--checkpoint", run / "checkpoints", "--metrics-json", tmp_path / "e.json")
     assert r.code == 0, r.err
     assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(m["auc"], abs=1e-9)
+    r = run_cli("report", run)
+    text = (run / "report.md").read_text()
+    assert r.code == 0 and f"validation AUC {m['val_auc']:.4f}" in text, text
+    assert f"refitted on the training and validation rows for {m['selected_step'] / 16:.2f} epochs" in text, text
     log = [json.loads(line)["event"] for line in open(run / "log.jsonl")]
     assert log.index("refit") < len(log) - 2 and log[-2:] == ["test", "end"] and "eval" in log[: log.index("refit")]
 

@@ -199,6 +199,17 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             f"(the selected model, step {end.get('selected_step', end.get('steps'))}); "
             f"best validation AUC {_num(end.get('best_auc'))}"
         )
+        refit = next((r for r in records if r.get("event") == "refit"), None)
+        if refit or end.get("refit") is True:  # the selected model trained again on the training and validation rows
+            how = (
+                f" for {_num(refit.get('epochs'), '.2f')} epochs, as selection chose ({end.get('steps')} steps)"
+                if refit
+                else ", each member run for the epochs its selection chose"
+            )
+            lines.append(
+                f"- refitted on the training and validation rows{how}: the model and its test figures are the "
+                "refit's, the validation figures those of the model selection chose"
+            )
     final = test or end
     if final and ("auc" in final or "logloss" in final):
         lines.append(

@@ -53,6 +53,7 @@ def plan(trainer: Any, metrics: dict[str, Any]) -> Refit:
         lr_scales=tuple((step / per_epoch, scale) for step, scale in trainer.lr_scales if step <= selected),
         wide_c=trainer.wide_init["c"] if trainer.wide_init is not None else None,
         scale=1 / trainer.temperature,
+        selected={k: metrics[k] for k in ("val_auc", "val_logloss", "selected_step", "best_auc")},
     )
 
 
@@ -61,7 +62,7 @@ def refit(trainer: Any, metrics: dict[str, Any], read_test: bool) -> tuple[Any, 
     test rows (`metrics`: its fit's). The refit writes where the run does (its log continues the
     run's, after a `refit` record). `read_test`: the refit reads the test rows and saves its final
     checkpoint at its end, as a run does; else the caller does both (a blend, once every member is
-    trained). Its metrics carry the run's validation figures, best AUC and selected step."""
+    trained). Its metrics (Trainer.fit's) carry the run's validation figures and selected step."""
     from dlrmkit.options import assign
     from dlrmkit.train.trainer import Trainer
 
@@ -76,8 +77,6 @@ def refit(trainer: Any, metrics: dict[str, Any], read_test: bool) -> tuple[Any, 
     if not read_test:
         again.test_set = test.window(0, 0, "test")
     out = again.fit(save=read_test)
-    out.update({k: metrics[k] for k in ("val_auc", "val_logloss", "selected_step", "best_auc")})
-    out["refit"], out["refit_steps"] = True, again.step
     if not again.step:  # the run's start was its choice (a regression): no step, no training loss of its own
         out["train_loss"] = metrics["train_loss"]
     return again, test, out

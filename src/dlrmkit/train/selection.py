@@ -100,6 +100,7 @@ class Refit:
     lr_scales: tuple[tuple[float, float], ...]  # (epoch, learning-rate scale from then on): the run's decays
     wide_c: float | None  # --wide-init regression: the C the run chose on the validation rows
     scale: float  # 1/T of the temperature the run fitted on the validation rows (1: none)
+    selected: dict  # the run's validation figures and selected step, which the refit reports as its own
 
 
 class BestWeights:

@@ -520,6 +520,8 @@ class Trainer:
         }
         if "optimal_auc" in self.spec.metadata:
             metrics["optimal_auc"] = float(self.spec.metadata["optimal_auc"])
+        if self.refit is not None:  # its run's validation figures: the refit has trained on those rows
+            metrics.update(self.refit.selected, refit=True, refit_steps=self.step)
         if self.par is not None:  # per rank: bytes of tables and their optimizer state, held and planned
             metrics.update(self.par.held_bytes(self.optimizers))
         self.log({"event": "end", **metrics})
