@@ -22,10 +22,11 @@ trained to."""
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -257,7 +258,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     then, every run trained, fit the blend's temperature on the validation rows, score the test
     rows once, and save each run's checkpoint and blend.yaml. A member's weight is shared by its
     runs, so the blend is the weighted mean of each member's mean over its seeds. Returns the run's
-    metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir)."""
+    metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir). `members` is emptied: its
+    runs take the search's trained runs over, and a refit lets each go once it is refitted."""
     import json
     import time
     from dataclasses import asdict
@@ -279,6 +281,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
 
     runs = member_runs(members, cfg.selection.blend_seeds)
+    members.clear()  # the runs hold the search's trained runs now, and let each go once it is refitted
     refitting = bool(cfg.selection.refit)
     why_not = skipped(cfg, parallel=False) if refitting else None
     if why_not is not None:
@@ -316,6 +319,10 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             print(f"  refit on the training and validation rows: {metrics['refit_steps']} steps  "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
         trained.append((trainer, test, metrics, val))
+        if refitting and r.trained is not None:  # the search's run, refitted: its model is not needed any more
+            runs[i] = replace(r, trained=None)
+            del r
+            gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
     seen = sum(r["samples"] for _, _, r, _ in trained)  # every member trained: every sample seen
 
