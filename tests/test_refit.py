@@ -171,3 +171,27 @@ def test_the_search_refits_unless_told_not_to(tmp_path):
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "c", "--no-progress", "--epochs", "2",
                 "--search-budget", "0")  # fmt: skip
     assert r.code == 0 and not json.load(open(tmp_path / "c" / "metrics.json")).get("refit"), r.out
+
+
+def test_a_searched_single_choice_is_taken_over_and_refitted_not_trained_again(tmp_path, monkeypatch):
+    write_csv(tmp_path / "x.csv", 900)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")
+    made = []  # each Trainer built: whether it is a refit
+    build = Trainer.__init__
+
+    def spy(self, cfg, keep_log=False, refit=None):
+        made.append(refit is not None)
+        build(self, cfg, keep_log, refit)
+
+    monkeypatch.setattr(Trainer, "__init__", spy)
+    common = ("--data", tmp_path / "d", "--no-progress", "--epochs", "2", "--search-budget", "1", "--min-id-count", "1")
+    r = run_cli("train", *common, "--run-dir", tmp_path / "a")  # one candidate: one model, no blend
+    assert r.code == 0 and "blend" not in r.out, r.out + r.err
+    assert made == [False, True]  # the search's run, taken over, then its refit
+    log = [json.loads(line)["event"] for line in open(tmp_path / "a" / "log.jsonl")]
+    assert "eval" in log[: log.index("refit")] and log[-2:] == ["test", "end"]
+    made.clear()
+    r = run_cli("train", *common, "--run-dir", tmp_path / "b", "--refit", "false")
+    assert r.code == 0 and made == [False, False]  # no refit: the run trains its choice again, and is it
+    a, b = (json.load(open(tmp_path / f / "metrics.json")) for f in "ab")
+    assert a["val_auc"] == b["val_auc"] and a["refit"] and not b.get("refit")

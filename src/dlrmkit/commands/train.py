@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
-    recipe_text, members = choose_recipe(cfg)  # members: a blend's, chosen by the search or named by --blend
+    # members: a blend's, chosen by the search or named by --blend; searched: the search's run of its one choice
+    recipe_text, members, searched = choose_recipe(cfg)
     check_tables_fit(cfg)
     if cfg.output.tensorboard:
         from dlrmkit.train.run_log import summary_writer_class
@@ -194,7 +195,12 @@ def run(args: argparse.Namespace) -> int:
         return finish(cfg, run_folder, train_blend(cfg, run_folder, members))
     from dlrmkit.train.refit import refit, skipped as refit_skipped
 
-    trainer = Trainer(cfg)
+    # the search trained this very run (outputs off): with a refit to come, it is taken over, not trained again
+    taken = None
+    if searched is not None and cfg.selection.refit and refit_skipped(cfg, parallel=False) is None:
+        taken = searched[0].take_over(cfg, searched[2])  # None where cfg would train something else
+    trainer = searched[0] if taken is not None else Trainer(cfg)
+    del searched
     run_dir.share_checkpoint_dir(run_folder, trainer)
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
@@ -212,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if refitting:  # the refit reads the test rows, once
         trainer.test_set = trainer.test_set.window(0, 0, "test")
     try:
-        metrics = trainer.fit(save=not refitting)
+        metrics = taken or trainer.fit(save=not refitting)
         if refitting:
             epochs = metrics["selected_step"] / len(trainer.loader)
             print(f"refit on the training and validation rows: {epochs:.2f} epochs, as selection chose (step "
@@ -254,16 +260,17 @@ def finish(cfg: TrainConfig, run_folder, metrics: dict, rank: int = 0) -> int:
     return 0
 
 
-def choose_recipe(cfg: TrainConfig) -> tuple[str, list]:
+def choose_recipe(cfg: TrainConfig) -> tuple[str, list, tuple | None]:
     """--preset auto: fill unset options from the dataset's recipe (they reach config.yaml, so
-    `train --config` repeats the run); returns what was chosen and why, for rank 0 to print, and
-    a blend's members (recipe.select), all before the run folder is made."""
+    `train --config` repeats the run); returns what was chosen and why, for rank 0 to print, a
+    blend's members, and the search's run of its one choice (recipe.select), all before the run
+    folder is made."""
     if cfg.preset != AUTO:
         if cfg.selection.blend:
             raise DlrmkitError(
                 f"--blend names candidates of --preset auto's search; this run has --preset {cfg.preset}"
             )
-        return "", []
+        return "", [], None
     from dlrmkit.train import recipe
 
     return recipe.select(cfg)  # a search over candidate recipes on the validation rows, where it can

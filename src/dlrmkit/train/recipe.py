@@ -211,14 +211,16 @@ def fill(cfg: Any, recipe: Recipe) -> list[str]:
     return filled
 
 
-def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
+def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     """--preset auto: the base recipe for the dataset's size; on data up to LARGE_ROWS training
     rows (the SEARCHED bases) with validation rows, in one process, a search over candidate
     recipes on the validation rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s
     unset options (they reach config.yaml with --search-budget 0, so `train --config` repeats the
     run without the search);
-    returns what was chosen and why, for rank 0 to print, and, where the run is a blend (chosen
-    by the search, or --blend), its members (member_configs), else []."""
+    returns what was chosen and why, for rank 0 to print; where the run is a blend (chosen by
+    the search, or --blend), its members (member_configs), else []; and where the search chose one
+    candidate, its trained run (recipe_search.Candidate.trained: the run's first training, which
+    a refit takes over instead of training it again), else None."""
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
@@ -229,6 +231,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
     sel = cfg.selection
     budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
+    taken = None
     if sel.blend is not None:  # a blend given (a blend's config.yaml): its members, unsearched
         if launched_by_torchrun():
             raise DlrmkitError("--blend trains its members in one process; run it without torchrun")
@@ -244,7 +247,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
             [describe(base, fill(copy.deepcopy(cfg), base)), head]
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c, _ in members]
         )
-        return text, members
+        return text, members, None
     if base.name in SEARCHED:
         if launched_by_torchrun():
             why_not = "under torchrun: search in one process, then repeat its config.yaml"
@@ -263,22 +266,23 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]]]:
                 sel.refit = True
                 lines.append(f"  {REFIT_WHY}")
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
-            recipe_search.release(tried, keep={m.name for m in members})
+            recipe_search.release(tried, keep={m.name for m in members} or {winner.name})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
-                return text, member_configs(cfg, base, train.num_numerical, trained)
+                return text, member_configs(cfg, base, train.num_numerical, trained), None
             if base.values.get("calibration") != "temperature":
                 base.reasons.append("one temperature fitted on the validation rows after selection")
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
             base.name = f"{base.name}, {winner.name}"
+            taken = winner.trained
         else:
             lines = [f"search: off ({why_not}): the base recipe"]
         base.values["search_budget"] = 0
     text = describe(base, fill(cfg, base))
-    return ("\n".join([text, *lines]) if lines else text), []
+    return ("\n".join([text, *lines]) if lines else text), [], taken
 
 
 def member_configs(cfg: Any, base: Recipe, num_numerical: int, trained: dict | None = None) -> list[tuple]:
