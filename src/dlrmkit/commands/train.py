@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -193,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(recipe_text)
         return finish(cfg, run_folder, train_blend(cfg, run_folder, members))
-    from dlrmkit.train.refit import refit, skipped as refit_skipped
+    from dlrmkit.train.refit import refit, skipped as refit_skipped, wanted as refit_wanted
 
     # the search trained this very run (outputs off): with a refit to come, it is taken over, not trained again
     taken = None
@@ -209,12 +208,7 @@ def run(args: argparse.Namespace) -> int:
         if trainer.val_set is None and idle:  # e.g. too few train rows to hold any out
             print(f"note: {', '.join(idle)} select nothing without validation rows: the last weights are kept")
     run_dir.write_plan(run_folder, trainer)
-    refitting = bool(cfg.selection.refit) and trainer.val_set is not None
-    why_not = refit_skipped(cfg, trainer.par is not None) if refitting else None
-    if why_not is not None:
-        refitting = False
-        if trainer.dist.rank == 0:
-            print(f"refit: skipped ({why_not}); the run's model is the one selection chose", file=sys.stderr)
+    refitting = trainer.val_set is not None and refit_wanted(cfg, trainer.par is not None, trainer.dist.rank == 0)
     if refitting:  # the refit reads the test rows, once
         trainer.test_set = trainer.test_set.window(0, 0, "test")
     try:

@@ -270,7 +270,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     from dlrmkit.train.calibration import kept_scale, logits_of
     from dlrmkit.train.config_file import dump_config
     from dlrmkit.train.run_dir import resolved_options
-    from dlrmkit.train.refit import refit, skipped
+    from dlrmkit.train.refit import refit, wanted
     from dlrmkit.train.run_log import append_record
     from dlrmkit.train.trainer import Trainer
 
@@ -282,11 +282,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
 
     runs = member_runs(members, cfg.selection.blend_seeds)
     members.clear()  # the runs hold the search's trained runs now, and let each go once it is refitted
-    refitting = bool(cfg.selection.refit)
-    why_not = skipped(cfg, parallel=False) if refitting else None
-    if why_not is not None:
-        refitting = False
-        print(f"refit: skipped ({why_not}); each member run is the one selection chose", flush=True)
+    refitting = wanted(cfg, parallel=False)  # a blend trains in one process
     trained = []
     for i, r in enumerate(runs):
         folder = os.path.join(ck, r.folder) if ck else None

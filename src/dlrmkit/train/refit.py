@@ -11,6 +11,7 @@ careful user refits so on the rows selection held back; docs/RECIPES.md measures
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 from dlrmkit.train.selection import Refit
@@ -42,6 +43,14 @@ def skipped(cfg: Any, parallel: bool) -> str | None:
             "continues the selected model"
         )
     return None
+
+
+def wanted(cfg: Any, parallel: bool, say: bool = True) -> bool:
+    """Whether a run with validation rows refits: --refit, unless `skipped`, which it says (`say`)."""
+    why = skipped(cfg, parallel) if cfg.selection.refit else None
+    if why is not None and say:
+        print(f"refit: skipped ({why}); the model is the one selection chose", file=sys.stderr)
+    return bool(cfg.selection.refit) and why is None
 
 
 def plan(trainer: Any, metrics: dict[str, Any]) -> Refit:

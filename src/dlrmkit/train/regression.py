@@ -235,8 +235,7 @@ def fit(
     t = score(model, test, batch_size)
     again = None
     if val is not None and len(val):  # warm-started from the fit on the train rows
-        joined = train.joined(val)
-        again = score(train_on(cards, joined, best["c"], signed, batch_size, max_iter, model), test, batch_size)
+        again = score(train_on(cards, train.joined(val), best["c"], signed, batch_size, max_iter, model), test, batch_size)
     return {
         "model": "logistic regression (one-hot ids + standardized numerical features, L2)",
         "c": best["c"],
