@@ -4,7 +4,8 @@ validation rows, the chosen recipe, the temperature), each in a fresh process. P
 line per run: the candidate chosen, validation and test AUC / log loss, test ECE, the baseline's
 test figures and the wall seconds. docs/RECIPES.md holds the table made from these lines.
 
-    PYTHONPATH=src nice -n 10 python benchmarks/quality_default.py DATA [DATA ...] --seeds 0,1,2
+    PYTHONPATH=src nice -n 10 python benchmarks/quality_default.py DATA [DATA ...] --seeds 0,1,2 \
+        [--train-args '--folds 1']
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data", nargs="+")
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--train-args", default="", help="more train options, as one string (e.g. '--folds 1')")
     args = p.parse_args(argv)
     for data in args.data:
         with tempfile.TemporaryDirectory() as tmp:
@@ -45,7 +47,8 @@ def main(argv: list[str]) -> int:
             for seed in args.seeds.split(","):
                 run = os.path.join(tmp, f"run{seed}")
                 t0, cpu0 = time.perf_counter(), cpu_seconds()
-                text = dlrmkit("train", "--data", data, "--seed", seed, "--run-dir", run, "--no-progress")
+                text = dlrmkit("train", "--data", data, "--seed", seed, "--run-dir", run, "--no-progress",
+                               *args.train_args.split())  # fmt: skip
                 seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 m = json.load(open(os.path.join(run, "metrics.json")))
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")

@@ -5,7 +5,7 @@ expected calibration error after a temperature fitted on the validation rows, th
 and the seconds it took. docs/RECIPES.md holds the tables made from these lines.
 
     PYTHONPATH=src nice -n 10 python benchmarks/quality_grid.py DATA [DATA ...] --seeds 0,1,2 \
-        [--variants base,wide-only,...] > grid.jsonl
+        [--variants base,wide-only,...] [--folds K --fold F] > grid.jsonl
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ VARIANTS: dict[str, dict] = {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,
         "numerical_buckets": 256,
     },  # fmt: skip
+    "regression-k1-std": {  # the search's `regression` candidate: every id its own weight
+        "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 1, "standardize_numerical": True,
+    },  # fmt: skip
     "regression-k2-std": {
         "deep": False, "wide_init": "regression", "patience": 1, "min_id_count": 2, "standardize_numerical": True,
     },  # fmt: skip
@@ -173,12 +176,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--dump", help="folder: each run's validation and test logits as DATA-VARIANT-SEED.npz")
+    p.add_argument("--folds", type=int, help="with --fold: train the model fold F of K validates (train --folds)")
+    p.add_argument("--fold", type=int)
     args = p.parse_args(argv)
+    fold = {"folds": args.folds, "fold": args.fold} if args.fold else {}
     for data in args.data:
         for name in args.variants.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
                 dump = args.dump and f"{args.dump}/{data.rstrip('/').split('/')[-1]}-{name}-{seed}.npz"
-                out = {"data": data, "variant": name, "seed": seed, **run_one(data, seed, VARIANTS[name], dump)}
+                out = {"data": data, "variant": name, "seed": seed, **run_one(data, seed, {**VARIANTS[name], **fold}, dump)}
                 print(json.dumps(out), flush=True)
     return 0
 

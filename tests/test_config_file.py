@@ -70,9 +70,11 @@ def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
                   for r in ("A", "B"))  # fmt: skip
         assert ma == mb and len(ma) == len(pa["blend"]) >= 2
         assert all(m["lr"] == 0.3 and m["embedding-dim"] == 8 and m["max-steps"] == 12 for m in ma)
-        # each member run trained 12 steps, then its refit on the training and validation rows the
-        # epochs selection chose of them (the steps a blend counts are its refits')
-        assert a["refit"] and a["steps"] == b["steps"] <= round(12 * 1.12) * len(ma)
+        if ca.get("folds"):  # cross-validated: each member run one fold's model, 12 steps, no refit
+            assert not a["refit"] and a["steps"] == b["steps"] <= 12 * len(ma) and len(ma) % ca["folds"] == 0
+        else:  # each member run trained 12 steps, then its refit on the training and validation rows the
+            # epochs selection chose of them (the steps a blend counts are its refits')
+            assert a["refit"] and a["steps"] == b["steps"] <= round(12 * 1.12) * len(ma)
         assert (tmp_path / "B" / "checkpoints" / "blend.yaml").exists()
         return
     assert ca["wide"] is True

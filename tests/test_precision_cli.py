@@ -52,6 +52,8 @@ def test_split_sgd_checkpoint_resume_continues_exactly(tiny_data, tmp_path):
         "--no-shuffle",
         "--refit",  # the model selection chose is the one --resume continues; a refit's is not resumed
         "false",
+        "--folds",  # one model, not one per fold (a run of several is not resumed)
+        "1",
     ]
     full, half = tmp_path / "full.json", tmp_path / "half.json"
     assert run_cli(*common, "--max-steps", "20", "--metrics-json", full, "--run-dir", tmp_path / "a").code == 0

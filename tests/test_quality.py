@@ -166,7 +166,8 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
     assert r.code == 0, r.err
-    assert "search: 7 candidate recipes on the validation rows" in r.out, r.out
+    # 1,200 training rows, no val mapping: cross-validated (tests/test_folds.py)
+    assert "search: 7 candidate recipes on all 5 folds' validation rows" in r.out, r.out
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     assert_test_rows_read_last(reads)
     cfg = yaml.safe_load(open(run / "config.yaml"))

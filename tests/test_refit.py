@@ -159,17 +159,17 @@ def test_the_search_refits_unless_told_not_to(tmp_path):
     write_csv(tmp_path / "x.csv", 900)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "a", "--no-progress", "--epochs", "2",
-                "--search-budget", "2")  # fmt: skip
+                "--search-budget", "2", "--folds", "1")  # fmt: skip
     assert r.code == 0 and "refit: each model kept is trained again" in r.out, r.out + r.err
     assert yaml.safe_load(open(tmp_path / "a" / "config.yaml"))["refit"] is True
     assert json.load(open(tmp_path / "a" / "metrics.json"))["refit"] is True
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "b", "--no-progress", "--epochs", "2",
-                "--search-budget", "2", "--refit", "false")  # fmt: skip
+                "--search-budget", "2", "--refit", "false", "--folds", "1")  # fmt: skip
     assert r.code == 0 and "refit:" not in r.out and "refit on the" not in r.out, r.out
     assert not json.load(open(tmp_path / "b" / "metrics.json")).get("refit")
     # unsearched (--search-budget 0): the base recipe as it is, no refit
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "c", "--no-progress", "--epochs", "2",
-                "--search-budget", "0")  # fmt: skip
+                "--search-budget", "0", "--folds", "1")  # fmt: skip
     assert r.code == 0 and not json.load(open(tmp_path / "c" / "metrics.json")).get("refit"), r.out
 
 
@@ -184,7 +184,8 @@ def test_a_searched_single_choice_is_taken_over_and_refitted_not_trained_again(t
         build(self, cfg, keep_log, refit)
 
     monkeypatch.setattr(Trainer, "__init__", spy)
-    common = ("--data", tmp_path / "d", "--no-progress", "--epochs", "2", "--search-budget", "1", "--min-id-count", "1")
+    common = ("--data", tmp_path / "d", "--no-progress", "--epochs", "2", "--search-budget", "1", "--min-id-count", "1",
+              "--folds", "1")  # fmt: skip
     r = run_cli("train", *common, "--run-dir", tmp_path / "a")  # one candidate: one model, no blend
     assert r.code == 0 and "blend" not in r.out, r.out + r.err
     assert made == [False, True]  # the search's run, taken over, then its refit

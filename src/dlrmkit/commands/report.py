@@ -168,7 +168,10 @@ def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
 
 
 def seed_of(member: dict[str, Any]) -> str:
-    """', seed S' where a blend's member run records its seed (a member trained with several)."""
+    """', fold F' or ', seed S' where a blend's member run records it (a member trained on each
+    fold of --folds, or with several seeds)."""
+    if member.get("fold") is not None:
+        return f", fold {member['fold']}"
     return "" if member.get("seed") is None else f", seed {member['seed']}"
 
 

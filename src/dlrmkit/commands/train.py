@@ -260,6 +260,13 @@ def choose_recipe(cfg: TrainConfig) -> tuple[str, list, tuple | None]:
     blend's members, and the search's run of its one choice (recipe.select), all before the run
     folder is made."""
     if cfg.preset != AUTO:
+        from dlrmkit.train.selection import cross_folds
+
+        if cross_folds(cfg):
+            raise DlrmkitError(
+                f"--folds K trains one model per fold, the candidates of --preset auto's search; this run has --preset "
+                f"{cfg.preset}: give --fold I too, to train the one model that fold I validates"
+            )
         if cfg.selection.blend:
             raise DlrmkitError(
                 f"--blend names candidates of --preset auto's search; this run has --preset {cfg.preset}"
@@ -284,16 +291,17 @@ def baseline_lift(data: str, metrics: dict) -> str:
             f"logistic-regression baseline ({base['path']}): not for this dataset as it is now (its files "
             f"changed, or an older dlrmkit wrote it); no lift printed: run `dlrmkit baseline --data {data}` again"
         )
-    if metrics.get("refit"):  # the regression refitted as this run was, where the baseline has it
+    if metrics.get("refit") or metrics.get("folds"):  # the regression refitted as this run was, where the baseline has it
         auc = base.get("refit_test_auc")
+        as_this = "as this run was" if metrics.get("refit") else "as this run's fold models saw them all"
         if not isinstance(auc, (int, float)) or math.isnan(auc):
             return (
                 f"logistic-regression baseline ({base['path']}): no refit on the train and validation rows in it, "
-                f"as this run's model was; no lift printed: run `dlrmkit baseline --data {data}` again"
+                f"{as_this}; no lift printed: run `dlrmkit baseline --data {data}` again"
             )
         return (
-            f"logistic-regression baseline ({base['path']}), refitted on the train and validation rows as this "
-            f"run was: test AUC {auc:.4f}, lift {metrics['auc'] - auc:+.4f}"
+            f"logistic-regression baseline ({base['path']}), refitted on the train and validation rows {as_this}: "
+            f"test AUC {auc:.4f}, lift {metrics['auc'] - auc:+.4f}"
         )
     return (
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "

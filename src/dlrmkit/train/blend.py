@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.train.options import MAX_BLEND_MEMBERS, MAX_BLEND_SEEDS
+from dlrmkit.train.options import MAX_BLEND_MEMBERS, MAX_BLEND_SEEDS, MAX_FOLDS
 from dlrmkit.train.options import MAX_BLEND_WEIGHT as MAX_WEIGHT
 from dlrmkit.train.options import blend_members
 
 BLEND_FILE = "blend.yaml"
-MAX_RUNS = MAX_BLEND_MEMBERS * MAX_BLEND_SEEDS  # the runs a blend.yaml may list
+MAX_RUNS = MAX_BLEND_MEMBERS * max(MAX_BLEND_SEEDS, MAX_FOLDS)  # the runs a blend.yaml may list
 MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
 # a member weighing less than this share of a blend is run on one seed: its other seeds would
 # cost a run each and move the blend little (docs/RECIPES.md, "Two seeds per member")
@@ -122,17 +122,18 @@ def is_blend(path: str) -> bool:
     return os.path.isfile(os.path.join(path, BLEND_FILE))
 
 
+def described(r: MemberRun) -> dict[str, Any]:
+    """A member run as the log, plan.json and blend.yaml name it."""
+    return {"name": r.member.name, "seed": r.seed, **({"fold": r.fold} if r.fold else {}), "weight": r.member.weight}
+
+
 def write_blend(path: str, runs: list[MemberRun], scale: float) -> None:
     """blend.yaml: each MemberRun's folder and its member's weight, and the blend's 1/T."""
     import yaml
 
     from dlrmkit.atomic_io import write_text
 
-    doc = {
-        "members": [{"name": r.member.name, "seed": r.seed, "folder": r.folder, "weight": r.member.weight}
-                    for r in runs],  # fmt: skip
-        "scale": float(scale),
-    }
+    doc = {"members": [{**described(r), "folder": r.folder} for r in runs], "scale": float(scale)}
     write_text(os.path.join(path, BLEND_FILE), yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -203,52 +204,84 @@ def metrics_of(z: np.ndarray, y: np.ndarray, bins: bool = False) -> dict[str, An
     return out
 
 
-def describe(members: list[Member], tried: list[Any], seeds: int) -> str:
+def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | None = None) -> str:
     """The search's lines on the blend it chose (`tried`: recipe_search.Candidate with results)."""
     from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
 
+    if folds and len(members) == 1:
+        return (
+            f"  the run: {members[0].name}'s {folds} models, one per fold, each its search run (trained on the other "
+            f"folds), their logits averaged and one temperature fitted on the folds' validation rows (config.yaml: "
+            f"--blend, --folds)"
+        )
     by_name = {c.name: c.result for c in tried}
     y = tried[0].result["val_labels"]
     z = mean_logits([by_name[m.name]["val_logits"] for m in members], [m.weight for m in members])
     single = min(log_loss_of_logits(c.result["val_logits"], y) for c in tried)
     blended = log_loss_of_logits(kept_scale(z.astype(np.float32), y) * z, y)
+    if folds:
+        runs = f"each member is its {folds} search runs, one per fold"
+    else:
+        more = f" and, weighing a tenth of the blend or more, {seeds - 1} more on the next seed(s)"
+        runs = f"each member is its search run{more if seeds > 1 else ''}"
     return (
         f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
         f"log loss after the temperatures, bagged over {BAGS} bootstrap samples of the validation rows (best single "
-        f"{single:.4f}, the blend {blended:.4f}); each member is its search run"
-        f"{'' if seeds == 1 else f' and, weighing a tenth of the blend or more, {seeds - 1} more on the next seed(s)'}"
-        f", each a run of its own, and the run is their weighted mean (config.yaml: --blend, --blend-seeds)"
+        f"{single:.4f}, the blend {blended:.4f}); {runs}, each a run of its own, and the run is their weighted mean "
+        f"(config.yaml: --blend, {'--folds' if folds else '--blend-seeds'})"
     )
 
 
 @dataclass(frozen=True)
 class MemberRun:
-    """One training of a member: the blend averages a member's runs, one per seed."""
+    """One training of a member: the blend averages a member's runs, one per seed, or one per
+    fold with --folds."""
 
     member: Member
     seed: int
     folder: str  # inside the blend's checkpoint folder
     cfg: Any  # its TrainConfig
     trained: tuple | None = None  # the search's run of it (trainer, test rows, metrics), taken over
+    fold: int | None = None  # --folds: the fold (from 1) whose rows validate it
 
 
-def member_runs(members: list[tuple[Member, Any, Any]], seeds: int) -> list[MemberRun]:
-    """Each member (with its TrainConfig and the search's run of it, from
+def member_runs(members: list[tuple[Member, Any, Any]], seeds: int, folds: int | None = None) -> list[MemberRun]:
+    """Each member (with its TrainConfig and the search's runs of it, from
     dlrmkit.train.recipe.member_configs) once per seed: its config's seed, where the search's run
     is taken over if there is one, then the next seeds; a member weighing less than
-    SEEDED_SHARE of the blend, once. Each run in a folder of its own (the member's name, and its
-    seed where the blend has several)."""
+    SEEDED_SHARE of the blend, once; with `folds`, once per fold instead (on its config's seed),
+    each fold's search run taken over. Each run in a folder of its own (the member's name, and its
+    seed or fold where the blend has several)."""
     from dlrmkit.cli_types import MAX_SEED
+    from dlrmkit.options import assign
 
     runs = []
     total = sum(m.weight for m, _, _ in members)
     for m, mcfg, trained in members:
+        if folds:
+            for i in range(1, folds + 1):
+                rcfg = copy.deepcopy(mcfg)
+                assign(rcfg, {"fold": i})
+                run = trained[i - 1] if trained else None
+                runs.append(MemberRun(m, rcfg.seed, f"{folder_of(m.name)[:48]}-fold{i}", rcfg, run, i))
+            continue
         for k in range(seeds if m.weight >= SEEDED_SHARE * total else 1):
             rcfg = copy.deepcopy(mcfg)
             rcfg.seed = (mcfg.seed + k) % (MAX_SEED + 1)
             folder = folder_of(m.name)[:48] + (f"-seed{rcfg.seed}" if seeds > 1 else "")
-            runs.append(MemberRun(m, rcfg.seed, folder, rcfg, trained if k == 0 else None))
+            runs.append(MemberRun(m, rcfg.seed, folder, rcfg, trained[0] if trained and k == 0 else None))
     return runs
+
+
+def validation_logits(runs: list[MemberRun], val: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(the blend's validation logits before its temperature, their labels) from each run's
+    (logits, labels) on its validation rows: the weighted mean of the runs, which share their
+    validation rows; with folds, each fold's rows scored by that fold's runs, the folds together."""
+    groups: dict[int | None, list[int]] = {}
+    for j, r in enumerate(runs):
+        groups.setdefault(r.fold, []).append(j)
+    zs = [mean_logits([val[j][0] for j in js], [runs[j].member.weight for j in js]) for js in groups.values()]
+    return np.concatenate(zs), np.concatenate([val[js[0]][1] for js in groups.values()])
 
 
 def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> dict[str, Any]:
@@ -280,9 +313,11 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         with autocast(t.cfg.device.precision, t.device.type):
             return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
 
-    runs = member_runs(members, cfg.selection.blend_seeds)
+    from dlrmkit.train.selection import cross_folds
+
+    runs = member_runs(members, cfg.selection.blend_seeds, cross_folds(cfg))
     members.clear()  # the runs hold the search's trained runs now, and let each go once it is refitted
-    refitting = wanted(cfg, parallel=False)  # a blend trains in one process
+    refitting = wanted(cfg, parallel=False)  # a blend trains in one process (never with --folds: recipe.select)
     trained = []
     for i, r in enumerate(runs):
         folder = os.path.join(ck, r.folder) if ck else None
@@ -290,7 +325,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             "run_dir": None, "checkpoint_dir": folder, "log_jsonl": folder and os.path.join(folder, "log.jsonl"),
             "metrics_json": None, "tensorboard": None, "resume": False,
         })  # fmt: skip
-        print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, seed {r.seed} (weight {r.member.weight})",
+        which = f"fold {r.fold} of {cfg.selection.folds}" if r.fold else f"seed {r.seed}"
+        print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, {which} (weight {r.member.weight})",
               flush=True)  # fmt: skip
         t0 = time.perf_counter()
         # the search trained it on this seed: the same run, taken over, not trained again
@@ -326,17 +362,13 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
                       (ck, run.path))  # fmt: skip
 
-    plan = [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "model_config": asdict(t.model_cfg)}
-            for r, (t, _, _, _) in zip(runs, trained)]  # fmt: skip
+    plan = [{**described(r), "model_config": asdict(t.model_cfg)} for r, (t, _, _, _) in zip(runs, trained)]
     write_json(run.file("plan.json"), {"world_size": 1, "blend": plan})
     weights = [r.member.weight for r in runs]
-    val = [v for _, _, _, v in trained]
-    y = val[0][1]
-    z = mean_logits([v[0] for v in val], weights)
+    z, y = validation_logits(runs, [v for _, _, _, v in trained])
     scale = kept_scale(z.astype(np.float32), y)
     val_metrics = metrics_of(scale * z, y)
-    log({"event": "blend", "members": [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight,
-                                        "folder": r.folder} for r in runs]})  # fmt: skip
+    log({"event": "blend", "members": [{**described(r), "folder": r.folder} for r in runs]})
     log({"event": "calibration", "mapping": "val", "temperature": 1 / scale,
          "val_logloss_before": metrics_of(z, y)["logloss"], "val_logloss_after": val_metrics["logloss"]})  # fmt: skip
     log({"event": "eval", "step": 0, "mapping": "val", **val_metrics})
@@ -362,8 +394,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         "train_loss": sum(w * m["train_loss"] for w, m in zip(weights, done)) / sum(weights),
         "world_size": 1,
         "refit": all(m.get("refit", False) for m in done),
-        "blend": [{"name": r.member.name, "seed": r.seed, "weight": r.member.weight, "val_auc": m["val_auc"]}
-                  for r, m in zip(runs, done)],
+        **({"folds": cross_folds(cfg)} if cross_folds(cfg) else {}),
+        "blend": [{**described(r), "val_auc": m["val_auc"]} for r, m in zip(runs, done)],
     }
     if "optimal_auc" in done[0]:  # a synthetic dataset's
         metrics["optimal_auc"] = done[0]["optimal_auc"]

@@ -33,7 +33,8 @@ class ScheduleOptions:
 
 
 MAX_BLEND_MEMBERS, MAX_BLEND_WEIGHT = 16, 1000  # what --blend may hold
-MAX_BLEND_SEEDS = 4  # --blend-seeds: a blend.yaml holds at most MAX_BLEND_MEMBERS * MAX_BLEND_SEEDS runs
+MAX_BLEND_SEEDS = 4  # --blend-seeds
+MAX_FOLDS = 10  # --folds: a blend.yaml holds at most MAX_BLEND_MEMBERS * MAX_FOLDS runs
 
 
 def blend_members(text: str) -> list[tuple[str, int]]:
@@ -48,8 +49,8 @@ def blend_members(text: str) -> list[tuple[str, int]]:
             raise ValueError(f"item {i + 1}: weight {int(weight)} is outside 1..{MAX_BLEND_WEIGHT}")
         members.append((name.strip(), int(weight)))
     names = [n for n, _ in members]
-    if len(set(names)) != len(names) or not 2 <= len(members) <= MAX_BLEND_MEMBERS:
-        raise ValueError(f"needs 2 to {MAX_BLEND_MEMBERS} different members, got {names}")
+    if len(set(names)) != len(names) or not 1 <= len(members) <= MAX_BLEND_MEMBERS:
+        raise ValueError(f"needs 1 to {MAX_BLEND_MEMBERS} different members, got {names}")
     return members
 
 
@@ -100,6 +101,20 @@ class SelectionOptions:
         "validation rows together, for the epochs selection chose, and keep that model (true/false; default: true "
         "after --preset auto's search, else false)",
     )
+    folds: int | None = option(
+        None,
+        "cross-validation: cut the train mapping into K contiguous folds, each the validation rows of a model "
+        "trained on the others (the val mapping unused); with --preset auto, every candidate is trained K times, "
+        "chosen and blended on all K folds' validation logits, and the run is the K models of each kept candidate, "
+        "averaged (1: none; default: 5 on training sets of up to 20,000 rows without a val mapping, else none)",
+        parse=ct.int_range(1, MAX_FOLDS),
+    )
+    fold: int | None = option(
+        None,
+        "with --folds K: the fold (1..K) whose rows are this run's validation rows; the others train it "
+        "(a run of one of the K models; --preset auto trains them all)",
+        parse=ct.int_range(1, MAX_FOLDS),
+    )
     eval_batch_size: int = option(16384, "batch size for evaluation (default {default})", parse=ct.batch_size)
     target_auc: float | None = option(None, "stop as soon as a validation AUC reaches this", parse=ct.auc)
     calibration: str | None = option(
@@ -125,7 +140,7 @@ class SelectionOptions:
         2,
         "a blend: train each member weighing a tenth of the blend or more N times, with seeds --seed, "
         "--seed+1, ..., each a run of its own, and average their logits (the mean of two seeds ranks better "
-        "than one; one model: unused; default {default})",
+        "than one; one model, or --folds: unused; default {default})",
         parse=ct.int_range(1, MAX_BLEND_SEEDS),
     )
 

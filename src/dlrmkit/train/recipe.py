@@ -31,6 +31,9 @@ LARGE_ROWS = 10_000_000
 SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that act on the validation rows
 NO_TABLE_BUCKETS = 32  # numerical features only: the buckets that give the model its tables
 SEARCHED = ("small-data", "medium-data")  # the base recipes tried against their candidates on validation rows
+# cross-validation (--folds) by default: K folds on training sets of up to FOLD_ROWS rows without a
+# val mapping, where the rows held out otherwise are a few hundred to a few thousand
+FOLDS, FOLD_ROWS = 5, 20_000
 
 
 @dataclass
@@ -40,6 +43,12 @@ class Recipe:
     reasons: list[str] = field(default_factory=list)
 
 
+FOLDS_WHY = (
+    "cross-validation (--folds {k}): {rows:,} training rows and no val mapping, so the rows held out would be "
+    "few; each candidate is trained {k} times, each fold of the train rows the validation rows of the model "
+    "trained on the others, the choice and blend are made on all {rows:,} rows' validation logits, and the run "
+    "averages the kept candidates' {k} models (each has seen {seen} of {k} folds; no refit)"
+)
 REFIT_WHY = (
     "refit: each model kept is trained again on the training and validation rows together, for the epochs "
     "selection chose (--refit true): the rows selection held back train it too (more rows; in a log kept in time "
@@ -224,11 +233,12 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
-    from dlrmkit.train.selection import validation_split
+    from dlrmkit.train.selection import cross_folds, validation_split
 
     spec, train, _ = open_dataset(cfg.data)
     base = choose(spec, train)
     sel = cfg.selection
+    check_folds(cfg)
     budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
     taken = None
@@ -241,8 +251,11 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
         sel.search_budget = 0
         members = member_configs(cfg, base, train.num_numerical)
-        head = (f"blend of {len(members)} (--blend, no search), each member weighing a tenth of it or more "
-                f"trained with {cfg.selection.blend_seeds} seed(s) from --seed on, the others with one:")  # fmt: skip
+        if cross_folds(cfg):
+            head = f"blend of {len(members)} (--blend, no search), each member trained once per fold (--folds {sel.folds}):"
+        else:
+            head = (f"blend of {len(members)} (--blend, no search), each member weighing a tenth of it or more "
+                    f"trained with {cfg.selection.blend_seeds} seed(s) from --seed on, the others with one:")  # fmt: skip
         text = "\n".join(
             [describe(base, fill(copy.deepcopy(cfg), base)), head]
             + [f"  {m.name} (weight {m.weight}): {describe_values(c)}" for m, c, _ in members]
@@ -260,16 +273,23 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
         else:
             why_not = None
         if why_not is None:
+            # as if given: the members and config.yaml keep it
+            if sel.folds is None and default_folds(cfg, spec, len(train)):
+                sel.folds = FOLDS
+                base.reasons.append(FOLDS_WHY.format(k=FOLDS, seen=FOLDS - 1, rows=len(train)))
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
-            lines = recipe_search.describe(winner, tried, budget)
-            if sel.refit is None:  # as if given: a blend's members and config.yaml keep it
+            lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg))
+            if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
                 sel.refit = True
                 lines.append(f"  {REFIT_WHY}")
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
+            if cross_folds(cfg) and not members:  # one candidate: its fold models, averaged
+                members = [blend.Member(winner.name, 1)]
             recipe_search.release(tried, keep={m.name for m in members} or {winner.name})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
-                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, blend.describe(members, tried, cfg.selection.blend_seeds)])
+                said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg))
+                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
                 return text, member_configs(cfg, base, train.num_numerical, trained), None
             if base.values.get("calibration") != "temperature":
@@ -277,12 +297,43 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             base.values.update(winner.values)
             base.values["calibration"] = "temperature"
             base.name = f"{base.name}, {winner.name}"
-            taken = winner.trained
+            taken = winner.trained[0] if winner.trained else None
         else:
+            if cross_folds(cfg):
+                raise DlrmkitError(f"--folds trains a candidate of the search once per fold, and the search is off "
+                                   f"({why_not}): give --blend NAME=1 to name the candidate, or drop --folds")  # fmt: skip
             lines = [f"search: off ({why_not}): the base recipe"]
         base.values["search_budget"] = 0
     text = describe(base, fill(cfg, base))
     return ("\n".join([text, *lines]) if lines else text), [], taken
+
+
+def default_folds(cfg: Any, spec: FeatureSpec, rows: int) -> bool:
+    """Whether a searched run cross-validates by default: up to FOLD_ROWS training rows held out
+    from the train mapping (no val mapping, no --val-fraction), --refit not asked for, and no
+    checkpoints along the way or --resume (a run of K models is not resumed)."""
+    from dlrmkit.data.split_binary import open_val
+    from dlrmkit.train.refit import skipped
+
+    sel = cfg.selection
+    if sel.val_fraction is not None or open_val(spec) is not None or rows > FOLD_ROWS or sel.refit:
+        return False
+    return skipped(cfg, parallel=False) is None
+
+
+def check_folds(cfg: Any) -> None:
+    """--folds given with what it cannot go with: one line."""
+    from dlrmkit.train.selection import cross_folds
+
+    sel = cfg.selection
+    if not cross_folds(cfg):
+        return
+    if sel.refit:
+        raise DlrmkitError("--folds with --refit true: the run is the fold models averaged, not refitted; give one")
+    if sel.val_fraction is not None:
+        raise DlrmkitError("--folds and --val-fraction both say which rows validate; give one")
+    if cfg.checkpoint.resume:
+        raise DlrmkitError("--folds with --resume: a run of one model per fold is not resumed; train it again")
 
 
 def member_configs(cfg: Any, base: Recipe, num_numerical: int, trained: dict | None = None) -> list[tuple]:

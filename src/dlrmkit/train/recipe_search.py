@@ -53,9 +53,10 @@ class Candidate:
     values: dict[str, Any]  # TrainConfig values over the base recipe's
     why: str
     result: dict[str, float] = field(default_factory=dict)
-    # the trained run (its Trainer, its test rows, its metrics), kept for a blend to take over as
-    # its member's first run (dlrmkit.train.blend.train_blend) instead of training it again
-    trained: tuple | None = field(default=None, repr=False)
+    # the trained runs (each its Trainer, its test rows, its metrics: one, or one per fold with
+    # --folds), kept for the run or a blend to take over (dlrmkit.train.blend.train_blend) instead
+    # of training them again
+    trained: list[tuple] | None = field(default=None, repr=False)
 
 
 def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
@@ -180,9 +181,50 @@ def settled_logloss(c: Candidate) -> float:
     return c.result["val_logloss"] if math.isnan(t) else t
 
 
-def train_candidate(cfg: Any) -> tuple[dict[str, float], tuple]:
-    """One candidate: the trainer of `cfg` (outputs off) to its early stop; its validation
-    figures, and the trained run (the trainer, its test rows, its metrics)."""
+def train_candidate(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
+    """One candidate: the trainer of `cfg` (outputs off) to its early stop, or with --folds K one
+    per fold; its validation figures (with folds: of every fold's validation rows, each scored by
+    the model that did not train on them) and the trained runs (each the trainer, its test rows,
+    its metrics)."""
+    from dlrmkit.options import assign
+    from dlrmkit.train.selection import cross_folds
+
+    folds = cross_folds(cfg)
+    if not folds:
+        return one_candidate_run(cfg)
+    runs = []
+    for i in range(1, folds + 1):
+        trial = copy.deepcopy(cfg)
+        assign(trial, {"fold": i})
+        runs.append(one_candidate_run(trial))
+    return pooled([r for r, _ in runs]), [t for _, (t,) in runs]
+
+
+def pooled(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One candidate's figures over its folds: each fold's validation rows scored by its own model
+    (after its own temperature), the rows of all folds together."""
+    from dlrmkit.metrics import roc_auc
+
+    rows = sum(r["val_rows"] for r in results)
+    out = {
+        "val_rows": rows,
+        "val_logloss": sum(r["val_logloss"] * r["val_rows"] for r in results) / rows,
+        "best_epoch": float(np.mean([r["best_epoch"] for r in results])),
+        "seconds": sum(r["seconds"] for r in results),
+        "val_row_logloss": None, "val_logits": None, "val_labels": None, "val_logloss_t": math.nan,
+        "val_auc": float(np.mean([r["val_auc"] for r in results])),
+    }  # fmt: skip
+    if all(r["val_logits"] is not None for r in results):
+        z = np.concatenate([r["val_logits"] for r in results])
+        y = np.concatenate([r["val_labels"] for r in results])
+        losses = np.concatenate([r["val_row_logloss"] for r in results])
+        out.update(val_logits=z, val_labels=y, val_row_logloss=losses, val_auc=roc_auc(y, z),
+                   val_logloss_t=float(np.mean(losses, dtype=np.float64)))  # fmt: skip
+    return out
+
+
+def one_candidate_run(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
+    """train_candidate's one training."""
     from dlrmkit.train.calibration import row_log_losses
     from dlrmkit.train.trainer import Trainer
 
@@ -208,7 +250,7 @@ def train_candidate(cfg: Any) -> tuple[dict[str, float], tuple]:
         "val_labels": y,
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
-    }, (trainer, test, m)
+    }, [(trainer, test, m)]
 
 
 def logits_after_temperature(trainer: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -313,14 +355,16 @@ def check_rare_ids(cfg: Any, base: Any, regression: Candidate, apply) -> None:
     )
 
 
-def describe(winner: Candidate, tried: list[Candidate], budget: int) -> list[str]:
+def describe(winner: Candidate, tried: list[Candidate], budget: int, folds: int | None = None) -> list[str]:
     """The lines `train` prints: each candidate's figures, the winner and why."""
     if len(tried) == 1 and not tried[0].result:
         return [f"search: off (--search-budget {budget}): the first candidate, {winner.name}"]
     total = sum(c.result["seconds"] for c in tried)
+    runs = f"candidates, each trained once per fold (--folds {folds})" if folds else "runs"
+    where = f"all {folds} folds' validation rows" if folds else "the validation rows"
     lines = [
-        f"search: {len(tried)} candidate recipes on the validation rows ({total:.0f} s, at most "
-        f"--search-budget {budget} runs; the test rows are not read)"
+        f"search: {len(tried)} candidate recipes on {where} ({total:.0f} s, at most --search-budget {budget} "
+        f"{runs}; the test rows are not read)"
     ]
     out = clearly_worse([c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))])
     for c in tried:

@@ -270,18 +270,21 @@ def choose(tried: list[dict[str, float]]) -> dict[str, float]:
 _CHOSEN: dict[tuple, tuple[dict[str, float], LogisticRegression]] = {}  # per dataset and split, in one process
 
 
-def init_wide(model, train, val, data: str = "", batch_size: int = 65536, c: float | None = None) -> dict[str, float]:
+def init_wide(
+    model, train, val, data: str = "", batch_size: int = 65536, c: float | None = None, fold: tuple | None = None
+) -> dict[str, float]:
     """`--wide-init regression`: the validated regression (C chosen on `val`, or `c`, fitted on `train`)
     put into the DLRM's wide term (the tables' last column, the numerical linear term and its
     bias), the deep part's output layer zeroed, so training starts at the regression and the deep
     part learns what it leaves. One fused table of one width (one process). Returns the C and the
     regression's validation figures. The fit is kept for the process (a recipe search's
-    candidates share it)."""
+    candidates share it; `fold`: which fold of --folds validates, for the rows of equal-sized folds
+    are not the same rows)."""
     import torch
 
     signed = model.cfg.numerical_transform == "signed-log"
     cards = list(model.cfg.table_sizes)
-    key = (data, len(train), len(val) if val is not None else 0, signed, tuple(cards), c)
+    key = (data, fold, len(train), len(val) if val is not None else 0, signed, tuple(cards), c)
     if key not in _CHOSEN:
         best, _, fitted = select(cards, train, val, signed, [c] if c is not None else None, batch_size)
         _CHOSEN[key] = (best, fitted)
@@ -318,4 +321,6 @@ def start_from_regression(model, train, val, cfg, c: float | None = None) -> dic
         raise DlrmkitError("--wide-init regression needs the wide term (--wide true)")
     if train.multi_hot:
         raise DlrmkitError("--wide-init regression reads one-hot datasets (this one has bags of ids)")
-    return init_wide(model, train, val, cfg.data, cfg.selection.eval_batch_size, c)
+    from dlrmkit.train.selection import fold_of
+
+    return init_wide(model, train, val, cfg.data, cfg.selection.eval_batch_size, c, fold_of(cfg))

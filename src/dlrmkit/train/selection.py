@@ -20,19 +20,51 @@ DEFAULT_VAL_FRACTION = 0.1  # held out when a dataset has no val mapping
 MAX_HELD_OUT = 1_000_000  # ... at most this many rows: enough for AUC to +-0.001, cheap to evaluate
 
 
-def held_out_from_train(spec: FeatureSpec, fraction: float | None) -> bool:
-    """Whether the validation rows are the train mapping's last rows (validation_split), not the
+def held_out_from_train(spec: FeatureSpec, fraction: float | None, fold: tuple[int, int] | None = None) -> bool:
+    """Whether the validation rows are rows of the train mapping (validation_split), not the
     dataset's val mapping."""
-    return fraction is not None or open_val(spec) is None
+    return fraction is not None or fold is not None or open_val(spec) is None
+
+
+def cross_folds(cfg: TrainConfig) -> int | None:
+    """K where the run cross-validates (--folds K, K >= 2, without --fold: one model per fold),
+    else None (--folds 1 turns the default off; --fold F trains the one model of fold F)."""
+    k, sel = cfg.selection.folds, cfg.selection
+    return k if k is not None and k > 1 and sel.fold is None else None
+
+
+def fold_of(cfg: TrainConfig) -> tuple[int, int] | None:
+    """(--fold, --folds) of a run that holds out one fold of the train mapping, else None; one line
+    where only one is given (a run of --folds without --fold is the search's, dlrmkit.train.recipe)."""
+    sel = cfg.selection
+    if sel.fold is None:
+        return None
+    folds = sel.folds
+    if folds is None or folds < 2 or not 1 <= sel.fold <= folds:
+        raise DlrmkitError(f"--fold {sel.fold} needs --folds K with K >= {max(sel.fold, 2)} (the folds it is one of)")
+    if sel.val_fraction is not None:
+        raise DlrmkitError("--fold and --val-fraction both say which rows validate; give one")
+    return sel.fold, folds
 
 
 def validation_split(
-    spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None
+    spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None, fold: tuple[int, int] | None = None
 ) -> tuple[SplitBinaryDataset, SplitBinaryDataset | None, str]:
     """(train rows, validation rows or None, where the validation rows come from).
-    `fraction` None: the val mapping, else the last 10% (at most 1M rows) of train; 0: none."""
+    `fraction` None: the val mapping, else the last 10% (at most 1M rows) of train; 0: none.
+    `fold` (i, k): the i-th (from 1) of k contiguous folds of the train mapping, the others train."""
     if fraction is not None and not 0 <= fraction < 1:
         raise DlrmkitError(f"--val-fraction must be in [0, 1), got {fraction}")
+    if fold is not None:
+        (i, k), n = fold, len(train)
+        lo, hi = n * (i - 1) // k, n * i // k
+        if hi - lo < 1 or hi - lo >= n:
+            return train, None, f"none (too few train rows, {n}, for {k} folds)"
+        before, after = train.window(0, lo), train.window(hi, n)
+        rest = after if lo == 0 else before if hi == n else before.joined(after)
+        unused = " (the val mapping unused)" if open_val(spec) is not None else ""
+        source = f"fold {i} of {k} of the train rows, {hi - lo:,} rows (--folds){unused}"
+        return rest, train.window(lo, hi, "val"), source
     val = open_val(spec)
     if val is not None and fraction is None:
         return train, val, f"the dataset's val mapping ({len(val):,} rows)"

@@ -34,7 +34,7 @@ from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run, fold_scale
 from dlrmkit.train.regression import numerical_stats, start_from_regression
-from dlrmkit.train.selection import BestWeights, Refit, held_out_from_train, validation_split
+from dlrmkit.train.selection import BestWeights, Refit, fold_of, held_out_from_train, validation_split
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
@@ -83,10 +83,11 @@ class Trainer:
             tables = frequent_rows(self.train_set, min_count, counts)
             self.train_set, self.test_set = self.train_set.fold_ids(tables), self.test_set.fold_ids(tables)
         # model selection reads the validation rows only; the test mapping is scored once, at the end
+        fold = fold_of(cfg)  # --folds: one fold of the train mapping validates
         self.train_set, self.val_set, self.val_source = validation_split(
-            self.spec, self.train_set, cfg.selection.val_fraction
+            self.spec, self.train_set, cfg.selection.val_fraction, fold
         )
-        if counts is not None and self.val_set is not None and held_out_from_train(self.spec, cfg.selection.val_fraction):
+        if counts is not None and self.val_set is not None and held_out_from_train(self.spec, cfg.selection.val_fraction, fold):
             # rows held out from the train mapping are read as test rows will be: an id the
             # training rows saw fewer than --min-id-count times reads as 0 there too, though the
             # whole mapping's counts (which include these rows) keep it

@@ -1,0 +1,179 @@
+"""--folds K: cross-validation. Each of K contiguous folds of the train mapping is the validation
+rows of a model trained on the others; --preset auto trains every candidate once per fold,
+chooses and blends on all folds' validation logits, and the run is the kept candidates' fold
+models averaged, the test rows read once, after every model is trained."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from helpers import run_cli
+from dlrmkit.config import TrainConfig
+from dlrmkit.data.id_counts import id_counts
+from dlrmkit.data.split_binary import open_dataset
+from dlrmkit.train import recipe, regression
+from dlrmkit.train.selection import validation_split
+from dlrmkit.train.trainer import Trainer
+from test_quality import assert_test_rows_read_last, spy_reads
+from test_selection import transcode, write_csv
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """1,300 rows: 1,200 train (no val mapping) and 100 test; and the same rows with a val mapping."""
+    root = tmp_path_factory.mktemp("folds")
+    write_csv(root / "x.csv", 1300)
+    transcode(root / "x.csv", root / "held", "--test-rows", "100")
+    transcode(root / "x.csv", root / "val", "--test-rows", "100", "--val-rows", "200")
+    return root
+
+
+def rows(dataset):
+    b = dataset.read(0, len(dataset), check_ids=False)
+    return b.dense.astype(np.float64), b.ids.astype(np.int64), b.labels
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_each_fold_validates_its_rows_and_the_others_train(data, k):
+    spec, train, _ = open_dataset(str(data / "held"))
+    whole = rows(train)
+    seen = []
+    for i in range(1, k + 1):
+        rest, val, source = validation_split(spec, train, None, (i, k))
+        lo, hi = len(train) * (i - 1) // k, len(train) * i // k
+        assert len(val) == hi - lo and len(rest) == len(train) - len(val) and val.mapping == "val"
+        assert f"fold {i} of {k}" in source
+        for got, want in zip(rows(val), whole):
+            assert (got == want[lo:hi]).all()
+        for got, want in zip(rows(rest), whole):
+            assert (got == np.concatenate([want[:lo], want[hi:]])).all()
+        seen.append((lo, hi))
+    assert [lo for lo, _ in seen] == [0] + [hi for _, hi in seen[:-1]] and seen[-1][1] == len(train)
+    spec, train, _ = open_dataset(str(data / "val"))  # a val mapping: unused, and said so
+    assert "the val mapping unused" in validation_split(spec, train, None, (1, k))[2]
+
+
+def config(data, **kw):
+    values = dict(data=str(data), preset="tiny", epochs=2, batch_size=64, progress=False, final_checkpoint=False,
+                  numerical_transform="signed-log")  # fmt: skip
+    return TrainConfig.of(**{**values, **kw})
+
+
+def test_a_fold_run_reads_its_fold_as_held_out_rows(data):
+    """Its validation rows are the fold, read as test rows are: an id the other folds saw fewer
+    than --min-id-count times reads as 0, though the whole mapping's count keeps its row."""
+    spec, train, _ = open_dataset(str(data / "held"))
+    lo, hi = len(train) // 3, 2 * len(train) // 3
+    t = Trainer(config(data / "held", folds=3, fold=2, min_id_count=3))
+    assert len(t.val_set) == hi - lo and len(t.train_set) == len(train) - (hi - lo)
+    assert "fold 2 of 3" in t.val_source
+    ids = rows(train)[1]
+    outside = [np.bincount(np.concatenate([ids[:lo, j], ids[hi:, j]]), minlength=c)
+               for j, c in enumerate(spec.cardinalities)]  # fmt: skip
+    whole = id_counts(train)
+    got = rows(t.val_set)[1]
+    for j in range(ids.shape[1]):
+        want = ids[lo:hi, j].copy()
+        want[(outside[j][want] < 3) | (whole[j][want] < 3)] = 0
+        assert (got[:, j] == want).all(), j
+    assert (got == 0).any() and (got != 0).any()  # these rows: some ids folded, some kept
+
+
+def test_equal_sized_folds_fit_their_own_regression(data):
+    """Folds of one size are different rows: each fold's regression is its own fit (a process
+    keeps each fit for its candidates), the same as a fresh fit of that fold."""
+    kw = dict(preset="auto", deep=False, wide=True, wide_init="regression", patience=1, embedding_dim=8,
+              bottom_mlp=[], top_mlp=[8, 1], min_id_count=1, folds=4)  # fmt: skip
+    regression._CHOSEN.clear()
+    first = [Trainer(config(data / "held", fold=i, **kw)).wide_init for i in (1, 2)]
+    assert first[0]["val_auc"] != first[1]["val_auc"]
+    regression._CHOSEN.clear()
+    assert Trainer(config(data / "held", fold=2, **kw)).wide_init == first[1]
+
+
+def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp_path, monkeypatch):
+    reads = spy_reads(monkeypatch)
+    run, again = tmp_path / "run", tmp_path / "again"
+    common = ("--no-progress", "--epochs", "2")
+    r = run_cli("train", "--data", data / "held", "--run-dir", run, "--search-budget", "3", *common)
+    assert r.code == 0 and "cross-validation (--folds 5): 1,200 training rows" in r.out, r.out + r.err
+    assert_test_rows_read_last(reads)  # after every model is trained, each model scoring them once
+    monkeypatch.undo()
+    doc = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))
+    names = {m["name"] for m in doc["members"]}
+    assert [x for x in reads if x.startswith("test") and not x.endswith(":0")] == ["test:100"] * 5 * len(names)
+    assert sorted((m["name"], m["fold"]) for m in doc["members"]) == sorted((n, f) for n in names for f in range(1, 6))
+    # every fold model is the search's own run of that candidate on that fold, not trained again
+    assert r.out.count("(the search's run of it, not trained again)") == 5 * len(names), r.out
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["folds"] == 5 and cfg["search-budget"] == 0 and "refit" not in cfg and cfg["blend"]
+    m = json.load(open(run / "metrics.json"))
+    assert m["folds"] == 5 and not m["refit"] and len(m["blend"]) == 5 * len(names)
+    # the validation figures are all 1,200 rows', each fold scored by its own models
+    log = [json.loads(line) for line in open(run / "log.jsonl")]
+    assert [e for e in log if e["event"] == "eval"][-1]["auc"] == m["val_auc"]
+    # config.yaml repeats the run without the search: the same models, the same figures
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
+    assert r2.code == 0 and "not trained again" not in r2.out and "search:" not in r2.out, r2.out + r2.err
+    b = json.load(open(again / "metrics.json"))
+    assert (m["auc"], m["logloss"], m["val_auc"]) == (b["auc"], b["logloss"], b["val_auc"])
+    # evaluate scores the fold models together as the run did
+    r = run_cli(
+        "evaluate", "--data", data / "held", "--checkpoint", run / "checkpoints", "--metrics-json", tmp_path / "e.json"
+    )
+    assert r.code == 0, r.err
+    assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(m["auc"], abs=1e-9)
+    r = run_cli("report", run)
+    assert r.code == 0 and "fold 5 x" in (run / "report.md").read_text()
+
+
+def test_the_default_holds_out_rows_with_a_val_mapping_many_rows_or_folds_1(data, tmp_path, monkeypatch):
+    common = ("--no-progress", "--epochs", "2", "--search-budget", "2")
+    r = run_cli("train", "--data", data / "val", "--run-dir", tmp_path / "a", *common)
+    assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+    r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "b", *common, "--folds", "1")
+    assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+    monkeypatch.setattr(recipe, "FOLD_ROWS", 1000)
+    r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "c", *common)
+    assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [(("--preset", "tiny", "--folds", "5"), "give --fold I too"),
+     (("--preset", "tiny", "--fold", "2"), "--fold 2 needs --folds K with K >= 2"),
+     (("--preset", "tiny", "--folds", "3", "--fold", "4"), "--fold 4 needs --folds K with K >= 4"),
+     (("--preset", "tiny", "--folds", "3", "--fold", "1", "--val-fraction", "0.2"), "--fold and --val-fraction"),
+     (("--folds", "3", "--refit", "true"), "--folds with --refit true"),
+     (("--folds", "3", "--val-fraction", "0.2"), "--folds and --val-fraction"),
+     (("--folds", "3", "--search-budget", "0"), "the search is off"),
+     (("--folds", "11",), "--folds")],
+)  # fmt: skip
+def test_folds_given_with_what_they_cannot_go_with_is_one_line(data, tmp_path, args, said):
+    r = run_cli(
+        "train", "--data", data / "held", "--run-dir", tmp_path / "run", "--no-progress", "--max-steps", "2", *args
+    )
+    assert r.code == 2 and said in r.err and len(r.err.strip().splitlines()) <= 2, r.err
+
+
+def test_one_fold_trains_with_a_fixed_preset(data, tmp_path):
+    r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "run", "--no-progress", "--preset", "tiny",
+                "--epochs", "1", "--folds", "4", "--fold", "3", "--numerical-transform", "signed-log")  # fmt: skip
+    assert r.code == 0 and "validation rows: fold 3 of 4 of the train rows, 300 rows" in r.out, r.out + r.err
+
+
+def test_one_fold_under_the_search_validates_on_that_fold_alone(data, tmp_path):
+    """--folds K --fold F with --preset auto: the search's candidates are the models fold F
+    validates, one each, and the run is chosen among them as on any validation rows."""
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", data / "held", "--run-dir", run, "--no-progress", "--epochs", "2",
+                "--search-budget", "2", "--folds", "4", "--fold", "3", "--refit", "false")  # fmt: skip
+    assert r.code == 0 and "cross-validation" not in r.out, r.out + r.err
+    m = json.load(open(run / "metrics.json"))
+    assert "folds" not in m and all("fold" not in b for b in m.get("blend", []))
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["folds"] == 4 and cfg["fold"] == 3
