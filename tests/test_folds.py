@@ -53,8 +53,8 @@ def test_each_fold_validates_its_rows_and_the_others_train(data, k):
             assert (got == np.concatenate([want[:lo], want[hi:]])).all()
         seen.append((lo, hi))
     assert [lo for lo, _ in seen] == [0] + [hi for _, hi in seen[:-1]] and seen[-1][1] == len(train)
-    spec, train, _ = open_dataset(str(data / "val"))  # a val mapping: unused, and said so
-    assert "the val mapping unused" in validation_split(spec, train, None, (1, k))[2]
+    spec, train, _ = open_dataset(str(data / "val"))  # a val mapping: its rows are cut too (fold_rows)
+    assert "of the train and val mappings' rows" in validation_split(spec, train, None, (1, k))[2]
 
 
 def config(data, **kw):
@@ -83,6 +83,24 @@ def test_a_fold_run_reads_its_fold_as_held_out_rows(data):
     assert (got == 0).any() and (got != 0).any()  # these rows: some ids folded, some kept
 
 
+def test_with_a_val_mapping_the_folds_cut_both_mappings_rows(data):
+    """The val mapping's rows follow the train mapping's, and the folds cut them all: the last
+    fold is the val mapping's rows (200 of 1,200 in six folds), read as held-out rows."""
+    spec, train, _ = open_dataset(str(data / "val"))
+    from dlrmkit.data.split_binary import open_val
+
+    val = open_val(spec)
+    assert (len(train), len(val)) == (1000, 200)
+    t = Trainer(config(data / "val", folds=6, fold=6, min_id_count=1))
+    assert len(t.train_set) == 1000 and len(t.val_set) == 200
+    for got, want in zip(rows(t.val_set), rows(val)):
+        assert (got == want).all()
+    t = Trainer(config(data / "val", folds=6, fold=1, min_id_count=1))
+    assert len(t.train_set) == 1000 and len(t.val_set) == 200
+    for got, want in zip(rows(t.train_set), rows(train.window(200, 1000).joined(val))):
+        assert (got == want).all()
+
+
 def test_equal_sized_folds_fit_their_own_regression(data):
     """Folds of one size are different rows: each fold's regression is its own fit (a process
     keeps each fit for its candidates), the same as a fresh fit of that fold."""
@@ -100,7 +118,7 @@ def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp
     run, again = tmp_path / "run", tmp_path / "again"
     common = ("--no-progress", "--epochs", "2")
     r = run_cli("train", "--data", data / "held", "--run-dir", run, "--search-budget", "3", *common)
-    assert r.code == 0 and "cross-validation (--folds 5): 1,200 training rows" in r.out, r.out + r.err
+    assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows, so" in r.out, r.out + r.err
     assert_test_rows_read_last(reads)  # after every model is trained, each model scoring them once
     monkeypatch.undo()
     doc = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))
@@ -131,15 +149,16 @@ def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp
     assert r.code == 0 and "fold 5 x" in (run / "report.md").read_text()
 
 
-def test_the_default_holds_out_rows_with_a_val_mapping_many_rows_or_folds_1(data, tmp_path, monkeypatch):
+def test_the_default_holds_out_rows_past_20000_rows_or_with_folds_1(data, tmp_path, monkeypatch):
     common = ("--no-progress", "--epochs", "2", "--search-budget", "2")
     r = run_cli("train", "--data", data / "val", "--run-dir", tmp_path / "a", *common)
-    assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+    assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows in the train and val mappings" in r.out, r.out
     r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "b", *common, "--folds", "1")
     assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
-    monkeypatch.setattr(recipe, "FOLD_ROWS", 1000)
-    r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "c", *common)
-    assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+    monkeypatch.setattr(recipe, "FOLD_ROWS", 1199)
+    for name in ("held", "val"):
+        r = run_cli("train", "--data", data / name, "--run-dir", tmp_path / f"c{name}", *common)
+        assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
 
 
 @pytest.mark.parametrize(

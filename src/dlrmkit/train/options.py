@@ -103,10 +103,10 @@ class SelectionOptions:
     )
     folds: int | None = option(
         None,
-        "cross-validation: cut the train mapping into K contiguous folds, each the validation rows of a model "
-        "trained on the others (the val mapping unused); with --preset auto, every candidate is trained K times, "
-        "chosen and blended on all K folds' validation logits, and the run is the K models of each kept candidate, "
-        "averaged (1: none; default: 5 on training sets of up to 20,000 rows without a val mapping, else none)",
+        "cross-validation: cut the train mapping's rows, then the val mapping's, into K contiguous folds, each "
+        "the validation rows of a model trained on the others; with --preset auto, every candidate is trained K "
+        "times, chosen and blended on all K folds' validation logits, and the run is the K models of each kept "
+        "candidate, averaged (1: none; default: 5 on up to 20,000 train and val rows together, else none)",
         parse=ct.int_range(1, MAX_FOLDS),
     )
     fold: int | None = option(

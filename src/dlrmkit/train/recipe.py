@@ -31,8 +31,8 @@ LARGE_ROWS = 10_000_000
 SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that act on the validation rows
 NO_TABLE_BUCKETS = 32  # numerical features only: the buckets that give the model its tables
 SEARCHED = ("small-data", "medium-data")  # the base recipes tried against their candidates on validation rows
-# cross-validation (--folds) by default: K folds on training sets of up to FOLD_ROWS rows without a
-# val mapping, where the rows held out otherwise are a few hundred to a few thousand
+# cross-validation (--folds) by default: K folds on up to FOLD_ROWS rows (the train and val
+# mappings' together), where the validation rows otherwise are a few hundred to a few thousand
 FOLDS, FOLD_ROWS = 5, 20_000
 
 
@@ -44,10 +44,10 @@ class Recipe:
 
 
 FOLDS_WHY = (
-    "cross-validation (--folds {k}): {rows:,} training rows and no val mapping, so the rows held out would be "
-    "few; each candidate is trained {k} times, each fold of the train rows the validation rows of the model "
-    "trained on the others, the choice and blend are made on all {rows:,} rows' validation logits, and the run "
-    "averages the kept candidates' {k} models (each has seen {seen} of {k} folds; no refit)"
+    "cross-validation (--folds {k}): {rows:,} rows{both}, so the validation rows would be few; each candidate "
+    "is trained {k} times, each fold of the rows the validation rows of the model trained on the others, the "
+    "choice and blend are made on all {rows:,} rows' validation logits, and the run averages the kept "
+    "candidates' {k} models (each has seen {seen} of {k} folds; no refit)"
 )
 REFIT_WHY = (
     "refit: each model kept is trained again on the training and validation rows together, for the epochs "
@@ -274,9 +274,11 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             why_not = None
         if why_not is None:
             # as if given: the members and config.yaml keep it
-            if sel.folds is None and default_folds(cfg, spec, len(train)):
+            rows = default_folds(cfg, spec, len(train))
+            if sel.folds is None and rows:
                 sel.folds = FOLDS
-                base.reasons.append(FOLDS_WHY.format(k=FOLDS, seen=FOLDS - 1, rows=len(train)))
+                both = " in the train and val mappings" if rows > len(train) else ""
+                base.reasons.append(FOLDS_WHY.format(k=FOLDS, seen=FOLDS - 1, rows=rows, both=both))
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
             lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg))
             if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
@@ -308,17 +310,19 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     return ("\n".join([text, *lines]) if lines else text), [], taken
 
 
-def default_folds(cfg: Any, spec: FeatureSpec, rows: int) -> bool:
-    """Whether a searched run cross-validates by default: up to FOLD_ROWS training rows held out
-    from the train mapping (no val mapping, no --val-fraction), --refit not asked for, and no
-    checkpoints along the way or --resume (a run of K models is not resumed)."""
+def default_folds(cfg: Any, spec: FeatureSpec, train_rows: int) -> int:
+    """The rows a searched run cross-validates over by default (the train mapping's, and the val
+    mapping's where there is one: fold_rows), or 0: up to FOLD_ROWS of them, no --val-fraction,
+    --refit not asked for, and no checkpoints along the way or --resume (a run of K models is not
+    resumed)."""
     from dlrmkit.data.split_binary import open_val
     from dlrmkit.train.refit import skipped
 
-    sel = cfg.selection
-    if sel.val_fraction is not None or open_val(spec) is not None or rows > FOLD_ROWS or sel.refit:
-        return False
-    return skipped(cfg, parallel=False) is None
+    sel, val = cfg.selection, open_val(spec)
+    rows = train_rows + (len(val) if val is not None else 0)
+    if sel.val_fraction is not None or rows > FOLD_ROWS or sel.refit or skipped(cfg, parallel=False) is not None:
+        return 0
+    return rows
 
 
 def check_folds(cfg: Any) -> None:

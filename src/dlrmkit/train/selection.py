@@ -47,12 +47,30 @@ def fold_of(cfg: TrainConfig) -> tuple[int, int] | None:
     return sel.fold, folds
 
 
+def fold_rows(
+    spec: FeatureSpec, train: SplitBinaryDataset, counts: list | None
+) -> tuple[SplitBinaryDataset, list | None]:
+    """The rows --folds cuts into folds: the train mapping's (`train`), then the val mapping's
+    where the dataset has one, read as `train` reads its own rows; and `counts` (the train
+    mapping's id_counts, or None) with the val mapping's added, so that a fold's rows are read as
+    held-out rows against the ids of all the other rows."""
+    from dlrmkit.data.id_counts import id_counts
+
+    val = open_val(spec)
+    if val is None:
+        return train, counts
+    if counts is not None:
+        counts = [c + h for c, h in zip(counts, id_counts(val))]
+    return train.joined(val), counts
+
+
 def validation_split(
     spec: FeatureSpec, train: SplitBinaryDataset, fraction: float | None, fold: tuple[int, int] | None = None
 ) -> tuple[SplitBinaryDataset, SplitBinaryDataset | None, str]:
     """(train rows, validation rows or None, where the validation rows come from).
     `fraction` None: the val mapping, else the last 10% (at most 1M rows) of train; 0: none.
-    `fold` (i, k): the i-th (from 1) of k contiguous folds of the train mapping, the others train."""
+    `fold` (i, k): the i-th (from 1) of k contiguous folds of `train`, the others train (`train`: the
+    rows fold_rows gives)."""
     if fraction is not None and not 0 <= fraction < 1:
         raise DlrmkitError(f"--val-fraction must be in [0, 1), got {fraction}")
     if fold is not None:
@@ -62,8 +80,8 @@ def validation_split(
             return train, None, f"none (too few train rows, {n}, for {k} folds)"
         before, after = train.window(0, lo), train.window(hi, n)
         rest = after if lo == 0 else before if hi == n else before.joined(after)
-        unused = " (the val mapping unused)" if open_val(spec) is not None else ""
-        source = f"fold {i} of {k} of the train rows, {hi - lo:,} rows (--folds){unused}"
+        both = "the train and val mappings' rows" if open_val(spec) is not None else "the train rows"
+        source = f"fold {i} of {k} of {both}, {hi - lo:,} rows (--folds)"
         return rest, train.window(lo, hi, "val"), source
     val = open_val(spec)
     if val is not None and fraction is None:

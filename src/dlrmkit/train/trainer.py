@@ -34,7 +34,7 @@ from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run, fold_scale
 from dlrmkit.train.regression import numerical_stats, start_from_regression
-from dlrmkit.train.selection import BestWeights, Refit, fold_of, held_out_from_train, validation_split
+from dlrmkit.train.selection import BestWeights, Refit, fold_of, fold_rows, held_out_from_train, validation_split
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
@@ -83,7 +83,9 @@ class Trainer:
             tables = frequent_rows(self.train_set, min_count, counts)
             self.train_set, self.test_set = self.train_set.fold_ids(tables), self.test_set.fold_ids(tables)
         # model selection reads the validation rows only; the test mapping is scored once, at the end
-        fold = fold_of(cfg)  # --folds: one fold of the train mapping validates
+        fold = fold_of(cfg)  # --folds: one fold of the train (and val) mappings' rows validates
+        if fold is not None:
+            self.train_set, counts = fold_rows(self.spec, self.train_set, counts)
         self.train_set, self.val_set, self.val_source = validation_split(
             self.spec, self.train_set, cfg.selection.val_fraction, fold
         )
