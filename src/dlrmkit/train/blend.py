@@ -286,11 +286,12 @@ def validation_logits(runs: list[MemberRun], val: list[tuple[np.ndarray, np.ndar
 
 def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> dict[str, Any]:
     """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) --blend-seeds
-    times, each a run in its own folder under the run's checkpoint folder, with no test rows (the
-    first seed's run is the search's, taken over, where the search made it: the same training);
-    then, every run trained, fit the blend's temperature on the validation rows, score the test
-    rows once, and save each run's checkpoint and blend.yaml. A member's weight is shared by its
-    runs, so the blend is the weighted mean of each member's mean over its seeds. Returns the run's
+    times, or once per fold with --folds, each a run in its own folder under the run's checkpoint
+    folder, with no test rows (the first seed's run, or each fold's, is the search's, taken over,
+    where the search made it: the same training); then, every run trained, fit the blend's
+    temperature on the validation rows (with folds: every fold's, each scored by its own runs),
+    score the test rows once, and save each run's checkpoint and blend.yaml. A member's weight is
+    shared by its runs, so the blend is the weighted mean of each member's mean over its runs. Returns the run's
     metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir). `members` is emptied: its
     runs take the search's trained runs over, and a refit lets each go once it is refitted."""
     import json
@@ -305,17 +306,17 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     from dlrmkit.train.run_dir import resolved_options
     from dlrmkit.train.refit import refit, wanted
     from dlrmkit.train.run_log import append_record
+    from dlrmkit.train.selection import cross_folds
     from dlrmkit.train.trainer import Trainer
 
     ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
+    folds = cross_folds(cfg)
 
     def scores(t: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:  # a member's logits, as it evaluates
         with autocast(t.cfg.device.precision, t.device.type):
             return logits_of(t.model, dataset, cfg.selection.eval_batch_size, t.move)
 
-    from dlrmkit.train.selection import cross_folds
-
-    runs = member_runs(members, cfg.selection.blend_seeds, cross_folds(cfg))
+    runs = member_runs(members, cfg.selection.blend_seeds, folds)
     members.clear()  # the runs hold the search's trained runs now, and let each go once it is refitted
     refitting = wanted(cfg, parallel=False)  # a blend trains in one process (never with --folds: recipe.select)
     trained = []
@@ -325,7 +326,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             "run_dir": None, "checkpoint_dir": folder, "log_jsonl": folder and os.path.join(folder, "log.jsonl"),
             "metrics_json": None, "tensorboard": None, "resume": False,
         })  # fmt: skip
-        which = f"fold {r.fold} of {cfg.selection.folds}" if r.fold else f"seed {r.seed}"
+        which = f"fold {r.fold} of {folds}" if r.fold else f"seed {r.seed}"
         print(f"blend member run {i + 1}/{len(runs)}: {r.member.name}, {which} (weight {r.member.weight})",
               flush=True)  # fmt: skip
         t0 = time.perf_counter()
@@ -394,7 +395,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         "train_loss": sum(w * m["train_loss"] for w, m in zip(weights, done)) / sum(weights),
         "world_size": 1,
         "refit": all(m.get("refit", False) for m in done),
-        **({"folds": cross_folds(cfg)} if cross_folds(cfg) else {}),
+        **({"folds": folds} if folds else {}),
         "blend": [{**described(r), "val_auc": m["val_auc"]} for r, m in zip(runs, done)],
     }
     if "optimal_auc" in done[0]:  # a synthetic dataset's
