@@ -274,8 +274,8 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             why_not = None
         if why_not is None:
             # as if given: the members and config.yaml keep it
-            rows = default_folds(cfg, spec, len(train))
-            if sel.folds is None and rows:
+            rows = default_folds(cfg, spec, len(train)) if sel.folds is None else 0
+            if rows:
                 sel.folds = FOLDS
                 both = " in the train and val mappings" if rows > len(train) else ""
                 base.reasons.append(FOLDS_WHY.format(k=FOLDS, seen=FOLDS - 1, rows=rows, both=both))

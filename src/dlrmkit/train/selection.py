@@ -29,12 +29,12 @@ def held_out_from_train(spec: FeatureSpec, fraction: float | None, fold: tuple[i
 def cross_folds(cfg: TrainConfig) -> int | None:
     """K where the run cross-validates (--folds K, K >= 2, without --fold: one model per fold),
     else None (--folds 1 turns the default off; --fold F trains the one model of fold F)."""
-    k, sel = cfg.selection.folds, cfg.selection
-    return k if k is not None and k > 1 and sel.fold is None else None
+    sel = cfg.selection
+    return sel.folds if sel.folds is not None and sel.folds > 1 and sel.fold is None else None
 
 
 def fold_of(cfg: TrainConfig) -> tuple[int, int] | None:
-    """(--fold, --folds) of a run that holds out one fold of the train mapping, else None; one line
+    """(--fold, --folds) of a run that holds out one fold of its rows (fold_rows), else None; one line
     where only one is given (a run of --folds without --fold is the search's, dlrmkit.train.recipe)."""
     sel = cfg.selection
     if sel.fold is None:
