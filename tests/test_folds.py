@@ -14,7 +14,7 @@ import yaml
 from helpers import run_cli
 from dlrmkit.config import TrainConfig
 from dlrmkit.data.id_counts import id_counts
-from dlrmkit.data.split_binary import open_dataset
+from dlrmkit.data.split_binary import open_dataset, open_val
 from dlrmkit.train import recipe, regression
 from dlrmkit.train.selection import validation_split
 from dlrmkit.train.trainer import Trainer
@@ -149,13 +149,74 @@ def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp
     assert r.code == 0 and "fold 5 x" in (run / "report.md").read_text()
 
 
-def test_the_default_holds_out_rows_past_20000_rows_or_with_folds_1(data, tmp_path, monkeypatch):
+def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(data, tmp_path, monkeypatch):
+    """Between FOLD_ROWS and FOLD_REFIT_ROWS, where the validation rows hold few of their rarer
+    label: the choice, the blend's weights and its temperature on the folds' validation logits,
+    then each kept candidate trained once more on all rows, as its median fold chose; the run is
+    the refitted models, the test rows read once by each."""
+    monkeypatch.setattr(recipe, "FOLD_ROWS", 1199)
+    reads = spy_reads(monkeypatch)
+    run, again = tmp_path / "run", tmp_path / "again"
+    common = ("--no-progress", "--epochs", "2")
+    r = run_cli("train", "--data", data / "val", "--run-dir", run, "--search-budget", "3", *common)
+    assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows in the train and val mappings" in r.out, r.out
+    assert "trained again on all 1,200 rows, repeating what its median fold" in r.out, r.out
+    assert_test_rows_read_last(reads)
+    monkeypatch.undo()
+    doc = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))
+    names = [m["name"] for m in doc["members"]]
+    assert [x for x in reads if x.startswith("test") and not x.endswith(":0")] == ["test:100"] * len(names)
+    labels = rows(open_val(open_dataset(str(data / "val"))[0]))[2]
+    rarer = min(int(labels.sum()), len(labels) - int(labels.sum()))
+    assert f"the validation rows hold {rarer:,} of their rarer label, under 500" in r.out, r.out
+    assert all(m["refit"] and 1 <= m["fold"] <= 5 for m in doc["members"])
+    # each member refitted once, from one fold's run; twice (seeds 0 and 1) where it weighs a tenth or more
+    total = sum({m["name"]: m["weight"] for m in doc["members"]}.values())
+    for name in set(names):
+        runs = [m for m in doc["members"] if m["name"] == name]
+        assert len({m["fold"] for m in runs}) == 1
+        assert [m["seed"] for m in runs] == ([0, 1] if runs[0]["weight"] >= 0.1 * total else [0]), doc
+    assert r.out.count("(the search's run of it, not trained again)") == 5 * len(set(names)), r.out
+    for m in doc["members"]:  # one model on all 1,200 rows, saved in a folder of the member's own
+        end = [json.loads(line) for line in open(run / "checkpoints" / m["folder"] / "log.jsonl")][-1]
+        assert end["event"] == "end" and end["refit"], end
+        assert not end["steps"] or abs(end["samples"] / end["epochs"] - 1200) < 64, end  # epochs of all rows
+        member = yaml.safe_load(open(run / "checkpoints" / m["folder"] / "config.yaml"))
+        assert (member["folds"], member["fold"], member["refit"]) == (5, m["fold"], True)
+    assert r.out.count(": refit on all rows, seed ") == len(names), r.out
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert (cfg["folds"], cfg["refit"], cfg["search-budget"]) == (5, True, 0) and cfg["blend"]
+    m = json.load(open(run / "metrics.json"))
+    assert m["folds"] == 5 and m["refit"] and len(m["blend"]) == len(names) > len(set(names))
+    # the validation figures are all 1,200 rows', each fold scored by its own fold models
+    log = [json.loads(line) for line in open(run / "log.jsonl")]
+    assert [e for e in log if e["event"] == "eval"][-1]["auc"] == m["val_auc"]
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
+    assert r2.code == 0 and "search:" not in r2.out, r2.out + r2.err
+    b = json.load(open(again / "metrics.json"))
+    assert (m["auc"], m["logloss"], m["val_auc"]) == (b["auc"], b["logloss"], b["val_auc"])
+    r = run_cli(
+        "evaluate", "--data", data / "val", "--checkpoint", run / "checkpoints", "--metrics-json", tmp_path / "e.json"
+    )
+    assert r.code == 0, r.err
+    assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(m["auc"], abs=1e-9)
+    r = run_cli("report", run)
+    assert r.code == 0 and "refitted on all rows as fold" in (run / "report.md").read_text()
+
+
+def test_the_default_holds_out_rows_past_fold_refit_rows_with_enough_validation_labels_or_folds_1(data, tmp_path, monkeypatch):
     common = ("--no-progress", "--epochs", "2", "--search-budget", "2")
     r = run_cli("train", "--data", data / "val", "--run-dir", tmp_path / "a", *common)
     assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows in the train and val mappings" in r.out, r.out
     r = run_cli("train", "--data", data / "held", "--run-dir", tmp_path / "b", *common, "--folds", "1")
     assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
-    monkeypatch.setattr(recipe, "FOLD_ROWS", 1199)
+    monkeypatch.setattr(recipe, "FOLD_ROWS", 1000)
+    monkeypatch.setattr(recipe, "FEW_VAL_LABELS", 1)  # under FOLD_REFIT_ROWS, but enough validation clicks
+    for name in ("held", "val"):
+        r = run_cli("train", "--data", data / name, "--run-dir", tmp_path / f"d{name}", *common)
+        assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
+    monkeypatch.setattr(recipe, "FEW_VAL_LABELS", 500)
+    monkeypatch.setattr(recipe, "FOLD_REFIT_ROWS", 1199)
     for name in ("held", "val"):
         r = run_cli("train", "--data", data / name, "--run-dir", tmp_path / f"c{name}", *common)
         assert r.code == 0 and "cross-validation" not in r.out and "refit:" in r.out, r.out + r.err
@@ -167,7 +228,6 @@ def test_the_default_holds_out_rows_past_20000_rows_or_with_folds_1(data, tmp_pa
      (("--preset", "tiny", "--fold", "2"), "--fold 2 needs --folds K with K >= 2"),
      (("--preset", "tiny", "--folds", "3", "--fold", "4"), "--fold 4 needs --folds K with K >= 4"),
      (("--preset", "tiny", "--folds", "3", "--fold", "1", "--val-fraction", "0.2"), "--fold and --val-fraction"),
-     (("--folds", "3", "--refit", "true"), "--folds with --refit true"),
      (("--folds", "3", "--val-fraction", "0.2"), "--folds and --val-fraction"),
      (("--folds", "3", "--search-budget", "0"), "the search is off"),
      (("--folds", "11",), "--folds")],

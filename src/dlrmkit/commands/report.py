@@ -169,9 +169,9 @@ def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
 
 def seed_of(member: dict[str, Any]) -> str:
     """', fold F' or ', seed S' where a blend's member run records it (a member trained on each
-    fold of --folds, or with several seeds)."""
+    fold of --folds, or with several seeds; with --folds and --refit, the fold its refit followed)."""
     if member.get("fold") is not None:
-        return f", fold {member['fold']}"
+        return f", refitted on all rows as fold {member['fold']} chose" if member.get("refit") else f", fold {member['fold']}"
     return "" if member.get("seed") is None else f", seed {member['seed']}"
 
 

@@ -26,6 +26,7 @@ import gc
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -124,7 +125,8 @@ def is_blend(path: str) -> bool:
 
 def described(r: MemberRun) -> dict[str, Any]:
     """A member run as the log, plan.json and blend.yaml name it."""
-    return {"name": r.member.name, "seed": r.seed, **({"fold": r.fold} if r.fold else {}), "weight": r.member.weight}
+    return {"name": r.member.name, "seed": r.seed, **({"fold": r.fold} if r.fold else {}),
+            **({"refit": True} if r.refit else {}), "weight": r.member.weight}  # fmt: skip
 
 
 def write_blend(path: str, runs: list[MemberRun], scale: float) -> None:
@@ -204,11 +206,17 @@ def metrics_of(z: np.ndarray, y: np.ndarray, bins: bool = False) -> dict[str, An
     return out
 
 
-def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | None = None) -> str:
-    """The search's lines on the blend it chose (`tried`: recipe_search.Candidate with results)."""
+def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | None = None, refit: bool = False) -> str:
+    """The search's lines on the blend it chose (`tried`: recipe_search.Candidate with results);
+    `refit`: with `folds`, each member is refitted on all rows (refit_folds)."""
     from dlrmkit.train.calibration import kept_scale, log_loss_of_logits
 
     if folds and len(members) == 1:
+        if refit:
+            return (
+                f"  the run: {members[0].name}, trained again on all rows as its median fold chose, with one "
+                f"temperature fitted on the {folds} folds' validation logits (config.yaml: --blend, --folds, --refit)"
+            )
         return (
             f"  the run: {members[0].name}'s {folds} models, one per fold, each its search run (trained on the other "
             f"folds), their logits averaged and one temperature fitted on the folds' validation rows (config.yaml: "
@@ -219,7 +227,9 @@ def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | N
     z = mean_logits([by_name[m.name]["val_logits"] for m in members], [m.weight for m in members])
     single = min(log_loss_of_logits(c.result["val_logits"], y) for c in tried)
     blended = log_loss_of_logits(kept_scale(z.astype(np.float32), y) * z, y)
-    if folds:
+    if folds and refit:
+        runs = f"each member is trained again on all rows as its median fold of {folds} chose"
+    elif folds:
         runs = f"each member is its {folds} search runs, one per fold"
     else:
         more = f" and, weighing a tenth of the blend or more, {seeds - 1} more on the next seed(s)"
@@ -228,7 +238,7 @@ def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | N
         f"  blend: {', '.join(f'{m.name} x{m.weight}' for m in members)}: ensemble selection on the validation "
         f"log loss after the temperatures, bagged over {BAGS} bootstrap samples of the validation rows (best single "
         f"{single:.4f}, the blend {blended:.4f}); {runs}, each a run of its own, and the run is their weighted mean "
-        f"(config.yaml: --blend, {'--folds' if folds else '--blend-seeds'})"
+        f"(config.yaml: --blend, {('--folds, --refit' if refit else '--folds') if folds else '--blend-seeds'})"
     )
 
 
@@ -243,6 +253,7 @@ class MemberRun:
     cfg: Any  # its TrainConfig
     trained: tuple | None = None  # the search's run of it (trainer, test rows, metrics), taken over
     fold: int | None = None  # --folds: the fold (from 1) whose rows validate it
+    refit: bool = False  # --folds with --refit: the fold's run refitted on all rows (refit_folds)
 
 
 def member_runs(members: list[tuple[Member, Any, Any]], seeds: int, folds: int | None = None) -> list[MemberRun]:
@@ -284,6 +295,55 @@ def validation_logits(runs: list[MemberRun], val: list[tuple[np.ndarray, np.ndar
     return np.concatenate(zs), np.concatenate([val[js[0]][1] for js in groups.values()])
 
 
+def refit_folds(
+    runs: list[MemberRun], trained: list[tuple], ck: str | None, seeds: int
+) -> tuple[list[MemberRun], list[tuple]]:
+    """--folds with --refit: each member's runs, one per fold, become models on all rows: the run
+    of its median fold by the epochs it selected (of K = 5, the third), refitted as that fold chose
+    (dlrmkit.train.refit), `seeds` times (the run's seed and the next) where the member weighs
+    SEEDED_SHARE of the blend or more, as member_runs trains a held-out blend's, else once; each
+    in a checkpoint folder of its own (the member's name, and its seed where it has several; `ck`:
+    the blend's checkpoint folder, or None). `trained`: (trainer, test rows, metrics, validation
+    logits) of each run; returns the refitted runs and theirs. The fold runs are let go."""
+    from dlrmkit.cli_types import MAX_SEED
+    from dlrmkit.options import assign
+    from dlrmkit.train.config_file import dump_config
+    from dlrmkit.train.refit import refit
+    from dlrmkit.train.run_dir import resolved_options
+
+    def epochs(j: int) -> float:
+        trainer, _, metrics, _ = trained[j]
+        return metrics["selected_step"] / max(len(trainer.loader), 1)
+
+    by_member: dict[str, list[int]] = {}
+    for j, r in enumerate(runs):
+        by_member.setdefault(r.member.name, []).append(j)
+    total = sum(runs[js[0]].member.weight for js in by_member.values())
+    out_runs, out = [], []
+    for name, js in by_member.items():
+        j = sorted(js, key=epochs)[(len(js) - 1) // 2]
+        r, how = runs[j], epochs(j)
+        for k in range(seeds if r.member.weight >= SEEDED_SHARE * total else 1):
+            seed = (r.seed + k) % (MAX_SEED + 1)
+            folder = folder_of(name)[:48] + (f"-seed{seed}" if seeds > 1 else "")
+            path = os.path.join(ck, folder) if ck else None
+            t0 = time.perf_counter()
+            trainer, test, metrics = refit(trained[j][0], trained[j][2], read_test=False, folder=path, seed=seed)
+            print(f"{name}: refit on all rows, seed {seed}, as fold {r.fold} chose ({how:.2f} epochs of its rows, "
+                  f"the median fold): {metrics['refit_steps']} steps  {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+            rcfg = copy.deepcopy(r.cfg)
+            rcfg.seed = seed
+            assign(rcfg, {"checkpoint_dir": path, "log_jsonl": path and os.path.join(path, "log.jsonl")})
+            if path:  # repeats it: `train --config` trains that fold's run (on this seed), then refits it
+                dump_config(resolved_options(rcfg), os.path.join(path, "config.yaml"))
+            out_runs.append(replace(r, seed=seed, folder=folder, cfg=rcfg, trained=None, refit=True))
+            out.append((trainer, test, metrics, trained[j][3]))
+        for k in js:
+            trained[k] = None
+        gc.collect()  # a trainer's references among its parts: freed by the cycle collector
+    return out_runs, out
+
+
 def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> dict[str, Any]:
     """Train each member (its TrainConfig from dlrmkit.train.recipe.member_configs) --blend-seeds
     times, or once per fold with --folds, each a run in its own folder under the run's checkpoint
@@ -291,11 +351,13 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     where the search made it: the same training); then, every run trained, fit the blend's
     temperature on the validation rows (with folds: every fold's, each scored by its own runs),
     score the test rows once, and save each run's checkpoint and blend.yaml. A member's weight is
-    shared by its runs, so the blend is the weighted mean of each member's mean over its runs. Returns the run's
+    shared by its runs, so the blend is the weighted mean of each member's mean over its runs.
+    With --refit, each run is refitted on the training and validation rows; with --folds and
+    --refit, each member once, after the weights and temperature are fitted on its fold runs
+    (refit_folds), and the blend is the refitted members'. Returns the run's
     metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir). `members` is emptied: its
     runs take the search's trained runs over, and a refit lets each go once it is refitted."""
     import json
-    import time
     from dataclasses import asdict
 
     from dlrmkit.atomic_io import write_json
@@ -346,7 +408,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         val = scores(trainer, trainer.val_set)  # the blend's weights and temperature: the run's figures
         how = " (the search's run of it, not trained again)" if taken else ""
         print(f"  val AUC {metrics['val_auc']:.4f}  {time.perf_counter() - t0:.0f} s{how}", flush=True)
-        if refitting:  # the member is its refit on the training and validation rows
+        if refitting and not folds:  # the member is its refit on the training and validation rows
             t0 = time.perf_counter()
             trainer, test, metrics = refit(trainer, metrics, read_test=False)
             print(f"  refit on the training and validation rows: {metrics['refit_steps']} steps  "
@@ -357,7 +419,12 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
             del r
             gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
+    # the blend's weights and temperature: every run's validation logits (with folds, every fold's)
+    z, y = validation_logits(runs, [v for _, _, _, v in trained])
     seen = sum(r["samples"] for _, _, r, _ in trained)  # every member trained: every sample seen
+    if refitting and folds:  # each member is now one model on all rows: its median fold's run, refitted
+        runs, trained = refit_folds(runs, trained, ck, cfg.selection.blend_seeds)
+        seen += sum(r["samples"] for _, _, r, _ in trained)
 
     def log(record: dict[str, Any]) -> None:
         append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
@@ -366,7 +433,6 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     plan = [{**described(r), "model_config": asdict(t.model_cfg)} for r, (t, _, _, _) in zip(runs, trained)]
     write_json(run.file("plan.json"), {"world_size": 1, "blend": plan})
     weights = [r.member.weight for r in runs]
-    z, y = validation_logits(runs, [v for _, _, _, v in trained])
     scale = kept_scale(z.astype(np.float32), y)
     val_metrics = metrics_of(scale * z, y)
     log({"event": "blend", "members": [{**described(r), "folder": r.folder} for r in runs]})

@@ -106,7 +106,9 @@ class SelectionOptions:
         "cross-validation: cut the train mapping's rows, then the val mapping's, into K contiguous folds, each "
         "the validation rows of a model trained on the others; with --preset auto, every candidate is trained K "
         "times, chosen and blended on all K folds' validation logits, and the run is the K models of each kept "
-        "candidate, averaged (1: none; default: 5 on up to 20,000 train and val rows together, else none)",
+        "candidate, averaged, or with --refit true each kept candidate trained again on all rows as its median fold "
+        "chose (1: none; default: 5 on up to 20,000 train and val rows together, and, refitted, on up to 40,000 "
+        "where the validation rows hold fewer than 500 of their rarer label; else none)",
         parse=ct.int_range(1, MAX_FOLDS),
     )
     fold: int | None = option(

@@ -32,8 +32,12 @@ SELECTION = ("patience", "restore_best", "lr_decay_on_plateau")  # options that 
 NO_TABLE_BUCKETS = 32  # numerical features only: the buckets that give the model its tables
 SEARCHED = ("small-data", "medium-data")  # the base recipes tried against their candidates on validation rows
 # cross-validation (--folds) by default: K folds on up to FOLD_ROWS rows (the train and val
-# mappings' together), where the validation rows otherwise are a few hundred to a few thousand
-FOLDS, FOLD_ROWS = 5, 20_000
+# mappings' together), where the validation rows otherwise are a few hundred to 2,000, the run the
+# kept candidates' fold models averaged; and on up to FOLD_REFIT_ROWS where the validation rows
+# hold fewer than FEW_VAL_LABELS of their rarer label (clicks, or non-clicks), too few to choose
+# on, the kept candidates then refitted on all rows (there the fold models' mean gains less than
+# one model on every row). docs/RECIPES.md measures both.
+FOLDS, FOLD_ROWS, FOLD_REFIT_ROWS, FEW_VAL_LABELS = 5, 20_000, 40_000, 500
 
 
 @dataclass
@@ -45,9 +49,17 @@ class Recipe:
 
 FOLDS_WHY = (
     "cross-validation (--folds {k}): {rows:,} rows{both}, so the validation rows would be few; each candidate "
-    "is trained {k} times, each fold of the rows the validation rows of the model trained on the others, the "
-    "choice and blend are made on all {rows:,} rows' validation logits, and the run averages the kept "
-    "candidates' {k} models (each has seen {seen} of {k} folds; no refit)"
+    "is trained {k} times, each fold of the rows the validation rows of the model trained on the others, and "
+    "the choice and blend are made on all {rows:,} rows' validation logits"
+)
+FOLDS_BAG = (
+    "; the run averages the kept candidates' {k} models (each has seen {seen} of {k} folds; no refit: up to "
+    "{limit:,} rows the mean of the fold models beats one model on all rows)"
+)
+FOLDS_REFIT = (
+    " (the validation rows hold {rarer:,} of their rarer label, under {few:,}); then each kept candidate is trained "
+    "again on all {rows:,} rows, repeating what its median fold (by the epochs selected) chose (--refit true: over "
+    "{limit:,} rows one model on all rows beats the fold models' mean)"
 )
 REFIT_WHY = (
     "refit: each model kept is trained again on the training and validation rows together, for the epochs "
@@ -274,11 +286,15 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             why_not = None
         if why_not is None:
             # as if given: the members and config.yaml keep it
-            rows = default_folds(cfg, spec, len(train)) if sel.folds is None else 0
+            rows, rarer = default_folds(cfg, spec, train) if sel.folds is None else (0, None)
             if rows:
                 sel.folds = FOLDS
+                if rows > FOLD_ROWS:
+                    sel.refit = True
                 both = " in the train and val mappings" if rows > len(train) else ""
-                base.reasons.append(FOLDS_WHY.format(k=FOLDS, seen=FOLDS - 1, rows=rows, both=both))
+                how = FOLDS_REFIT if sel.refit else FOLDS_BAG
+                base.reasons.append(FOLDS_WHY.format(k=FOLDS, rows=rows, both=both) + how.format(
+                    k=FOLDS, seen=FOLDS - 1, rows=rows, limit=FOLD_ROWS, rarer=rarer, few=FEW_VAL_LABELS))  # fmt: skip
             winner, tried = recipe_search.search(cfg, base, budget, train.num_numerical, fill)
             lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg))
             if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
@@ -290,7 +306,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             recipe_search.release(tried, keep={m.name for m in members} or {winner.name})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
-                said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg))
+                said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg), bool(sel.refit))
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
                 return text, member_configs(cfg, base, train.num_numerical, trained), None
@@ -310,19 +326,30 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     return ("\n".join([text, *lines]) if lines else text), [], taken
 
 
-def default_folds(cfg: Any, spec: FeatureSpec, train_rows: int) -> int:
-    """The rows a searched run cross-validates over by default (the train mapping's, and the val
-    mapping's where there is one: fold_rows), or 0: up to FOLD_ROWS of them, no --val-fraction,
-    --refit not asked for, and no checkpoints along the way or --resume (a run of K models is not
-    resumed)."""
+def default_folds(cfg: Any, spec: FeatureSpec, train: SplitBinaryDataset) -> tuple[int, int | None]:
+    """(the rows a searched run cross-validates over by default, the train mapping's and the val
+    mapping's where there is one (fold_rows), or 0; over FOLD_ROWS rows, the count of the rarer
+    label in the validation rows it would otherwise choose on, else None): up to FOLD_ROWS rows, or
+    up to FOLD_REFIT_ROWS where that count is under FEW_VAL_LABELS and --refit false is not given;
+    no --val-fraction, --refit true not asked for (a refit of the model chosen on held-out rows),
+    and no checkpoints along the way or --resume (a run of K models is not resumed)."""
     from dlrmkit.data.split_binary import open_val
     from dlrmkit.train.refit import skipped
+    from dlrmkit.train.selection import validation_split
 
     sel, val = cfg.selection, open_val(spec)
-    rows = train_rows + (len(val) if val is not None else 0)
-    if sel.val_fraction is not None or rows > FOLD_ROWS or sel.refit or skipped(cfg, parallel=False) is not None:
-        return 0
-    return rows
+    rows = len(train) + (len(val) if val is not None else 0)
+    limit = FOLD_ROWS if sel.refit is False else FOLD_REFIT_ROWS
+    if sel.val_fraction is not None or rows > limit or sel.refit or skipped(cfg, parallel=False) is not None:
+        return 0, None
+    if rows <= FOLD_ROWS:
+        return rows, None
+    held = validation_split(spec, train, None)[1]
+    if held is None:
+        return 0, None
+    clicks = int(np.count_nonzero(held.label.read(0, len(held))))
+    rarer = min(clicks, len(held) - clicks)
+    return (rows, rarer) if rarer < FEW_VAL_LABELS else (0, None)
 
 
 def check_folds(cfg: Any) -> None:
@@ -332,8 +359,6 @@ def check_folds(cfg: Any) -> None:
     sel = cfg.selection
     if not cross_folds(cfg):
         return
-    if sel.refit:
-        raise DlrmkitError("--folds with --refit true: the run is the fold models averaged, not refitted; give one")
     if sel.val_fraction is not None:
         raise DlrmkitError("--folds and --val-fraction both say which rows validate; give one")
     if cfg.checkpoint.resume:
