@@ -37,6 +37,26 @@ def rows(dataset):
     return b.dense.astype(np.float64), b.ids.astype(np.int64), b.labels
 
 
+def assert_repeated_and_scored(run, dataset, tmp_path, common, reported):
+    """A cross-validated run's figures: its validation ones are all 1,200 rows' (each fold scored
+    by its own fold models); config.yaml repeats the run without the search (the same models, the
+    same figures); `evaluate` scores the checkpoint folder as the run did; `report` says `reported`."""
+    m = json.load(open(run / "metrics.json"))
+    log = [json.loads(line) for line in open(run / "log.jsonl")]
+    assert [e for e in log if e["event"] == "eval"][-1]["auc"] == m["val_auc"]
+    again = tmp_path / "again"
+    r = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
+    assert r.code == 0 and "not trained again" not in r.out and "search:" not in r.out, r.out + r.err
+    b = json.load(open(again / "metrics.json"))
+    assert (m["auc"], m["logloss"], m["val_auc"]) == (b["auc"], b["logloss"], b["val_auc"])
+    out = tmp_path / "e.json"
+    r = run_cli("evaluate", "--data", dataset, "--checkpoint", run / "checkpoints", "--metrics-json", out)
+    assert r.code == 0, r.err
+    assert json.load(open(out))["auc"] == pytest.approx(m["auc"], abs=1e-9)
+    r = run_cli("report", run)
+    assert r.code == 0 and reported in (run / "report.md").read_text()
+
+
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_each_fold_validates_its_rows_and_the_others_train(data, k):
     spec, train, _ = open_dataset(str(data / "held"))
@@ -115,7 +135,7 @@ def test_equal_sized_folds_fit_their_own_regression(data):
 
 def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp_path, monkeypatch):
     reads = spy_reads(monkeypatch)
-    run, again = tmp_path / "run", tmp_path / "again"
+    run = tmp_path / "run"
     common = ("--no-progress", "--epochs", "2")
     r = run_cli("train", "--data", data / "held", "--run-dir", run, "--search-budget", "3", *common)
     assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows, so" in r.out, r.out + r.err
@@ -131,22 +151,7 @@ def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp
     assert cfg["folds"] == 5 and cfg["search-budget"] == 0 and "refit" not in cfg and cfg["blend"]
     m = json.load(open(run / "metrics.json"))
     assert m["folds"] == 5 and not m["refit"] and len(m["blend"]) == 5 * len(names)
-    # the validation figures are all 1,200 rows', each fold scored by its own models
-    log = [json.loads(line) for line in open(run / "log.jsonl")]
-    assert [e for e in log if e["event"] == "eval"][-1]["auc"] == m["val_auc"]
-    # config.yaml repeats the run without the search: the same models, the same figures
-    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
-    assert r2.code == 0 and "not trained again" not in r2.out and "search:" not in r2.out, r2.out + r2.err
-    b = json.load(open(again / "metrics.json"))
-    assert (m["auc"], m["logloss"], m["val_auc"]) == (b["auc"], b["logloss"], b["val_auc"])
-    # evaluate scores the fold models together as the run did
-    r = run_cli(
-        "evaluate", "--data", data / "held", "--checkpoint", run / "checkpoints", "--metrics-json", tmp_path / "e.json"
-    )
-    assert r.code == 0, r.err
-    assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(m["auc"], abs=1e-9)
-    r = run_cli("report", run)
-    assert r.code == 0 and "fold 5 x" in (run / "report.md").read_text()
+    assert_repeated_and_scored(run, data / "held", tmp_path, common, reported="fold 5 x")
 
 
 def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(data, tmp_path, monkeypatch):
@@ -156,7 +161,7 @@ def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(d
     the refitted models, the test rows read once by each."""
     monkeypatch.setattr(recipe, "FOLD_ROWS", 1199)
     reads = spy_reads(monkeypatch)
-    run, again = tmp_path / "run", tmp_path / "again"
+    run = tmp_path / "run"
     common = ("--no-progress", "--epochs", "2")
     r = run_cli("train", "--data", data / "val", "--run-dir", run, "--search-budget", "3", *common)
     assert r.code == 0 and "cross-validation (--folds 5): 1,200 rows in the train and val mappings" in r.out, r.out
@@ -188,20 +193,7 @@ def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(d
     assert (cfg["folds"], cfg["refit"], cfg["search-budget"]) == (5, True, 0) and cfg["blend"]
     m = json.load(open(run / "metrics.json"))
     assert m["folds"] == 5 and m["refit"] and len(m["blend"]) == len(names) > len(set(names))
-    # the validation figures are all 1,200 rows', each fold scored by its own fold models
-    log = [json.loads(line) for line in open(run / "log.jsonl")]
-    assert [e for e in log if e["event"] == "eval"][-1]["auc"] == m["val_auc"]
-    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *common)
-    assert r2.code == 0 and "search:" not in r2.out, r2.out + r2.err
-    b = json.load(open(again / "metrics.json"))
-    assert (m["auc"], m["logloss"], m["val_auc"]) == (b["auc"], b["logloss"], b["val_auc"])
-    r = run_cli(
-        "evaluate", "--data", data / "val", "--checkpoint", run / "checkpoints", "--metrics-json", tmp_path / "e.json"
-    )
-    assert r.code == 0, r.err
-    assert json.load(open(tmp_path / "e.json"))["auc"] == pytest.approx(m["auc"], abs=1e-9)
-    r = run_cli("report", run)
-    assert r.code == 0 and "refitted on all rows as fold" in (run / "report.md").read_text()
+    assert_repeated_and_scored(run, data / "val", tmp_path, common, reported="refitted on all rows as fold")
 
 
 def test_the_default_holds_out_rows_past_fold_refit_rows_with_enough_validation_labels_or_folds_1(data, tmp_path, monkeypatch):
