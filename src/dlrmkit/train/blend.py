@@ -11,8 +11,9 @@ by its ranking, not its scale. The test rows are read after every member is trai
 weights and temperature are fixed. docs/RECIPES.md measures it.
 
 Each member weighing a tenth of the blend or more is trained --blend-seeds times (seeds --seed
-and on), and its logits are the mean of its runs: the mean of two seeds of a deep model ranks
-better than one.
+and on): the mean of two seeds of a deep model ranks better than one. Each run carries its
+member's weight, so such a member weighs --blend-seeds times its selection weight beside a member
+run once.
 
 On disk a blend is a checkpoint folder holding `blend.yaml` (the member runs' folders and seeds,
 their member's weight, the blend's temperature) and one checkpoint folder per member run beside
@@ -350,8 +351,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     folder, with no test rows (the first seed's run, or each fold's, is the search's, taken over,
     where the search made it: the same training); then, every run trained, fit the blend's
     temperature on the validation rows (with folds: every fold's, each scored by its own runs),
-    score the test rows once, and save each run's checkpoint and blend.yaml. A member's weight is
-    shared by its runs, so the blend is the weighted mean of each member's mean over its runs.
+    score the test rows once, and save each run's checkpoint and blend.yaml. Each run carries its
+    member's weight: the blend is the weighted mean of the runs' logits.
     With --refit, each run is refitted on the training and validation rows; with --folds and
     --refit, each member once, after the weights and temperature are fitted on its fold runs
     (refit_folds), and the blend is the refitted members'. Returns the run's
