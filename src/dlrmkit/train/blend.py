@@ -328,13 +328,13 @@ def refit_folds(
             seed = (r.seed + k) % (MAX_SEED + 1)
             folder = folder_of(name)[:48] + (f"-seed{seed}" if seeds > 1 else "")
             path = os.path.join(ck, folder) if ck else None
+            changes = {"seed": seed, "checkpoint_dir": path, "log_jsonl": path and os.path.join(path, "log.jsonl")}
             t0 = time.perf_counter()
-            trainer, test, metrics = refit(trained[j][0], trained[j][2], read_test=False, folder=path, seed=seed)
+            trainer, test, metrics = refit(trained[j][0], trained[j][2], read_test=False, changes=changes)
             print(f"{name}: refit on all rows, seed {seed}, as fold {r.fold} chose ({how:.2f} epochs of its rows, "
                   f"the median fold): {metrics['refit_steps']} steps  {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
             rcfg = copy.deepcopy(r.cfg)
-            rcfg.seed = seed
-            assign(rcfg, {"checkpoint_dir": path, "log_jsonl": path and os.path.join(path, "log.jsonl")})
+            assign(rcfg, changes)
             if path:  # repeats it: `train --config` trains that fold's run (on this seed), then refits it
                 dump_config(resolved_options(rcfg), os.path.join(path, "config.yaml"))
             out_runs.append(replace(r, seed=seed, folder=folder, cfg=rcfg, trained=None, refit=True))

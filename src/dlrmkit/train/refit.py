@@ -67,25 +67,21 @@ def plan(trainer: Any, metrics: dict[str, Any]) -> Refit:
 
 
 def refit(
-    trainer: Any, metrics: dict[str, Any], read_test: bool, folder: str | None | bool = False, seed: int | None = None
+    trainer: Any, metrics: dict[str, Any], read_test: bool, changes: dict[str, Any] | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
     """(the refit's Trainer, its test rows, its metrics) of a trained run that has not read its
     test rows (`metrics`: its fit's). The refit writes where the run does (its log continues the
-    run's, after a `refit` record), or in checkpoint folder `folder` where one is given (None:
-    nowhere); it trains from the run's seed, or from `seed`. `read_test`: the refit reads the test rows and saves its final checkpoint at its
-    end, as a run does; else the caller does both (a blend, once every member is trained). Its
-    metrics (Trainer.fit's) carry the run's validation figures and selected step."""
-    import os
-
+    run's, after a `refit` record), from the same seed; `changes`: options (flat names) it takes
+    instead of the run's (a fold's run refitted into a folder of its own, on a seed of its own:
+    dlrmkit.train.blend.refit_folds). `read_test`: the refit reads the test rows and saves its
+    final checkpoint at its end, as a run does; else the caller does both (a blend, once every
+    member is trained). Its metrics (Trainer.fit's) carry the run's validation figures and
+    selected step."""
     from dlrmkit.options import assign
     from dlrmkit.train.trainer import Trainer
 
     cfg = copy.deepcopy(trainer.cfg)
-    assign(cfg, OFF)
-    if folder is not False:  # a folder of its own (a refit of one fold's run, dlrmkit.train.blend.refit_folds)
-        assign(cfg, {"checkpoint_dir": folder, "log_jsonl": folder and os.path.join(folder, "log.jsonl")})
-    if seed is not None:
-        cfg.seed = seed
+    assign(cfg, {**OFF, **(changes or {})})
     how = plan(trainer, metrics)
     trainer.log({"event": "refit", "epochs": how.epochs, "lr_scales": [list(x) for x in how.lr_scales],
                  "wide_c": how.wide_c, "temperature": 1 / how.scale})  # fmt: skip
