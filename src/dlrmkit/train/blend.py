@@ -245,8 +245,8 @@ def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | N
 
 @dataclass(frozen=True)
 class MemberRun:
-    """One training of a member: the blend averages a member's runs, one per seed, or one per
-    fold with --folds."""
+    """One training of a member: one per seed, or one per fold with --folds (and with --refit,
+    one per seed again, refitted from a fold's run: refit_folds)."""
 
     member: Member
     seed: int
@@ -257,6 +257,19 @@ class MemberRun:
     refit: bool = False  # --folds with --refit: the fold's run refitted on all rows (refit_folds)
 
 
+def seeded(member: Member, total: int, seeds: int, seed: int) -> list[tuple[int, str]]:
+    """(seed, folder) of each run of `member` (`total`: the blend's weights summed): `seeds` runs,
+    on `seed` and the next, where it weighs SEEDED_SHARE of the blend or more, else one; each
+    folder the member's name, and its seed where the blend has several."""
+    from dlrmkit.cli_types import MAX_SEED
+
+    out = []
+    for k in range(seeds if member.weight >= SEEDED_SHARE * total else 1):
+        s = (seed + k) % (MAX_SEED + 1)
+        out.append((s, folder_of(member.name)[:48] + (f"-seed{s}" if seeds > 1 else "")))
+    return out
+
+
 def member_runs(members: list[tuple[Member, Any, Any]], seeds: int, folds: int | None = None) -> list[MemberRun]:
     """Each member (with its TrainConfig and the search's runs of it, from
     dlrmkit.train.recipe.member_configs) once per seed: its config's seed, where the search's run
@@ -264,7 +277,6 @@ def member_runs(members: list[tuple[Member, Any, Any]], seeds: int, folds: int |
     SEEDED_SHARE of the blend, once; with `folds`, once per fold instead (on its config's seed),
     each fold's search run taken over. Each run in a folder of its own (the member's name, and its
     seed or fold where the blend has several)."""
-    from dlrmkit.cli_types import MAX_SEED
     from dlrmkit.options import assign
 
     runs = []
@@ -277,11 +289,10 @@ def member_runs(members: list[tuple[Member, Any, Any]], seeds: int, folds: int |
                 run = trained[i - 1] if trained else None
                 runs.append(MemberRun(m, rcfg.seed, f"{folder_of(m.name)[:48]}-fold{i}", rcfg, run, i))
             continue
-        for k in range(seeds if m.weight >= SEEDED_SHARE * total else 1):
+        for k, (seed, folder) in enumerate(seeded(m, total, seeds, mcfg.seed)):
             rcfg = copy.deepcopy(mcfg)
-            rcfg.seed = (mcfg.seed + k) % (MAX_SEED + 1)
-            folder = folder_of(m.name)[:48] + (f"-seed{rcfg.seed}" if seeds > 1 else "")
-            runs.append(MemberRun(m, rcfg.seed, folder, rcfg, trained[0] if trained and k == 0 else None))
+            rcfg.seed = seed
+            runs.append(MemberRun(m, seed, folder, rcfg, trained[0] if trained and k == 0 else None))
     return runs
 
 
@@ -306,15 +317,14 @@ def refit_folds(
     in a checkpoint folder of its own (the member's name, and its seed where it has several; `ck`:
     the blend's checkpoint folder, or None). `trained`: (trainer, test rows, metrics, validation
     logits) of each run; returns the refitted runs and theirs. The fold runs are let go."""
-    from dlrmkit.cli_types import MAX_SEED
     from dlrmkit.options import assign
     from dlrmkit.train.config_file import dump_config
-    from dlrmkit.train.refit import refit
+    from dlrmkit.train.refit import plan, refit
     from dlrmkit.train.run_dir import resolved_options
 
-    def epochs(j: int) -> float:
+    def epochs(j: int) -> float:  # the epochs a refit of run j repeats
         trainer, _, metrics, _ = trained[j]
-        return metrics["selected_step"] / max(len(trainer.loader), 1)
+        return plan(trainer, metrics).epochs
 
     by_member: dict[str, list[int]] = {}
     for j, r in enumerate(runs):
@@ -324,9 +334,7 @@ def refit_folds(
     for name, js in by_member.items():
         j = sorted(js, key=epochs)[(len(js) - 1) // 2]
         r, how = runs[j], epochs(j)
-        for k in range(seeds if r.member.weight >= SEEDED_SHARE * total else 1):
-            seed = (r.seed + k) % (MAX_SEED + 1)
-            folder = folder_of(name)[:48] + (f"-seed{seed}" if seeds > 1 else "")
+        for seed, folder in seeded(r.member, total, seeds, r.seed):
             path = os.path.join(ck, folder) if ck else None
             changes = {"seed": seed, "checkpoint_dir": path, "log_jsonl": path and os.path.join(path, "log.jsonl")}
             t0 = time.perf_counter()
@@ -381,7 +389,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
 
     runs = member_runs(members, cfg.selection.blend_seeds, folds)
     members.clear()  # the runs hold the search's trained runs now, and let each go once it is refitted
-    refitting = wanted(cfg, parallel=False)  # a blend trains in one process (never with --folds: recipe.select)
+    refitting = wanted(cfg, parallel=False)  # a blend trains in one process
     trained = []
     for i, r in enumerate(runs):
         folder = os.path.join(ck, r.folder) if ck else None
