@@ -36,11 +36,20 @@ def fit_scale(logits: np.ndarray, labels: np.ndarray, iters: int = 50) -> float:
     return a
 
 
+@torch.no_grad()
 def logits_of(model: torch.nn.Module, dataset, batch_size: int, move=None) -> tuple[np.ndarray, np.ndarray]:
     """The model's logits (before the sigmoid: no float rounding at p = 0 or 1) and the labels."""
-    from dlrmkit.train.evaluation import predict_logits
+    from dlrmkit.data.loader import BatchLoader
 
-    return predict_logits(model, dataset, batch_size, move)
+    was_training = model.training
+    model.eval()
+    out, labels = [], []
+    for batch in BatchLoader(dataset, batch_size).epoch(0):
+        moved = move(batch) if move is not None else batch
+        out.append(model(moved.dense, moved.ids).float().cpu().numpy())
+        labels.append(batch.labels.numpy())
+    model.train(was_training)
+    return np.concatenate(out) if out else np.empty(0), np.concatenate(labels) if labels else np.empty(0)
 
 
 @torch.no_grad()

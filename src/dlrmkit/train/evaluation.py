@@ -15,19 +15,18 @@ from dlrmkit.metrics import log_loss, roc_auc
 
 
 @torch.no_grad()
-def predict_logits(
+def predict(
     model: torch.nn.Module,
     dataset: SplitBinaryDataset,
     batch_size: int,
     move: Callable[[Batch], Batch] | None = None,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The model's logits (before the sigmoid: no float rounding at p = 0 or 1) and the labels for
-    every row of `dataset`, in order; `move` takes each batch to where the model is (a GPU).
-    `progress`: a bar on a terminal once it takes over 2 s."""
+    """Click probabilities and labels for every row of `dataset`, in order; `move` takes each
+    batch to where the model is (a GPU). `progress`: a bar on a terminal once it takes over 2 s."""
     was_training = model.training
     model.eval()
-    logits, labels = [], []
+    probs, labels = [], []
     loader = BatchLoader(dataset, batch_size)
     batches = tqdm(
         loader.epoch(0),
@@ -41,24 +40,12 @@ def predict_logits(
     )
     for batch in batches:
         moved = move(batch) if move is not None else batch
-        logits.append(model(moved.dense, moved.ids).float().cpu().numpy())
+        probs.append(torch.sigmoid(model(moved.dense, moved.ids).float()).cpu().numpy())
         labels.append(batch.labels.numpy())
     model.train(was_training)
-    if not logits:
-        return np.empty(0, np.float32), np.empty(0)
-    return np.concatenate(logits), np.concatenate(labels)
-
-
-def predict(
-    model: torch.nn.Module,
-    dataset: SplitBinaryDataset,
-    batch_size: int,
-    move: Callable[[Batch], Batch] | None = None,
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Click probabilities and labels for every row of `dataset`, in order (predict_logits)."""
-    z, labels = predict_logits(model, dataset, batch_size, move, progress)
-    return torch.sigmoid(torch.from_numpy(z)).numpy(), labels
+    if not probs:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(probs), np.concatenate(labels)
 
 
 def evaluate_model(
