@@ -47,7 +47,7 @@ which is not used here, so it is installed without dependencies and ray is stubb
 Run:
 
     PYTHONPATH=src nice -n 10 /work/scratch-fuxi/bin/python benchmarks/quality_fuxictr.py \
-        [--models LR,FM,DNN,DeepFM,DCNv2,DLRM] [--numerical numeric|buckets|values] [--trace FILE] \
+        [--models LR,FM,DNN,DeepFM,DCNv2,DLRM] [--numerical numeric|buckets|values] [--trace FILE] [--seed S] \
         DATA [DATA ...]
 """
 
@@ -363,8 +363,8 @@ def batch_size(n: int) -> int:
 
 
 class Runner:
-    def __init__(self, parts, numerical_as: str, root: str):
-        self.parts, self.numerical_as, self.root = parts, numerical_as, root
+    def __init__(self, parts, numerical_as: str, root: str, seed: int = SEED):
+        self.parts, self.numerical_as, self.root, self.seed = parts, numerical_as, root, seed
         self.cache = {}
         self.batch = batch_size(len(parts[0].labels))
 
@@ -376,9 +376,9 @@ class Runner:
     def fit(self, name: str, cfg: dict) -> dict:
         specs, cols = self.data(cfg["mcc"])
         fmap = feature_map(specs, cfg["dim"])
-        seed_everything(SEED)
+        seed_everything(self.seed)
         model = globals()[name](fmap, cfg, self.root)
-        train = Batches(cols[0], self.batch, shuffle=True)
+        train = Batches(cols[0], self.batch, shuffle=True, seed=self.seed)
         val, test = (Batches(c, 4096, shuffle=False) for c in cols[1:])
         t0 = time.time()
         model.fit(train, epochs=MAX_EPOCHS, validation_data=val)
@@ -442,20 +442,24 @@ def main(argv) -> int:
         help="numerical features as FuxiCTR numeric features, as Criteo buckets, or as categorical values",
     )
     ap.add_argument("--trace", help="one JSON line per configuration tried")
+    ap.add_argument("--seed", type=int, default=SEED, help=f"seed of the initialization and shuffling (default {SEED})")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     logging.disable(logging.WARNING)
     trace = open(args.trace, "a") if args.trace else None
     with tempfile.TemporaryDirectory() as root:
         for data in args.data:
-            runner = Runner(splits(data), args.numerical, root)
+            runner = Runner(splits(data), args.numerical, root, args.seed)
             os.makedirs(os.path.join(root, "d"), exist_ok=True)
             variant = args.numerical
             for name in args.models.split(","):
                 if trace:
                     trace.write(json.dumps({"data": data, "variant": variant, "model": name}) + "\n")
                 out = search(runner, name, trace)
-                print(json.dumps({"data": data, "variant": variant, "model": "FuxiCTR " + name, **out}), flush=True)
+                print(
+                    json.dumps({"data": data, "variant": variant, "seed": args.seed, "model": "FuxiCTR " + name, **out}),
+                    flush=True,
+                )
     return 0
 
 

@@ -10,7 +10,7 @@ import torch
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.model.config import ModelConfig
 from dlrmkit.model.dlrm import DLRM, flops_per_sample
-from dlrmkit.model.interaction import CrossInteraction
+from dlrmkit.model.interaction import CrossInteraction, ParallelCrossInteraction
 
 from helpers import run_cli
 
@@ -123,13 +123,52 @@ def test_dcn_model_shape_init_and_flops():
     assert model(dense, ids).shape == (5,)
 
 
+@pytest.mark.parametrize("rank", [None, 3])
+def test_parallel_dcn_model_is_the_logit_layer_over_the_cross_network_and_the_mlp_side_by_side(rank):
+    """DCNv2's parallel structure: the cross network and the top MLP's hidden layers both read
+    x_0 = [bottom-MLP output, pooled embeddings]; the top MLP's last layer reads their outputs,
+    concatenated. Checked against the formula, built from the model's own weights."""
+    cfg = ModelConfig(4, [3, 8, 20], 8, [16, 8], [32, 16, 1], interaction="dcn", dcn_layers=2, dcn_rank=rank)
+    cfg.dcn_structure = "parallel"
+    model = DLRM(cfg).double()
+    model.reset_parameters(0)
+    assert isinstance(model.interaction, ParallelCrossInteraction)
+    assert [m.out_features for m in model.top_mlp if isinstance(m, torch.nn.Linear)] == [1]  # the logit's layer
+    assert model.top_mlp[0].in_features == 8 * 4 + 16  # the cross network's width and the MLP's last
+    g = torch.Generator().manual_seed(5)
+    dense = torch.rand(6, 4, generator=g, dtype=torch.float64)
+    ids = torch.stack([torch.randint(0, n, (6,), generator=g) for n in cfg.table_sizes], 1)
+    out = model(dense, ids)
+    x0 = torch.cat([model.bottom_mlp(dense), model.embeddings(ids).flatten(1)], 1)
+    cross = model.interaction.cross
+    mats = list(cross.W) if rank is None else [u @ v for u, v in zip(cross.U, cross.V)]
+    side = x0
+    for layer in model.interaction.mlp:
+        side = layer(side)
+    head = model.top_mlp[0]
+    want = torch.cat([plain_cross(x0, mats, list(cross.bias)), side], 1) @ head.weight.T + head.bias
+    torch.testing.assert_close(out, want.squeeze(1))
+    out.sum().backward()  # every weight of both branches is trained
+    assert all(float(p.grad.abs().sum()) > 0 for p in model.interaction.mlp.parameters())
+    assert all(float(p.grad.abs().sum()) > 0 for p in cross.parameters() if p.dim() > 1)
+    stacked = ModelConfig(**{**cfg.__dict__, "dcn_structure": "stacked"})
+    # the MLP's hidden layers read x_0 itself (32 wide, not the top MLP's own input) and the last
+    # layer reads 32 + 16: the same count as the stacked model's plus the wider last layer
+    assert flops_per_sample(cfg) - flops_per_sample(stacked) == 3 * 2 * 32
+    again = DLRM(cfg).double()
+    again.reset_parameters(0)
+    torch.testing.assert_close(again(dense, ids), out)
+
+
 @pytest.mark.parametrize(
-    "field, value", [("dcn_layers", 0), ("dcn_layers", True), ("dcn_rank", 0), ("dcn_rank", "8"), ("interaction", "x")]
-)
+    "field, value",
+    [("dcn_layers", 0), ("dcn_layers", True), ("dcn_rank", 0), ("dcn_rank", "8"), ("interaction", "x"),
+     ("dcn_structure", "beside")],
+)  # fmt: skip
 def test_model_config_refuses_bad_cross_network_fields(field, value):
     cfg = ModelConfig(4, [3], 8, [8], [1], interaction="dcn")
     setattr(cfg, field, value)
-    with pytest.raises(DlrmkitError, match=field if field != "interaction" else "unknown interaction"):
+    with pytest.raises(DlrmkitError, match={"interaction": "unknown interaction"}.get(field, field)):
         cfg.check()
 
 
@@ -157,6 +196,31 @@ def test_dcn_train_checkpoint_and_exports(tiny_data, tmp_path):
     saved = torch.load(tmp_path / "m.pt", weights_only=True)
     assert saved["model_config"]["dcn_rank"] == 4
     torch.testing.assert_close(saved["model"]["interaction.U.1"], model.interaction.U[1].detach())
+
+
+def test_parallel_dcn_trains_reloads_and_exports(tiny_data, tmp_path):
+    """--dcn-structure parallel reaches the model through train, is kept by the checkpoint (an
+    older checkpoint without the field reads as stacked) and TorchScript gives its outputs."""
+    from dlrmkit.commands.export import example_inputs, load_model
+
+    run = run_cli(
+        *("train", "--data", tiny_data, "--max-steps", 8, "--no-progress", "--run-dir", tmp_path / "R", "--search-budget", 0),
+        *("--interaction", "dcn", "--dcn-structure", "parallel", "--dcn-rank", 4, "--top-mlp", "32,16,1"),
+    )
+    assert run.code == 0, run.err
+    ckpt = tmp_path / "R" / "checkpoints"
+    model, cfg = load_model(str(ckpt))
+    assert (cfg.interaction, cfg.dcn_structure, cfg.top_mlp) == ("dcn", "parallel", [32, 16, 1])
+    assert isinstance(model.interaction, ParallelCrossInteraction)
+    assert float(model.interaction.cross.bias[0].abs().sum()) > 0  # trained, and restored
+    dense, ids = example_inputs(cfg, batch=7)
+    with torch.no_grad():
+        want = model(dense, ids)
+    assert run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.ts", "--format", "torchscript").code == 0
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.load(str(tmp_path / "m.ts"))(dense, ids), want)
+    old = {k: v for k, v in cfg.__dict__.items() if k != "dcn_structure"}
+    assert ModelConfig(**old).dcn_structure == "stacked"
 
 
 def test_dcn_onnx_export(tiny_data, tmp_path):

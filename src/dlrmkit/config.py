@@ -217,6 +217,7 @@ def resolve_run(cfg: TrainConfig, cardinalities: list[int], num_numerical: int) 
         numerical_transform=m.numerical_transform or "none",
         embedding_init_scale=m.embedding_init_scale if m.embedding_init_scale is not None else 1.0,
         fm=bool(m.fm),
+        dcn_structure=m.dcn_structure or "stacked",
         deep=m.deep is not False,
         dropout=m.dropout or 0.0,
         min_id_count=m.min_id_count or 1,

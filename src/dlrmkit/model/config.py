@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 
 INTERACTIONS = ("dot", "cat", "dcn")
+DCN_STRUCTURES = ("stacked", "parallel")
 MAX_DCN_LAYERS, MAX_DCN_RANK = 64, 1 << 16
 
 
@@ -42,6 +43,9 @@ class ModelConfig:
     # factorization (None: full-rank W)
     dcn_layers: int = 3
     dcn_rank: int | None = None
+    # stacked: the cross network feeds the top MLP (DCNv2's stacked form, MLPerf's); parallel: the
+    # top MLP's hidden layers read the same input beside it, its last layer reads both (FuxiCTR's)
+    dcn_structure: str = "stacked"
     # ids seen fewer than this many times in the training rows read as id 0 (data/id_counts.py):
     # table_sizes then count the kept ids, and readers fold the others to 0
     min_id_count: int = 1
@@ -67,6 +71,10 @@ class ModelConfig:
             raise DlrmkitError(f"top MLP must end in 1 output (the logit), got {self.top_mlp}")
         if self.interaction not in INTERACTIONS:
             raise DlrmkitError(f"unknown interaction '{self.interaction}' (choose {', '.join(INTERACTIONS)})")
+        if self.dcn_structure not in DCN_STRUCTURES:
+            raise DlrmkitError(
+                f"unknown dcn_structure {str(self.dcn_structure)[:40]!r} (choose {', '.join(DCN_STRUCTURES)})"
+            )
         if not _int_in(self.dcn_layers, 1, MAX_DCN_LAYERS):
             raise DlrmkitError(f"dcn_layers must be an integer in [1, {MAX_DCN_LAYERS}], got {self.dcn_layers!r}")
         if self.dcn_rank is not None and not _int_in(self.dcn_rank, 1, MAX_DCN_RANK):

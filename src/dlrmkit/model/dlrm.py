@@ -9,7 +9,13 @@ from torch import nn
 from dlrmkit.model.config import ModelConfig  # noqa: F401  (re-exported: the model and its config)
 from dlrmkit.model.embedding import EmbeddingCollection, Ids
 from dlrmkit.model.fm import FMTerm
-from dlrmkit.model.interaction import CatInteraction, CrossInteraction, DotInteraction, cross_flops
+from dlrmkit.model.interaction import (
+    CatInteraction,
+    CrossInteraction,
+    DotInteraction,
+    ParallelCrossInteraction,
+    cross_flops,
+)
 from dlrmkit.model.mlp import MLP
 
 
@@ -29,11 +35,17 @@ class DLRM(nn.Module):
         num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":
             self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction, self.has_dense)
+        elif cfg.interaction == "dcn" and cfg.dcn_structure == "parallel":
+            # the top MLP's hidden layers run beside the cross network; its last layer reads both
+            self.interaction = ParallelCrossInteraction(
+                num_features, d, cfg.dcn_layers, cfg.dcn_rank, cfg.top_mlp[:-1], cfg.dropout
+            )
         elif cfg.interaction == "dcn":
             self.interaction = CrossInteraction(num_features, d, cfg.dcn_layers, cfg.dcn_rank)
         else:
             self.interaction = CatInteraction(num_features)
-        self.top_mlp = MLP(self.interaction.output_size(d), cfg.top_mlp, final_relu=False, dropout=cfg.dropout)
+        top = cfg.top_mlp[-1:] if isinstance(self.interaction, ParallelCrossInteraction) else cfg.top_mlp
+        self.top_mlp = MLP(self.interaction.output_size(d), top, final_relu=False, dropout=cfg.dropout)
         self.fm = FMTerm() if cfg.fm else None
         if cfg.numerical_mean is not None:  # from the config, not the state dict: a checkpoint's tensors stay as they were
             self.register_buffer("numerical_mean", torch.tensor(cfg.numerical_mean, dtype=torch.float32), persistent=False)
@@ -55,7 +67,8 @@ class DLRM(nn.Module):
                 self.linear.bias.zero_()
         if self.fm is not None:
             self.fm.reset_parameters()
-        if isinstance(self.interaction, CrossInteraction):  # last: other models' draws stay as they were
+        # last: other models' draws stay as they were
+        if isinstance(self.interaction, (CrossInteraction, ParallelCrossInteraction)):
             self.interaction.reset_parameters(gen)
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
@@ -107,6 +120,11 @@ def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
         flops += cross_flops(top_in, cfg.dcn_layers, cfg.dcn_rank)
     else:
         top_in = cfg.embedding_dim * t
-    sizes = [top_in] + cfg.top_mlp
+    top = cfg.top_mlp
+    if cfg.interaction == "dcn" and cfg.dcn_structure == "parallel":  # the hidden layers beside the cross network
+        hidden = [top_in] + top[:-1]
+        flops += sum(2 * a * b for a, b in zip(hidden[:-1], hidden[1:]))
+        top_in, top = top_in + hidden[-1], top[-1:]
+    sizes = [top_in] + top
     flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
     return flops * (3 if backward else 1)

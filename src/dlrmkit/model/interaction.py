@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlrmkit.model.mlp import normal_
+from dlrmkit.model.mlp import MLP, normal_
 
 
 class PairDots(torch.autograd.Function):
@@ -120,6 +120,31 @@ class CrossInteraction(nn.Module):
                 mixed = F.linear(F.linear(x, self.V[i]), self.U[i], self.bias[i])
             x = x0 * mixed + x
         return x
+
+
+class ParallelCrossInteraction(nn.Module):
+    """DCNv2's parallel structure (Wang et al. 2021, FuxiCTR's DCNv2 `parallel`): the cross network
+    and an MLP both read x_0 = [bottom-MLP output, pooled embeddings], and their outputs are
+    concatenated for the layer that makes the logit. The DLRM gives this MLP its top MLP's hidden
+    sizes, so the top MLP keeps only its last layer."""
+
+    def __init__(self, num_features: int, dim: int, layers: int, rank: int | None, hidden: list[int], dropout: float):
+        super().__init__()
+        self.cross = CrossInteraction(num_features, dim, layers, rank)
+        self.mlp = MLP(num_features * dim, hidden, final_relu=True, dropout=dropout)
+        self.hidden = list(hidden)
+
+    def output_size(self, dim: int) -> int:
+        return self.cross.output_size(dim) + (self.hidden[-1] if self.hidden else dim * self.cross.num_features)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        self.cross.reset_parameters(generator)
+        self.mlp.reset_parameters(generator)
+
+    def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
+        x0 = pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
+        return torch.cat([self.cross(dense, pooled), self.mlp(x0)], dim=1)
 
 
 def cross_flops(width: int, layers: int, rank: int | None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-from dlrmkit.model.config import INTERACTIONS
+from dlrmkit.model.config import DCN_STRUCTURES, INTERACTIONS
 from dlrmkit.options import option
 
 
@@ -62,6 +62,12 @@ class ModelOptions:
         None,
         "with --interaction dcn: rank of each cross layer's U V (default: the preset's, else full rank)",
         parse=ct.positive_int,
+    )
+    dcn_structure: str | None = option(
+        None,
+        "with --interaction dcn: stacked (the cross network feeds the top MLP) or parallel (the top "
+        "MLP's hidden layers beside it, both read by its last layer) (default stacked)",
+        choices=DCN_STRUCTURES,
     )
     # ---- model quality: the FM term, the deep part, dropout, the wide term's start ------------------
     fm: bool | None = option(

@@ -30,7 +30,7 @@ LOGLOSS_SIGNIFICANCE = 2.0
 BUCKETS, REGRESSION_BUCKETS = 256, 32
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
-DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "bottom_mlp", "top_mlp", "dropout")
+DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "dcn_structure", "bottom_mlp", "top_mlp", "dropout")
 # a candidate's trainer writes nothing and scores no test rows: its outputs are switched off
 QUIET = {
     "run_dir": None,
