@@ -172,20 +172,25 @@ def test_model_config_refuses_bad_cross_network_fields(field, value):
         cfg.check()
 
 
-def test_dcn_train_checkpoint_and_exports(tiny_data, tmp_path):
-    """bf16 training with Adagrad tables, then the checkpoint reloads as the same DCN model and
-    TorchScript and pt exports give its outputs."""
+@pytest.mark.parametrize("structure", ["stacked", "parallel"])
+def test_dcn_train_checkpoint_and_exports(tiny_data, tmp_path, structure):
+    """bf16 training with Adagrad tables, then the checkpoint reloads as the same DCN model (its
+    structure too) and TorchScript and pt exports give its outputs."""
     from dlrmkit.commands.export import example_inputs, load_model
 
     run = run_cli(
         *("train", "--data", tiny_data, "--max-steps", 12, "--no-progress", "--run-dir", tmp_path / "R", "--search-budget", 0),
         *("--interaction", "dcn", "--dcn-layers", 2, "--dcn-rank", 4, "--precision", "bf16", "--optimizer", "adagrad"),
+        *("--dcn-structure", structure, "--top-mlp", "32,16,1"),
     )
     assert run.code == 0, run.err
     ckpt = tmp_path / "R" / "checkpoints"
     model, cfg = load_model(str(ckpt))
-    assert (cfg.interaction, cfg.dcn_layers, cfg.dcn_rank) == ("dcn", 2, 4)
-    assert float(model.interaction.bias[0].abs().sum()) > 0  # trained, and restored
+    assert (cfg.interaction, cfg.dcn_layers, cfg.dcn_rank, cfg.dcn_structure) == ("dcn", 2, 4, structure)
+    parallel = isinstance(model.interaction, ParallelCrossInteraction)
+    assert parallel == (structure == "parallel")
+    cross, prefix = (model.interaction.cross, "interaction.cross") if parallel else (model.interaction, "interaction")
+    assert float(cross.bias[0].abs().sum()) > 0  # trained, and restored
     dense, ids = example_inputs(cfg, batch=9)
     with torch.no_grad():
         want = model(dense, ids)
@@ -194,33 +199,10 @@ def test_dcn_train_checkpoint_and_exports(tiny_data, tmp_path):
         torch.testing.assert_close(torch.jit.load(str(tmp_path / "m.ts"))(dense, ids), want)
     assert run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.pt").code == 0
     saved = torch.load(tmp_path / "m.pt", weights_only=True)
-    assert saved["model_config"]["dcn_rank"] == 4
-    torch.testing.assert_close(saved["model"]["interaction.U.1"], model.interaction.U[1].detach())
-
-
-def test_parallel_dcn_trains_reloads_and_exports(tiny_data, tmp_path):
-    """--dcn-structure parallel reaches the model through train, is kept by the checkpoint (an
-    older checkpoint without the field reads as stacked) and TorchScript gives its outputs."""
-    from dlrmkit.commands.export import example_inputs, load_model
-
-    run = run_cli(
-        *("train", "--data", tiny_data, "--max-steps", 8, "--no-progress", "--run-dir", tmp_path / "R", "--search-budget", 0),
-        *("--interaction", "dcn", "--dcn-structure", "parallel", "--dcn-rank", 4, "--top-mlp", "32,16,1"),
-    )
-    assert run.code == 0, run.err
-    ckpt = tmp_path / "R" / "checkpoints"
-    model, cfg = load_model(str(ckpt))
-    assert (cfg.interaction, cfg.dcn_structure, cfg.top_mlp) == ("dcn", "parallel", [32, 16, 1])
-    assert isinstance(model.interaction, ParallelCrossInteraction)
-    assert float(model.interaction.cross.bias[0].abs().sum()) > 0  # trained, and restored
-    dense, ids = example_inputs(cfg, batch=7)
-    with torch.no_grad():
-        want = model(dense, ids)
-    assert run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.ts", "--format", "torchscript").code == 0
-    with torch.no_grad():
-        torch.testing.assert_close(torch.jit.load(str(tmp_path / "m.ts"))(dense, ids), want)
-    old = {k: v for k, v in cfg.__dict__.items() if k != "dcn_structure"}
-    assert ModelConfig(**old).dcn_structure == "stacked"
+    assert (saved["model_config"]["dcn_rank"], saved["model_config"]["dcn_structure"]) == (4, structure)
+    torch.testing.assert_close(saved["model"][f"{prefix}.U.1"], cross.U[1].detach())
+    older = {k: v for k, v in cfg.__dict__.items() if k != "dcn_structure"}  # a checkpoint from before the field
+    assert ModelConfig(**older).dcn_structure == "stacked"
 
 
 def test_dcn_onnx_export(tiny_data, tmp_path):
