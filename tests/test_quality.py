@@ -15,6 +15,7 @@ import yaml
 from helpers import run_cli
 from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.model.dlrm import DLRM, ModelConfig
+from dlrmkit.train import recipe_search
 from test_selection import transcode, write_csv
 
 KDD12 = os.environ.get("DLRMKIT_KDD12") or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "kdd12")
@@ -163,11 +164,16 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     write_csv(tmp_path / "x.csv", 1500)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
     reads = spy_reads(monkeypatch)
+    threads, set_threads, before = [], torch.set_num_threads, torch.get_num_threads()
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (threads.append(n), set_threads(n)))
     run = tmp_path / "run"
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--epochs", "2")
+    set_threads(before)
     assert r.code == 0, r.err
     # 1,200 training rows, no val mapping: cross-validated (tests/test_folds.py)
     assert "search: 7 candidate recipes on all 5 folds' validation rows" in r.out, r.out
+    # the base's one thread, and the candidates with 400-wide MLPs a second core where there is one
+    assert sorted(set(threads)) == sorted({1, recipe_search.WIDE_THREADS}), threads
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     assert_test_rows_read_last(reads)
     cfg = yaml.safe_load(open(run / "config.yaml"))
@@ -292,6 +298,20 @@ def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
     tried = [line.split()[0] for line in r.out.splitlines() if "val AUC" in line and "best epoch" in line]
     assert tried == ["dlrm+wide", "dlrm+wide,", "dlrm+wide+fm"], r.out  # the second: dlrm+wide, buckets
     assert yaml.safe_load(open(tmp_path / "run" / "config.yaml"))["interaction"] == "dcn"
+
+
+def test_candidates_with_wide_mlps_run_two_threads_and_the_users_threads_win():
+    wide = [c for c in recipe_search.candidates(3) if c.values.get("top_mlp", [0])[0] == 400]
+    assert [c.name for c in wide] == ["dlrm+wide+fm, wide top MLP", "deepfm, adam, lr decay"]
+    assert 1 <= recipe_search.WIDE_THREADS <= 2 and all(c.values["threads"] == recipe_search.WIDE_THREADS for c in wide)
+    assert not any("threads" in c.values for c in recipe_search.candidates(3) if c.name not in {w.name for w in wide})
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train.recipe import Recipe, fill
+
+    for given, want in ((None, recipe_search.WIDE_THREADS), (1, 1)):
+        cfg = TrainConfig.of(data="x", threads=given)
+        fill(cfg, Recipe("small-data", {"threads": 1, **wide[1].values}))
+        assert cfg.device.threads == want
 
 
 def test_table_adam_equals_torch_adam_with_l2_on_every_row():
