@@ -23,8 +23,9 @@ from dlrmkit.optim.build import build_optimizers
 
 TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
-# plans named dcn_*: a DCNv2 cross network (low rank, or full rank in *_full_rank) and fixed-size
-# bags per table, as a multi-hot dataset's loader yields them
+# plans named dcn_*: a DCNv2 cross network (low rank; full rank in *_full_rank; in dcn_parallel_*
+# beside the top MLP's hidden layer) and fixed-size bags per table, as a multi-hot dataset's
+# loader yields them
 CFG_DCN = ModelConfig(4, TABLES, 16, [16], [16, 1], interaction="dcn", dcn_layers=2, dcn_rank=8)
 FIXED_BAGS = [3, 2, 1, 5, 4]
 GLOBAL_BATCH, STEPS = 50, 4
@@ -48,6 +49,8 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     "replicated_dcn": ("data_parallel", "adagrad", "fixed", False),
     # row-wise Adagrad tables (one accumulator per row), read by bag like the element-wise ones
     "dcn_row_wise_rowwise_adagrad": ("row_wise", "rowwise-adagrad", "fixed", False),
+    # DCNv2's parallel structure: the top MLP's hidden layer beside the cross network
+    "dcn_parallel_column_wise": ("column_wise", "adagrad", "fixed", True),
     "replicated_rows_rowwise_adagrad": ("data_parallel", "rowwise-adagrad", True, False, "exchanged"),
 }
 
@@ -61,6 +64,8 @@ def optimizers_of(model, opt_name: str) -> list:
 def config_of(name: str) -> ModelConfig:
     if "dcn" not in name:
         return CFG
+    if "parallel" in name:
+        return ModelConfig(**{**CFG_DCN.__dict__, "dcn_structure": "parallel"})
     return ModelConfig(**{**CFG_DCN.__dict__, "dcn_rank": None}) if name.endswith("full_rank") else CFG_DCN
 
 
