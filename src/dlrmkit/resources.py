@@ -35,6 +35,11 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says), at least 1."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def check_disk(path: str, need: int, option: str) -> None:
     free = free_disk(path)
     if need > free:

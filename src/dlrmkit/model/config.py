@@ -58,6 +58,11 @@ class ModelConfig:
     numerical_buckets: list[list[float]] | None = None
 
     @property
+    def parallel_cross(self) -> bool:
+        """DCNv2's parallel structure: the top MLP's hidden layers beside the cross network."""
+        return self.interaction == "dcn" and self.dcn_structure == "parallel"
+
+    @property
     def table_dim(self) -> int:
         """Width of a table row: the embedding, plus the first-order weight with `wide`."""
         return self.embedding_dim + int(self.wide)

@@ -35,7 +35,7 @@ class DLRM(nn.Module):
         num_features = len(cfg.table_sizes) + int(self.has_dense)
         if cfg.interaction == "dot":
             self.interaction: nn.Module = DotInteraction(num_features, cfg.self_interaction, self.has_dense)
-        elif cfg.interaction == "dcn" and cfg.dcn_structure == "parallel":
+        elif cfg.parallel_cross:
             # the top MLP's hidden layers run beside the cross network; its last layer reads both
             self.interaction = ParallelCrossInteraction(
                 num_features, d, cfg.dcn_layers, cfg.dcn_rank, cfg.top_mlp[:-1], cfg.dropout
@@ -44,7 +44,7 @@ class DLRM(nn.Module):
             self.interaction = CrossInteraction(num_features, d, cfg.dcn_layers, cfg.dcn_rank)
         else:
             self.interaction = CatInteraction(num_features)
-        top = cfg.top_mlp[-1:] if isinstance(self.interaction, ParallelCrossInteraction) else cfg.top_mlp
+        top = cfg.top_mlp[-1:] if cfg.parallel_cross else cfg.top_mlp
         self.top_mlp = MLP(self.interaction.output_size(d), top, final_relu=False, dropout=cfg.dropout)
         self.fm = FMTerm() if cfg.fm else None
         if cfg.numerical_mean is not None:  # from the config, not the state dict: a checkpoint's tensors stay as they were
@@ -106,9 +106,7 @@ def signed_log(x: torch.Tensor) -> torch.Tensor:
 
 def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
     """Multiply-add FLOPs of the MLPs and the interaction for one sample (x3 with backward)."""
-    flops = 0
-    sizes = [cfg.num_numerical] + cfg.bottom_mlp
-    flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    flops = mlp_flops([cfg.num_numerical] + cfg.bottom_mlp)
     has_dense = cfg.num_numerical > 0
     t = len(cfg.table_sizes) + int(has_dense)
     if cfg.interaction == "dot":
@@ -121,10 +119,14 @@ def flops_per_sample(cfg: ModelConfig, backward: bool = True) -> int:
     else:
         top_in = cfg.embedding_dim * t
     top = cfg.top_mlp
-    if cfg.interaction == "dcn" and cfg.dcn_structure == "parallel":  # the hidden layers beside the cross network
+    if cfg.parallel_cross:  # the hidden layers beside the cross network
         hidden = [top_in] + top[:-1]
-        flops += sum(2 * a * b for a, b in zip(hidden[:-1], hidden[1:]))
+        flops += mlp_flops(hidden)
         top_in, top = top_in + hidden[-1], top[-1:]
-    sizes = [top_in] + top
-    flops += sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    flops += mlp_flops([top_in] + top)
     return flops * (3 if backward else 1)
+
+
+def mlp_flops(sizes: list[int]) -> int:
+    """Multiply-add FLOPs of linear layers of these sizes (input first) on one sample."""
+    return sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:]))

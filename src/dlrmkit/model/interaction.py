@@ -75,7 +75,7 @@ class CatInteraction(nn.Module):
         return dim * self.num_features
 
     def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
-        return pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
+        return concat_features(dense, pooled)
 
 
 class CrossInteraction(nn.Module):
@@ -111,7 +111,10 @@ class CrossInteraction(nn.Module):
 
     def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
         # dense [B, D] (or None), pooled [B, T, D] -> [B, (T + 1) D]
-        x0 = pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
+        return self.apply_layers(concat_features(dense, pooled))
+
+    def apply_layers(self, x0: torch.Tensor) -> torch.Tensor:
+        """The layers on x_0 [B, n] -> [B, n]."""
         x = x0
         for i in range(self.layers):
             if self.rank is None:
@@ -132,10 +135,10 @@ class ParallelCrossInteraction(nn.Module):
         super().__init__()
         self.cross = CrossInteraction(num_features, dim, layers, rank)
         self.mlp = MLP(num_features * dim, hidden, final_relu=True, dropout=dropout)
-        self.hidden = list(hidden)
 
     def output_size(self, dim: int) -> int:
-        return self.cross.output_size(dim) + (self.hidden[-1] if self.hidden else dim * self.cross.num_features)
+        width = self.cross.output_size(dim)  # x_0's, which an MLP without hidden layers passes on
+        return width + next((m.out_features for m in reversed(self.mlp) if isinstance(m, nn.Linear)), width)
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator) -> None:
@@ -143,8 +146,14 @@ class ParallelCrossInteraction(nn.Module):
         self.mlp.reset_parameters(generator)
 
     def forward(self, dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
-        x0 = pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
-        return torch.cat([self.cross(dense, pooled), self.mlp(x0)], dim=1)
+        x0 = concat_features(dense, pooled)
+        return torch.cat([self.cross.apply_layers(x0), self.mlp(x0)], dim=1)
+
+
+def concat_features(dense: torch.Tensor | None, pooled: torch.Tensor) -> torch.Tensor:
+    """x_0 = [bottom-MLP output, pooled embeddings flattened]: [B, (T + 1) D] (the embeddings alone
+    without numerical features)."""
+    return pooled.flatten(1) if dense is None else torch.cat([dense, pooled.flatten(1)], dim=1)
 
 
 def cross_flops(width: int, layers: int, rank: int | None) -> int:

@@ -5,7 +5,6 @@ extras that run after the timed windows (--reference, --profile, --plot)."""
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +13,7 @@ from dlrmkit import cli_types as ct
 from dlrmkit.device import place_tables
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options, option
+from dlrmkit.resources import usable_cores
 
 
 @dataclass
@@ -71,7 +71,7 @@ def default_threads(requested: int | None) -> int:
         raise DlrmkitError(f"--threads must be positive, got {requested}")
     if requested:
         return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     from dlrmkit.parallel.options import MAX_WORLD_SIZE, env_int
 
     local = env_int("LOCAL_WORLD_SIZE", 1, MAX_WORLD_SIZE, default=1)  # checked: garbage is one line

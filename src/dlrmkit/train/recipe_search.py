@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from dlrmkit.resources import usable_cores
 
 # validation AUCs this close are a tie, broken by the lower log loss: 0.002 on 4,000 validation
 # rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
@@ -30,7 +31,7 @@ LOGLOSS_SIGNIFICANCE = 2.0
 # weight per bucket shares one C with the ids
 BUCKETS, REGRESSION_BUCKETS = 256, 32
 # intra-op threads of the candidates with 400-wide MLPs: two where the process may use two cores
-WIDE_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+WIDE_THREADS = min(2, usable_cores())
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
 DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "dcn_structure", "bottom_mlp", "top_mlp", "dropout")
