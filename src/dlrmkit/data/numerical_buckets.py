@@ -18,7 +18,6 @@ from dlrmkit.data.split_binary import SplitBinaryDataset
 
 SAMPLE_ROWS = 1_000_000  # quantiles from at most this many training rows, spread over the mapping
 BLOCK_ROWS = 1 << 16
-MAX_BUCKETS = 1024
 VALUE_ROWS = 10  # a value held by this many sampled training rows gets a bucket of its own
 
 

@@ -161,36 +161,6 @@ def fmt_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
-def parse_bytes(text: str) -> int:
-    """'80GiB', '80GB', '512MiB', '1.5TiB' or a plain byte count."""
-    units = {
-        "": 1,
-        "b": 1,
-        "kib": 1 << 10,
-        "mib": 1 << 20,
-        "gib": GiB,
-        "tib": 1 << 40,
-        "kb": 10**3,
-        "mb": 10**6,
-        "gb": 10**9,
-        "tb": 10**12,
-        "k": 1 << 10,
-        "m": 1 << 20,
-        "g": GiB,
-        "t": 1 << 40,
-    }
-    s = text.strip().lower().replace(" ", "")
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num) :]
-    try:
-        value = float(num)
-    except ValueError:
-        raise DlrmkitError(f"--device-memory: cannot read '{text}' (write e.g. 80GiB)") from None
-    if unit not in units or value <= 0:
-        raise DlrmkitError(f"--device-memory: cannot read '{text}' (write e.g. 80GiB)")
-    return int(value * units[unit])
-
-
 # ---- presets ---------------------------------------------------------------------------------
 _MLPERF_ROWS = [40_000_000] * 4 + [40_790_948, 3_067_956, 590_152, 405_282, 39_060, 20_265, 17_295, 12_973, 11_938]
 _MLPERF_ROWS += [7_424, 7_122, 2_209, 1_543, 976, 155, 108, 63, 36, 14, 10, 4, 3]
