@@ -40,7 +40,7 @@ class OptimizerOptions:
         parse=ct.learning_rate,
     )
     embedding_weight_decay: float | None = option(
-        None, "L2 on the table rows a batch touches (Adagrad tables)", parse=ct.nonneg_float
+        None, "L2 on the tables: on the rows a batch touches (adagrad tables), on every row (adam tables)", parse=ct.nonneg_float
     )
     dense_lr: float | None = option(
         None,
