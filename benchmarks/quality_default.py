@@ -15,6 +15,7 @@ import collections
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data", nargs="+")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--train-args", default="", help="more train options, as one string (e.g. '--folds 1')")
+    p.add_argument("--train-args", default="", help="more train options, as one string split as a shell would (e.g. \"--folds 1\", \"--blend 'regression=1'\")")
     args = p.parse_args(argv)
     for data in args.data:
         with tempfile.TemporaryDirectory() as tmp:
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
                 run = os.path.join(tmp, f"run{seed}")
                 t0, cpu0 = time.perf_counter(), cpu_seconds()
                 text = dlrmkit("train", "--data", data, "--seed", seed, "--run-dir", run, "--no-progress",
-                               *args.train_args.split())  # fmt: skip
+                               *shlex.split(args.train_args))  # fmt: skip
                 seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 m = json.load(open(os.path.join(run, "metrics.json")))
                 chosen = next((line.split(" val AUC")[0].strip() for line in text.splitlines() if "<- chosen" in line), "none")
