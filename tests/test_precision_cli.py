@@ -84,7 +84,6 @@ def test_split_sgd_checkpoint_resume_continues_exactly(tiny_data, tmp_path):
             ["--optimizer", "split-sgd", "--precision", "bf16", "--embedding-optimizer", "adagrad"],
             "--embedding-optimizer sgd",
         ),
-        (["--precision", "fp16"], "--precision fp16 is not in `train` yet"),
     ],
 )
 def test_bad_combinations_are_one_line_errors(tiny_data, tmp_path, flags, message):

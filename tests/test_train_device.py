@@ -40,11 +40,27 @@ def test_the_device_picks_the_backend():
 def test_option_errors_name_the_option(tiny_data):
     r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--table-placement", "device")
     assert r.code != 0 and "--table-placement device needs --device cuda" in r.err
-    r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--device", "cuda", "--precision", "fp16")
-    assert r.code != 0 and "--precision fp16 is not in `train` yet" in r.err
     if not torch.cuda.is_available():
         r = run_cli("train", "--data", tiny_data, *ARGS, *STEPS, "--device", "cuda")
         assert r.code != 0 and "--device cuda needs a CUDA GPU" in r.err
+
+
+@pytest.mark.multirank
+def test_fp16_under_torchrun_is_refused_in_one_line(tiny_data):
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *STEPS, "--precision", "fp16")
+    assert proc.returncode != 0
+    assert "--precision fp16 under torchrun is not in `train` yet" in proc.stderr
+
+
+@NEEDS_GPU
+def test_fp16_trains_on_the_gpu_near_fp32(tiny_data, tmp_path, monkeypatch):
+    """fp16 autocast with the loss scale (tables on the GPU: sparse gradients, unscaled too)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    ref = _train(tmp_path, tiny_data, "fp32", "--device", "cuda")
+    got = _train(tmp_path, tiny_data, "fp16", "--device", "cuda", "--precision", "fp16")
+    assert got["overflow_steps"] == 0 and got["loss_scale"] > 1
+    _close(got, ref, rel=2e-2)
 
 
 @pytest.mark.multirank

@@ -186,14 +186,9 @@ class TrainConfig:
         from dlrmkit.precision import check_precision
 
         dev = out.device
-        if dev.precision == "fp16":  # on every device: CUDA too
-            raise DlrmkitError(
-                "--precision fp16 is not in `train` yet (its loss scaling does not reach the tables' "
-                "deferred gradients); use --precision bf16 (CPU and GPU)"
-            )
         if dev.table_placement not in TABLE_PLACEMENTS:
             raise DlrmkitError(f"--table-placement must be auto, device or host, got '{dev.table_placement}'")
-        check_precision(dev.precision, "cpu")
+        check_precision(dev.precision)
         check_choice(opt.optimizer, opt.embedding_optimizer, dev.precision)
         return out
 

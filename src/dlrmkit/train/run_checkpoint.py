@@ -36,6 +36,7 @@ class TrainerState(Protocol):
     samples_seen: int
     schedule: Any  # dlrmkit.optim.schedule.LRSchedule: its plateau scale is saved
     refit: Any  # dlrmkit.train.refit.Refit, or None: a refit's checkpoints say so, and are not resumed
+    loss_scaler: Any  # dlrmkit.precision.LossScaler (fp16), or None: its scale is saved
     run_id: str | None
     last_saved_step: int
     last_save_time: float
@@ -60,6 +61,7 @@ def save(trainer: TrainerState) -> str:
         samples_seen=trainer.samples_seen,
         lr_scale=trainer.schedule.scale,
         refit=trainer.refit is not None,
+        **loss_scale_fields(trainer.loss_scaler),
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
         run_id=run_id(trainer),
@@ -184,6 +186,8 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
         int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
     )
     trainer.schedule.scale = lr_scale(meta, f"{path}/{ckpt.MANIFEST}")
+    if trainer.loss_scaler is not None:
+        restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
 
@@ -195,6 +199,30 @@ def lr_scale(meta: dict, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise DlrmkitError(f"{where}: field 'lr_scale' is {value!r}, not a number in (0, 1]; refused")
     return float(value)
+
+
+def loss_scale_fields(scaler: Any) -> dict[str, Any]:
+    """fp16's loss scale and its count of finite steps since the last change, for the manifest ({} without fp16)."""
+    if scaler is None:
+        return {}
+    return {"loss_scale": scaler.value, "loss_scale_growth": scaler.growth_tracker}
+
+
+def restore_loss_scale(scaler: Any, meta: dict, where: str) -> None:
+    """The loss scale a checkpoint recorded, checked: a finite positive number and a whole count
+    below the growth interval, else refused naming the field; a checkpoint without them (trained
+    in another precision) leaves the scaler's start."""
+    if "loss_scale" not in meta:
+        return
+    value, growth = meta["loss_scale"], meta.get("loss_scale_growth", 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2.0**127:
+        raise DlrmkitError(f"{where}: field 'loss_scale' is {value!r}, not a number in (0, 2**127]; refused")
+    if isinstance(growth, bool) or not isinstance(growth, int) or not 0 <= growth < scaler.GROWTH_INTERVAL:
+        raise DlrmkitError(
+            f"{where}: field 'loss_scale_growth' is {growth!r}, not a whole number in [0, {scaler.GROWTH_INTERVAL}); refused"
+        )
+    scaler.scale_t.fill_(float(value))
+    scaler.tracker.fill_(growth)
 
 
 def check_counters(trainer: TrainerState, path: str, meta: dict) -> None:

@@ -24,7 +24,7 @@ from dlrmkit.parallel.options import torchrun_env
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
-from dlrmkit.precision import autocast
+from dlrmkit.precision import LossScaler, autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
@@ -142,6 +142,11 @@ class Trainer:
             self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg, c)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
+        if launched_by_torchrun() and cfg.device.precision == "fp16":
+            raise DlrmkitError(
+                "--precision fp16 under torchrun is not in `train` yet (the ranks' overflow checks would have to "
+                "agree before any table steps); use --precision bf16, or fp16 in one process"
+            )
         if cfg.schedule.batch_size < world:
             raise DlrmkitError(
                 f"--batch-size {cfg.schedule.batch_size} is smaller than the world size {world}: every rank "
@@ -182,11 +187,15 @@ class Trainer:
         check_each_step = self.par is not None or cfg.schedule.skip_nonfinite > 0
         loss_ok = functools.partial(self.loss_is_finite, agreed=self.par is not None) if check_each_step else None
         amp = functools.partial(autocast, cfg.device.precision, self.device.type)
+        # fp16: the loss scale a checkpoint saves and --resume restores
+        self.loss_scaler = LossScaler(self.device) if cfg.device.precision == "fp16" else None
         # the Step (dlrmkit.model.step): parallel/hybrid_step.py under torchrun, train/step.py otherwise
         self.step_fn: Step = (
             self.par.make_step(self.optimizers, amp, loss_ok=loss_ok, gate=cfg.schedule.skip_nonfinite > 0)
             if self.par is not None
-            else OneProcessStep(self.model, self.optimizers, cfg.device.precision, amp, self.move, loss_ok)
+            else OneProcessStep(
+                self.model, self.optimizers, cfg.device.precision, amp, self.move, loss_ok, self.loss_scaler
+            )
         )
         self.loader = (
             self.par.loader(self.train_set, cfg)
@@ -523,6 +532,8 @@ class Trainer:
         }
         if "optimal_auc" in self.spec.metadata:
             metrics["optimal_auc"] = float(self.spec.metadata["optimal_auc"])
+        if self.loss_scaler is not None:  # fp16: the loss scale reached, steps skipped for an overflow
+            metrics.update(loss_scale=self.loss_scaler.value, overflow_steps=self.loss_scaler.skipped)
         if self.refit is not None:  # its run's validation figures: the refit has trained on those rows
             metrics.update(self.refit.selected, refit=True, refit_steps=self.step)
         if self.par is not None:  # per rank: bytes of tables and their optimizer state, held and planned
