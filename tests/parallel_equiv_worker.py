@@ -20,6 +20,8 @@ from dlrmkit.parallel.hybrid import HybridParallel, ParallelConfig
 from dlrmkit.parallel.plan import make_plan
 from dlrmkit.parallel.sharded_embedding import DistIds
 from dlrmkit.optim.build import build_optimizers
+from dlrmkit.precision import LossScaler, autocast
+from dlrmkit.train.step import OneProcessStep
 
 TABLES = [3, 8, 20, 300, 500]
 CFG = ModelConfig(4, TABLES, 16, [16], [16, 1])
@@ -30,7 +32,7 @@ CFG_DCN = ModelConfig(4, TABLES, 16, [16], [16, 1], interaction="dcn", dcn_layer
 FIXED_BAGS = [3, 2, 1, 5, 4]
 GLOBAL_BATCH, STEPS = 50, 4
 LR = {"sgd": 0.5, "adagrad": 0.05, "rowwise-adagrad": 0.05}
-PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"])
+PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce[, "exchanged"][, "fp16"])
     "data_parallel": ("data_parallel", "sgd", False, False),
     "table_wise": ("table_wise", "sgd", False, False),
     "column_wise": ("column_wise", "sgd", False, False),
@@ -52,7 +54,14 @@ PLANS = {  # name -> (strategy, optimizer, multi-hot bags, overlapped all-reduce
     # DCNv2's parallel structure: the top MLP's hidden layer beside the cross network
     "dcn_parallel_column_wise": ("column_wise", "adagrad", "fixed", True),
     "replicated_rows_rowwise_adagrad": ("data_parallel", "rowwise-adagrad", True, False, "exchanged"),
+    # fp16 autocast with the loss scale (precision.LossScaler): the ranks unscale after the sums and
+    # agree on overflow; overlapped, so the tables' early step must wait for that agreement. SGD
+    # tables: Adagrad's first step is lr * sign(g), and a near-zero row gradient's sign is a
+    # rounding apart between the ranks' fp16 sums and one process's
+    "fp16_row_wise": ("row_wise", "sgd", False, True, "fp16"),
+    "fp16_auto_multi_hot": ("auto", "sgd", True, False, "fp16"),
 }
+FP16_START = 2.0**16
 
 
 def optimizers_of(model, opt_name: str) -> list:
@@ -136,14 +145,21 @@ def record_collectives() -> None:
 
 
 def run(name: str, rank: int, world: int, distributed: bool) -> dict:
-    strategy, opt_name, multi_hot, overlap, *exchanged = PLANS[name]
+    strategy, opt_name, multi_hot, overlap, *rest = PLANS[name]
+    fp16 = "fp16" in rest
+    scaler = LossScaler(scale=FP16_START) if fp16 else None
+    amp = (lambda: autocast("fp16")) if fp16 else None
     losses = []
     if not distributed:
         model = DLRM(config_of(name))
         model.reset_parameters(7)
         opts = optimizers_of(model, opt_name)
+        one_step = OneProcessStep(model, opts, amp=amp, scaler=scaler) if fp16 else None
         for step in range(STEPS):
             dense, ids, labels = data(step, multi_hot)
+            if one_step is not None:
+                losses.append(float(one_step(Batch(dense, slice_ids(ids, 0, GLOBAL_BATCH), labels))))
+                continue
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
                 model(dense, slice_ids(ids, 0, GLOBAL_BATCH)), labels
             )
@@ -157,9 +173,10 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
     else:
         model = DLRM(config_of(name), embedding_device="meta")  # no full tables: shards are initialized in place
         plan = make_plan(TABLES, 16, world, strategy, batch_size=GLOBAL_BATCH, min_rows_sharded=16)
-        par = HybridParallel(model, plan, ctx_of(rank, world), pcfg_of(strategy, overlap, bool(exchanged)), seed=7)
+        pcfg = pcfg_of(strategy, overlap, "exchanged" in rest)
+        par = HybridParallel(model, plan, ctx_of(rank, world), pcfg, seed=7)
         opts = optimizers_of(model, opt_name)
-        train_step = par.make_step(opts, gate=False)  # parallel/hybrid_step.py
+        train_step = par.make_step(opts, amp=amp, gate=False, scaler=scaler)  # parallel/hybrid_step.py
         sizes = batch_split(GLOBAL_BATCH, world)
         a, b = batch_slice(GLOBAL_BATCH, rank, world)
         for step in range(STEPS):
@@ -171,6 +188,8 @@ def run(name: str, rank: int, world: int, distributed: bool) -> dict:
         CALLS.clear()
     dense_params = [p.detach().clone() for p in model.dense_parameters()]
     out = {"losses": losses, "tables": tables, "dense": dense_params}
+    if scaler is not None:  # every rank's scale: equal, and at its start (no overflow in these steps)
+        out["scale"] = scaler.value
     if distributed and CPU_GROUP is not None:
         out.update(step_calls=step_calls, gather_calls=gather_calls)
     return out

@@ -6,6 +6,8 @@ takes it back. Runs on CPU (fp16 arithmetic in software there: slow, so the mode
 import json
 import os
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -146,3 +148,32 @@ def test_train_fp16_learns_keeps_its_scale_in_checkpoints_and_resumes_it(tiny_da
     r = run_cli("train", "--data", tiny_data, "--preset", "tiny", "--precision", "fp16", "--no-progress",
                 "--run-dir", tmp_path / "bad", "--max-steps", "70", "--checkpoint-dir", ck, "--resume")  # fmt: skip
     assert r.code == 2 and "field 'loss_scale' is -1.0" in r.err, r.err
+
+
+class OneRankReportsAnOverflow:
+    """A transport whose sum adds another rank's overflow flag to this rank's."""
+
+    def all_reduce(self, tensor, kind="allreduce"):
+        return SimpleNamespace(wait=lambda: tensor + 1)
+
+
+def test_an_overflow_on_another_rank_skips_this_ranks_step():
+    """Under torchrun the ranks sum their overflow flags: this rank's gradients are finite, another
+    rank's are not, so no weight moves here either and the scale halves as it does there."""
+    from dlrmkit.parallel.hybrid_step import HybridStep
+
+    model, opts = model_and_optimizers("sgd")
+    sharded = SimpleNamespace(replicated_parameters=lambda: [], exchanged_replicas=lambda: [])
+    par = SimpleNamespace(sharded=sharded, transport=OneRankReportsAnOverflow(), to_device=None)
+    scaler = LossScaler(scale=2.0**10)
+    step = HybridStep(par, opts, scaler=scaler)
+    before = weights(model)
+    batch = Batch()
+    scaler.scale(torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.ids), batch.labels)).backward()
+    assert not step.unscaled_everywhere(torch.device("cpu"))
+    assert scaler.value == 2.0**9 and scaler.skipped == 1
+    assert all(p.grad is None and not getattr(p, "bag_grads", None) for p in model.parameters())
+    for o in opts:
+        o.step()  # nothing left to apply
+    for name, w in weights(model).items():
+        assert torch.equal(w, before[name]), name

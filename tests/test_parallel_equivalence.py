@@ -34,14 +34,18 @@ def test_ranks_match_single_process(world, reference, tmp_path):
 def check_matches(reference: dict, tmp_path: Path) -> None:
     for name, ref in reference.items():
         got = torch.load(tmp_path / f"{name}.pt")
-        assert got["losses"] == pytest.approx(ref["losses"], rel=1e-5, abs=1e-6), name
+        # fp16 plans: each rank's MLPs run in fp16 on its slice of the batch, a few fp16 roundings
+        # (3e-5 measured at most) from one process's
+        rel, atol = (1e-3, 1e-4) if "fp16" in name else (1e-5, 1e-6)
+        assert got["losses"] == pytest.approx(ref["losses"], rel=rel, abs=atol), name
         assert ref["losses"][0] != pytest.approx(ref["losses"][-1]), "training must move the loss"
         for t, (a, b) in enumerate(zip(ref["tables"], got["tables"])):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: table {t}")
+            torch.testing.assert_close(b, a, rtol=rel, atol=atol, msg=f"{name}: table {t}")
         # the MLPs' gradients are summed across ranks in another order than one process sums its
         # batch: a few float32 roundings apart after the steps (2.1e-6 measured at most)
         for a, b in zip(ref["dense"], got["dense"]):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-6, msg=f"{name}: dense parameter")
+            torch.testing.assert_close(b, a, rtol=rel, atol=max(atol, 5e-6), msg=f"{name}: dense parameter")
+        assert got.get("scale") == ref.get("scale"), name
 
 
 def test_cpu_group_carries_the_ids_and_the_default_group_the_model(reference, tmp_path):

@@ -46,10 +46,22 @@ def test_option_errors_name_the_option(tiny_data):
 
 
 @pytest.mark.multirank
-def test_fp16_under_torchrun_is_refused_in_one_line(tiny_data):
-    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *STEPS, "--precision", "fp16")
-    assert proc.returncode != 0
-    assert "--precision fp16 under torchrun is not in `train` yet" in proc.stderr
+def test_fp16_under_torchrun_matches_one_process(tiny_data, tmp_path):
+    """fp16 on 2 ranks (gloo, CPU): the same run as one process to fp16's rounding, the same scale,
+    and the scale in the checkpoint the ranks save."""
+    ref = _train(tmp_path, tiny_data, "one", "--precision", "fp16", "--preset", "tiny")
+    out = tmp_path / "two.json"
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, *STEPS, "--precision", "fp16",
+                    "--preset", "tiny", "--metrics-json", out, "--run-dir", tmp_path / "two")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["world_size"] == 2 and got["loss_scale"] == ref["loss_scale"] == 2.0**16
+    assert got["overflow_steps"] == 0
+    _close(got, ref, rel=1e-3)
+    from dlrmkit.checkpoint import save_load as ckpt
+
+    manifest = ckpt.read_manifest(ckpt.latest_checkpoint(str(tmp_path / "two" / "checkpoints")))
+    assert manifest["loss_scale"] == 2.0**16 and manifest["loss_scale_growth"] == 6
 
 
 @NEEDS_GPU

@@ -30,8 +30,8 @@ class DeviceOptions:
     )
     precision: str = option(
         "fp32",
-        "autocast precision: bf16 on CPU/GPU; fp16 with dynamic loss scaling, in one process (GPU tensor "
-        "cores; slow on CPUs without fp16 arithmetic) (default {default})",
+        "autocast precision: bf16 on CPU/GPU; fp16 with dynamic loss scaling (GPU tensor cores; slow on "
+        "CPUs without fp16 arithmetic) (default {default})",
         choices=PRECISIONS,
     )
     threads: int | None = option(

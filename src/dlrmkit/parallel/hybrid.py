@@ -182,9 +182,10 @@ class HybridParallel:
         """Samples in the global batch (every rank's local batch size travels with the ids)."""
         return sum(batch.ids.batch_sizes)
 
-    def make_step(self, optimizers: list, amp=None, move=None, loss_ok=None, gate: bool = True):
-        """The training step (parallel/hybrid_step.py HybridStep) over these optimizers."""
-        return HybridStep(self, optimizers, amp, move, loss_ok, gate)
+    def make_step(self, optimizers: list, amp=None, move=None, loss_ok=None, gate: bool = True, scaler=None):
+        """The training step (parallel/hybrid_step.py HybridStep) over these optimizers
+        (`scaler`: fp16's precision.LossScaler)."""
+        return HybridStep(self, optimizers, amp, move, loss_ok, gate, scaler)
 
     def unsummed_optimizers(self, optimizers: list) -> list:
         """The optimizers whose parameters take no sum over ranks (the model-parallel tables'):

@@ -9,8 +9,13 @@
 5. after backward one coalesced start: the buckets left, the loss sum, the small replicated
    tables' gradients and the large ones' lookups (GradientSum.start);
 6. the tables' optimizers, whose parameters no sum touches, step while that travels (unless the
-   loss must be known first: --skip-nonfinite); then the wait, the decision on the global loss
-   (non-finite: no rank updates anything), and the other optimizers' steps."""
+   loss must be known first: --skip-nonfinite, or fp16's overflow check); then the wait, the
+   decision on the global loss (non-finite: no rank updates anything), with fp16 every gradient
+   unscaled and the ranks' overflow flags summed (an overflow on any rank: no rank updates
+   anything, and every rank halves its scale alike), and the other optimizers' steps.
+
+With fp16 (`scaler`, precision.LossScaler) backward runs on the loss times the scale, so the
+sums and all-to-alls of step 4 and 5 carry scaled gradients (a sum is linear: unscaled after it)."""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from dlrmkit.model.step import bce_loss
 from dlrmkit.parallel.grad_buckets import nonzero_rows
 from dlrmkit.parallel.replica_grads import ReplicaExchange, lookup_counts, take_local
 from dlrmkit.parallel.transport import AllReduce
-from dlrmkit.precision import autocast
+from dlrmkit.precision import LossScaler, autocast
 
 
 class GradientSum:
@@ -69,10 +74,19 @@ class GradientSum:
 class HybridStep:
     """`step(batch) -> loss` (see the module docstring). `loss_ok(global mean loss)`, if given,
     may veto every update (a non-finite loss); `gate`: it may skip (not only raise), so nothing
-    steps before the global loss is known."""
+    steps before the global loss is known; `scaler`: fp16's loss scaling."""
 
-    def __init__(self, par, optimizers: list, amp=None, move=None, loss_ok: Callable | None = None, gate: bool = True):
-        self.par, self.optimizers, self.loss_ok, self.gate = par, optimizers, loss_ok, gate
+    def __init__(
+        self,
+        par,
+        optimizers: list,
+        amp=None,
+        move=None,
+        loss_ok: Callable | None = None,
+        gate: bool = True,
+        scaler: LossScaler | None = None,
+    ):
+        self.par, self.optimizers, self.loss_ok, self.gate, self.scaler = par, optimizers, loss_ok, gate, scaler
         self.move = move or par.to_device
         self.amp = amp or (lambda: autocast("fp32"))
         self.gradients = GradientSum(par)
@@ -90,14 +104,15 @@ class HybridStep:
         stats.add("forward", 0, t1 - t0)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         stats.add("backward", 0, time.perf_counter() - t1)
         return self.update(loss_sum, batch.ids)
 
     def update(self, loss_sum: torch.Tensor, ids) -> torch.Tensor:
         """Steps 5 and 6: the sums, then the optimizers. Returns the global mean loss."""
         started = self.gradients.start(loss_sum, ids)
-        tables = self.par.unsummed_optimizers(self.optimizers) if self.par.overlapping and not self.gate else []
+        early = self.par.overlapping and not self.gate and self.scaler is None
+        tables = self.par.unsummed_optimizers(self.optimizers) if early else []
         t0 = time.perf_counter()
         if tables and bool(torch.isfinite(loss_sum)):  # a rank whose own loss is not finite leaves its tables
             for opt in tables:
@@ -105,9 +120,25 @@ class HybridStep:
         t1 = time.perf_counter()
         loss = (self.gradients.wait(started) / sum(ids.batch_sizes)).float()[0]
         t2 = time.perf_counter()
-        if self.loss_ok is None or self.loss_ok(loss):
+        ok = self.loss_ok is None or self.loss_ok(loss)  # the global loss: every rank decides alike
+        if ok and self.scaler is not None:
+            ok = self.unscaled_everywhere(loss_sum.device)
+        if ok:
             for opt in self.optimizers:
                 if not any(opt is o for o in tables):
                     opt.step()
         self.par.stats.add("optimizer", 0, (t1 - t0) + time.perf_counter() - t2)
         return loss
+
+    def unscaled_everywhere(self, device: torch.device) -> bool:
+        """fp16: this rank's gradients unscaled (the summed ones alike on every rank, the table
+        shards' its own), then the ranks' overflow flags summed; True where no rank overflowed.
+        Every rank updates its scale from that one answer, so the scales stay equal."""
+        assert self.scaler is not None
+        bad = torch.tensor([0.0 if self.scaler.unscale(self.optimizers) else 1.0], device=device)
+        finite = not bool(self.par.transport.all_reduce(bad, "overflow").wait().item())
+        self.scaler.update(finite)
+        if not finite:  # no weight moves on any rank; the deferred table gradients are dropped now
+            for opt in self.optimizers:
+                opt.zero_grad(set_to_none=True)
+        return finite

@@ -142,11 +142,6 @@ class Trainer:
             self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg, c)
 
         world = torchrun_env().world_size  # torchrun's; checked before any collective
-        if launched_by_torchrun() and cfg.device.precision == "fp16":
-            raise DlrmkitError(
-                "--precision fp16 under torchrun is not in `train` yet (the ranks' overflow checks would have to "
-                "agree before any table steps); use --precision bf16, or fp16 in one process"
-            )
         if cfg.schedule.batch_size < world:
             raise DlrmkitError(
                 f"--batch-size {cfg.schedule.batch_size} is smaller than the world size {world}: every rank "
@@ -191,7 +186,9 @@ class Trainer:
         self.loss_scaler = LossScaler(self.device) if cfg.device.precision == "fp16" else None
         # the Step (dlrmkit.model.step): parallel/hybrid_step.py under torchrun, train/step.py otherwise
         self.step_fn: Step = (
-            self.par.make_step(self.optimizers, amp, loss_ok=loss_ok, gate=cfg.schedule.skip_nonfinite > 0)
+            self.par.make_step(
+                self.optimizers, amp, loss_ok=loss_ok, gate=cfg.schedule.skip_nonfinite > 0, scaler=self.loss_scaler
+            )
             if self.par is not None
             else OneProcessStep(
                 self.model, self.optimizers, cfg.device.precision, amp, self.move, loss_ok, self.loss_scaler
