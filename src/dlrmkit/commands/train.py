@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -173,12 +174,18 @@ def run(args: argparse.Namespace) -> int:
 
     from dlrmkit.parallel.options import torchrun_env
 
-    torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
+    env = torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
     cfg = config_from_args(args)
     # options the user gave that would do nothing: before a recipe fills its own, and before any work
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
+    if cfg.device.precision == "fp16" and env.rank == 0:
+        from dlrmkit.device import resolve_device
+
+        if resolve_device(cfg.device.device).type == "cpu":
+            print("note: --precision fp16 on the CPU: most CPUs do fp16 arithmetic in software, several times "
+                  "slower than fp32; bf16 is the CPU's half precision", file=sys.stderr)  # fmt: skip
     # members: a blend's, chosen by the search or named by --blend; searched: the search's run of its one choice
     recipe_text, members, searched = choose_recipe(cfg)
     check_tables_fit(cfg)
