@@ -47,9 +47,9 @@ class LossScaler:
 
     INIT_SCALE, GROWTH, BACKOFF, GROWTH_INTERVAL = 2.0**16, 2.0, 0.5, 2000
 
-    def __init__(self, device: torch.device | str = "cpu", scale: float = INIT_SCALE, growth_tracker: int = 0):
+    def __init__(self, device: torch.device | str = "cpu", scale: float = INIT_SCALE):
         self.scale_t = torch.full((1,), float(scale), dtype=torch.float32, device=device)
-        self.tracker = torch.full((1,), int(growth_tracker), dtype=torch.int32, device=device)
+        self.tracker = torch.zeros(1, dtype=torch.int32, device=device)  # finite steps since the scale last changed
         self.skipped = 0  # steps skipped for an overflow, in this process
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
