@@ -178,3 +178,45 @@ def test_an_overflow_on_another_rank_skips_this_ranks_step():
         o.step()  # nothing left to apply
     for name, w in weights(model).items():
         assert torch.equal(w, before[name]), name
+
+
+def test_loss_scale_stays_where_its_reciprocal_is_finite():
+    """A run of overflows halves the scale down to LossScaler.MIN_SCALE and no further: below it
+    the float32 reciprocal that unscales the gradients would be infinite."""
+    scaler = LossScaler()
+    for _ in range(60):  # 2**16 halved 60 times would be 2**-44
+        scaler.update(False)
+    assert scaler.value == LossScaler.MIN_SCALE and scaler.skipped == 60
+    assert torch.isfinite(scaler.scale_t.double().reciprocal().float()).all()
+    scaler.update(True)
+    assert scaler.value == LossScaler.MIN_SCALE and scaler.growth_tracker == 1
+
+
+@pytest.mark.parametrize(
+    "fields, scaler, needle",
+    [
+        ({"loss_scale": 1e-30, "loss_scale_growth": 0}, True, "field 'loss_scale' is 1e-30"),  # 1/scale: inf in float32
+        ({"loss_scale": 2.0**-25, "loss_scale_growth": 0}, True, "field 'loss_scale'"),
+        ({"loss_scale": "abc", "loss_scale_growth": [1]}, False, "field 'loss_scale' is 'abc'"),  # an fp32 run resuming
+        ({"loss_scale": 1024.0}, True, "field 'loss_scale_growth' is None"),
+        ({"train_config": {"precision": "fp16"}}, True, "an fp16 checkpoint without its field 'loss_scale'"),
+    ],
+)
+def test_resume_refuses_a_loss_scale_it_could_not_train_with(fields, scaler, needle):
+    from dlrmkit.errors import DlrmkitError
+    from dlrmkit.train.run_checkpoint import restore_loss_scale
+
+    with pytest.raises(DlrmkitError, match="manifest.json: ") as err:
+        restore_loss_scale(LossScaler() if scaler else None, fields, "ck/step_5/manifest.json")
+    assert needle in str(err.value) and "refused" in str(err.value)
+
+
+def test_resume_takes_the_recorded_scale_or_keeps_the_start_for_another_precision():
+    from dlrmkit.train.run_checkpoint import restore_loss_scale
+
+    scaler = LossScaler()
+    restore_loss_scale(scaler, {"loss_scale": 2.0**-24, "loss_scale_growth": 7}, "m")
+    assert scaler.value == 2.0**-24 and scaler.growth_tracker == 7
+    scaler = LossScaler()
+    restore_loss_scale(scaler, {"train_config": {"precision": "fp32"}}, "m")  # an fp32 checkpoint
+    assert scaler.value == LossScaler.INIT_SCALE and scaler.growth_tracker == 0

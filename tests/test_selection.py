@@ -391,6 +391,22 @@ def test_lr_decays_at_each_plateau_and_resumes_at_its_scale(tmp_path):
     assert r.code == 2 and "field 'lr_scale' is 5" in r.err, r.err
 
 
+def test_lr_decay_stops_above_zero_so_its_checkpoints_resume(tiny_data, tmp_path):
+    """A decay factor that would underflow the scale to 0.0 leaves it at the smallest positive
+    float instead: every checkpoint's lr_scale is one --resume accepts."""
+    from dlrmkit.checkpoint import save_load as ckpt
+
+    common = ["--data", tiny_data, "--no-progress", "--preset", "tiny", "--eval-every", "1", "--patience", "0",
+              "--lr-decay-on-plateau", "1e-200", "--checkpoint-every", "4", "--run-dir", tmp_path / "run"]  # fmt: skip
+    r = run_cli("train", *common, "--max-steps", "12")
+    assert r.code == 0, r.err
+    scales = [e["lr_scale"] for e in map(json.loads, open(tmp_path / "run" / "log.jsonl")) if e["event"] == "lr_decay"]
+    assert len(scales) >= 2 and scales[0] == pytest.approx(1e-200) and all(s > 0 for s in scales)
+    assert ckpt.read_manifest(ckpt.latest_checkpoint(str(tmp_path / "run" / "checkpoints")))["lr_scale"] > 0
+    r = run_cli("train", *common, "--max-steps", "16", "--resume")
+    assert r.code == 0 and "resumed from" in r.err + r.out, r.err
+
+
 def test_numerical_features_only_train_with_buckets_and_a_fixed_preset_is_one_line(tmp_path):
     """A dataset with numerical features only has no table to look up: the recipe reads each
     numerical feature as a category too (buckets), so the default path trains; a preset without

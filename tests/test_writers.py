@@ -141,6 +141,19 @@ def test_a_second_writer_of_an_output_stops_before_any_work(tiny_data, c, tmp_pa
     assert time.monotonic() - t0 < 30
 
 
+def test_a_link_to_an_output_folder_takes_the_folders_own_lock(tiny_data, c, tmp_path):
+    """Two names of one checkpoint folder (a symbolic link to it) are one output: a run writing
+    through the link stops while another holds the folder."""
+    os.symlink(c, tmp_path / "alias")
+    fd = hold(Path(str(c) + ".lock"))
+    try:
+        r = train(tiny_data, "--checkpoint-dir", tmp_path / "alias", "--checkpoint-every", 1, "--resume", steps=6)
+    finally:
+        os.close(fd)
+    assert r.code == 2 and "another dlrmkit process" in r.err and f"pid {os.getpid()}" in r.err, r.err
+    assert not (tmp_path / "alias.lock").exists() and not (c / "step_5").exists()
+
+
 def test_a_lock_left_by_a_dead_process_is_taken_over(tiny_data, c, tmp_path):
     (tmp_path / "m.json.lock").write_text("pid 999999999 boot 00000000-dead\n")  # no one holds it
     r = run_cli("evaluate", "--data", tiny_data, "--checkpoint", c, "--metrics-json", tmp_path / "m.json")

@@ -383,14 +383,15 @@ def _boot_id() -> str:
 
 @contextlib.contextmanager
 def output_lock(out: str, option: str = "--out") -> Iterator[None]:
-    """Hold `<out>.lock` (flock) for the whole write: a second process writing the same output stops
+    """Hold `<out>.lock` (flock; `out`'s real path, links resolved) for the whole write: a second process writing the same output stops
     at once with one line naming the holder. The lock file records the holder (pid and boot id) and is
     removed when the block ends; a file left by a holder that died (flock is released with its
     process) is taken over, saying so. Standard output (`-`) takes no lock."""
     if is_stdout(out):
         yield
         return
-    absolute = os.path.abspath(out)
+    # the real path: two names of one folder (a symbolic link to it) take the same lock
+    absolute = os.path.realpath(out)
     if not os.path.basename(absolute):
         raise DlrmkitError(f"{option} {out}: the root folder cannot be an output; choose a new folder")
     path = absolute.rstrip(os.sep) + ".lock"

@@ -43,9 +43,11 @@ class LossScaler:
     (`weight.bag_grads`, dlrmkit.model.embedding.BagGrad), which GradScaler cannot see. The loss is
     multiplied by the scale before backward; `unscale` divides every gradient by it and says whether
     all are finite; `update` then halves the scale after an overflow (the step is skipped) and
-    doubles it after GROWTH_INTERVAL finite steps in a row."""
+    doubles it after GROWTH_INTERVAL finite steps in a row, between MIN_SCALE and MAX_SCALE (below,
+    its float32 reciprocal would overflow and unscaled gradients would be infinite)."""
 
     INIT_SCALE, GROWTH, BACKOFF, GROWTH_INTERVAL = 2.0**16, 2.0, 0.5, 2000
+    MIN_SCALE, MAX_SCALE = 2.0**-24, 2.0**127
 
     def __init__(self, device: torch.device | str = "cpu", scale: float = INIT_SCALE):
         self.scale_t = torch.full((1,), float(scale), dtype=torch.float32, device=device)
@@ -82,6 +84,7 @@ class LossScaler:
         self.skipped += not finite
         found = torch.full((1,), 0.0 if finite else 1.0, device=self.scale_t.device)
         torch._amp_update_scale_(self.scale_t, self.tracker, found, self.GROWTH, self.BACKOFF, self.GROWTH_INTERVAL)
+        self.scale_t.clamp_(self.MIN_SCALE, self.MAX_SCALE)  # a run of overflows stops halving at the floor
 
     @property
     def value(self) -> float:

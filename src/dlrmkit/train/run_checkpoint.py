@@ -186,8 +186,7 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
         int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
     )
     trainer.schedule.scale = lr_scale(meta, f"{path}/{ckpt.MANIFEST}")
-    if trainer.loss_scaler is not None:
-        restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
+    restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
 
@@ -209,20 +208,30 @@ def loss_scale_fields(scaler: Any) -> dict[str, Any]:
 
 
 def restore_loss_scale(scaler: Any, meta: dict, where: str) -> None:
-    """The loss scale a checkpoint recorded, checked: a finite positive number and a whole count
-    below the growth interval, else refused naming the field; a checkpoint without them (trained
-    in another precision) leaves the scaler's start."""
+    """The loss scale a checkpoint recorded, checked whatever this run's precision: a number in
+    [LossScaler.MIN_SCALE, MAX_SCALE] and a whole count below the growth interval, else refused
+    naming the field; an fp16 checkpoint must record them. A checkpoint of another precision has
+    none: an fp16 run (`scaler`) then keeps its start."""
+    from dlrmkit.precision import LossScaler
+
+    train = meta.get("train_config")
+    fp16 = isinstance(train, dict) and train.get("precision") == "fp16"
     if "loss_scale" not in meta:
+        if fp16:
+            raise DlrmkitError(f"{where}: an fp16 checkpoint without its field 'loss_scale'; refused")
         return
-    value, growth = meta["loss_scale"], meta.get("loss_scale_growth", 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2.0**127:
-        raise DlrmkitError(f"{where}: field 'loss_scale' is {value!r}, not a number in (0, 2**127]; refused")
-    if isinstance(growth, bool) or not isinstance(growth, int) or not 0 <= growth < scaler.GROWTH_INTERVAL:
+    value, growth = meta["loss_scale"], meta.get("loss_scale_growth")
+    lo, hi = LossScaler.MIN_SCALE, LossScaler.MAX_SCALE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise DlrmkitError(f"{where}: field 'loss_scale' is {value!r}, not a number in [2**-24, 2**127]; refused")
+    interval = LossScaler.GROWTH_INTERVAL
+    if isinstance(growth, bool) or not isinstance(growth, int) or not 0 <= growth < interval:
         raise DlrmkitError(
-            f"{where}: field 'loss_scale_growth' is {growth!r}, not a whole number in [0, {scaler.GROWTH_INTERVAL}); refused"
+            f"{where}: field 'loss_scale_growth' is {growth!r}, not a whole number in [0, {interval}); refused"
         )
-    scaler.scale_t.fill_(float(value))
-    scaler.tracker.fill_(growth)
+    if scaler is not None:
+        scaler.scale_t.fill_(float(value))
+        scaler.tracker.fill_(growth)
 
 
 def check_counters(trainer: TrainerState, path: str, meta: dict) -> None:

@@ -375,7 +375,8 @@ class Trainer:
         self.best.update(self.model, self.step, result, keep=self.cfg.selection.restore_best)
         factor = self.cfg.selection.lr_decay_on_plateau
         if factor is not None and self.best.since > 0:  # no better AUC than the best: a plateau
-            self.schedule.scale *= factor
+            # never 0: a scale that underflowed would leave checkpoints --resume refuses (lr_scale in (0, 1])
+            self.schedule.scale = max(self.schedule.scale * factor, sys.float_info.min)
             self.lr_scales.append((self.step, self.schedule.scale))
             self.log({"event": "lr_decay", "step": self.step, "lr_scale": self.schedule.scale})
         if not math.isnan(result["auc"]) and not (result["auc"] <= self.best_auc):
