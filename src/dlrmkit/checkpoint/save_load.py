@@ -332,7 +332,8 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
                 f"{path}: tensor '{key}' has shape {saved[key].get('shape')} in the checkpoint "
                 f"but {shape} in this model; the checkpoint belongs to another model shape"
             )
-        _check_dtype(path, key, saved[key].get("dtype"), value)
+        with _quiet():  # a ShardedTensor's dtype warns of its deprecation on every read
+            _check_dtype(path, key, saved[key].get("dtype"), value)
     show = show and _rank() == 0
     reader = (
         legacy.LegacyReader(path, manifest)

@@ -203,9 +203,12 @@ def apply(values: dict[str, Any], recipe: Recipe) -> list[str]:
 
 
 def describe(recipe: Recipe, filled: list[str], val_source: str | None = None) -> str:
+    # the search budget config.yaml records (0: a repeat does not search again) is the search
+    # line's to tell, not the recipe's
+    shown = [k for k in recipe.values if k in filled and k != "search_budget"]
     lines = [
         f"recipe {recipe.name} (no --preset): "
-        + ", ".join(f"{k.replace('_', '-')} {format_value(recipe.values[k])}" for k in recipe.values if k in filled)
+        + ", ".join(f"{k.replace('_', '-')} {format_value(recipe.values[k])}" for k in shown)
     ]
     overridden = [k for k in recipe.values if k not in filled]
     if overridden:
