@@ -224,7 +224,7 @@ def test_latest_naming_a_missing_folder(tiny_data, tmp_path):
 @pytest.mark.parametrize(
     "change,needle",
     [
-        (["--embedding-dim", "8", "--bottom-mlp", "64,8"], "does not match this run's model"),
+        (["--embedding-dim", "8", "--bottom-mlp", "64,8"], "does not match this run's model: embedding_dim checkpoint 16, this run 8; bottom_mlp"),
         (["--optimizer", "adagrad"], "optimizers"),
     ],
 )

@@ -172,7 +172,8 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
             f"fresh --checkpoint-dir"
         )
     if saved != trainer.model_cfg:  # after the dataset: the model keeps figures of its data
-        raise DlrmkitError(f"{path}: checkpoint model {saved} does not match this run's model {trainer.model_cfg}")
+        raise DlrmkitError(f"{path}: checkpoint model does not match this run's model: {model_difference(saved, trainer.model_cfg)}; "
+                           "resume with the run's own options (its config.yaml: --config RUN/config.yaml --resume)")  # fmt: skip
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
@@ -189,6 +190,21 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     return path
+
+
+def model_difference(saved: Any, mine: Any, show: int = 3) -> str:
+    """The fields in which two model configs differ, each as `name checkpoint X, this run Y`
+    (values cut to 40 characters; the first `show` fields, then how many more)."""
+    from dataclasses import fields
+
+    def cut(v: Any) -> str:
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    names = [f.name for f in fields(saved) if getattr(saved, f.name) != getattr(mine, f.name)]
+    said = [f"{n} checkpoint {cut(getattr(saved, n))}, this run {cut(getattr(mine, n))}" for n in names[:show]]
+    more = f" and {len(names) - show} more" if len(names) > show else ""
+    return "; ".join(said) + more if said else "the same fields, unequal"
 
 
 def lr_scale(meta: dict, where: str) -> float:
