@@ -211,6 +211,7 @@ def test_no_valid_rows_is_an_error_with_the_no_label_hint(criteo_model, tmp_path
     short.write_bytes(b"".join(b"\t".join(ln.split(b"\t")[:-3]) + b"\n" for ln in tail.read_bytes().splitlines()[:5]))
     r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", short)
     assert r.code == 2 and "no valid rows (5 bad rows: wrong_field_count 5" in r.err
+    assert r.out == ""  # standard output: no CSV header before the error
     assert "--no-label" not in r.err
 
     mixed = tmp_path / "mixed.tsv"  # one 39-field row among shorter ones: not every row, so no hint
@@ -239,3 +240,75 @@ def test_predict_to_a_reader_that_stops_early_ends_quietly(criteo_model, tmp_pat
     r = reader_gone(["predict", "--checkpoint", str(ckpt), "--data", str(ds), "--input", str(tail)], tmp_path)
     assert r.returncode == SIGPIPE_EXIT, r.stderr
     assert "error" not in r.stderr and "Traceback" not in r.stderr
+
+
+def write_rows(path: Path, rows: int, label: bool = True, start: int = 0) -> None:
+    """A small CSV of a 0/1 label y, numbers a and words c (y left out when `label` is false)."""
+    rng = np.random.default_rng(7)
+    lines = ["y,a,c" if label else "a,c"]
+    for i in range(start, start + rows):
+        a, c = float(rng.normal()), ["red", "green", "blue"][i % 3]
+        y = int(a + (c == "red") + rng.normal() > 0.5)
+        lines.append(f"{y},{a:.4f},{c}" if label else f"{a:.4f},{c}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def csv_model(tmp_path_factory):
+    """A model trained on a transcoded CSV dataset written here."""
+    root = tmp_path_factory.mktemp("predict_csv")
+    write_rows(root / "train.csv", 600)
+    r = run_cli("transcode", "--input", root / "train.csv", "--out", root / "ds", "--label", "y",
+                "--numerical", "a", "--categorical", "c", "--test-rows", "100")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", root / "ds", *TRAIN, "--run-dir", root / "run")
+    assert r.code == 0, r.err
+    return root / "ds", root / "run" / "checkpoints"
+
+
+def test_transcoded_rows_without_the_label_column_are_scored_with_no_label(csv_model, tmp_path):
+    ds, ckpt = csv_model
+    write_rows(tmp_path / "with.csv", 30, start=1000)
+    write_rows(tmp_path / "without.csv", 30, label=False, start=1000)
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "with.csv", "--output", tmp_path / "a.csv")
+    assert r.code == 0, r.err
+    header, want = read_scores(tmp_path / "a.csv")
+    assert header == ["row", "label", "probability"] and want.shape == (30, 3)
+    assert np.std(want[:, 2]) > 0  # the rows get different scores, so a mix-up would show
+
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "without.csv", "--no-label")
+    assert r.code == 0, r.err
+    assert r.out.startswith("row,probability\n") and "rows read 30  scored 30  skipped 0" in r.err
+    got = np.loadtxt(r.out.splitlines()[1:], delimiter=",", ndmin=2)
+    np.testing.assert_array_equal(got[:, 0], np.arange(1, 31))
+    np.testing.assert_allclose(got[:, 1], want[:, 2], rtol=1e-6)
+
+    # a label column that is there is ignored with --no-label: the same scores, no label column
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "with.csv", "--no-label")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == "row,probability"
+    np.testing.assert_allclose(np.loadtxt(r.out.splitlines()[1:], delimiter=",", ndmin=2)[:, 1], want[:, 2], rtol=1e-6)
+
+    # without --no-label: one line that names the missing column and says what to add
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "without.csv")
+    assert r.code == 2 and r.out == ""
+    (line,) = r.err.strip().splitlines()
+    assert (
+        f"{tmp_path / 'without.csv'}: no column(s) y (has: a, c); rows without the label column: add --no-label" in line
+    )
+
+
+def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
+    ds, ckpt = csv_model
+    bad = tmp_path / "bad.csv"
+    bad.write_text("y,a,c\n7,0.5,red\n1,x,red\n")  # every row bad
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", bad)
+    assert r.code == 2
+    assert r.out == ""  # no header of a CSV that never comes
+    (line,) = r.err.strip().splitlines()
+    assert "no valid rows (2 bad rows: bad_label 1, bad_number 1; " in line
+    assert f"first: {bad}:2: data row 1: bad_label in column y ('7')" in line
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", bad, "--strict")
+    assert r.code == 2 and r.out == "" and f"{bad}:2: data row 1: bad_label in column y ('7')" in r.err
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", bad, "--output", tmp_path / "s.csv")
+    assert r.code == 2 and not (tmp_path / "s.csv").exists()

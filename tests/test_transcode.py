@@ -3,8 +3,10 @@ the ids equal those of the Criteo path (one shared encoder)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import numpy as np
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -57,6 +59,10 @@ def test_csv_bad_rows_and_ids(tmp_path):
     rep = spec.metadata["preprocess"]["report"]
     assert rep["rows_skipped"]["bad_label"] == 1 and rep["rows_skipped"]["bad_number"] == 1
     assert any("data row 6" in p for p in rep["first_bad_rows"])
+    # each listed row names its file line (the header is line 1), the column and the value
+    assert f"{src}:7: data row 6: bad_label in column y ('2')" in rep["first_bad_rows"]
+    assert f"{src}:11: data row 10: bad_number in column a ('abc')" in rep["first_bad_rows"]
+    assert f"{src}:11: data row 10: bad_number in column a ('abc')" in r.out
     assert (len(train), len(test)) == (48, 10)
     vocab = Vocabulary.load(str(tmp_path / "o"))
     # green is the most frequent color -> id 1; missing -> 0
@@ -153,3 +159,95 @@ def test_same_ids_as_criteo_path(tmp_path):
         assert (tmp_path / "p" / d / "numerical.bin").read_bytes() == (
             tmp_path / "t" / d / "numerical.bin"
         ).read_bytes()
+
+
+CRITEO_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo" / "deepctr_criteo_sample200.csv"
+
+
+def test_bad_rows_name_the_first_failing_column_and_quote_its_value(tmp_path):
+    rows = csv_rows(20)
+    rows[2][2] = "x" * 50  # b not a number: the value is cut to 20 characters
+    rows[4][1], rows[4][2] = "a", "b"  # a and b both bad: a, the first numerical column, is named
+    lines = ["\t".join(r).encode() for r in rows]
+    lines[7] = lines[7].replace(b"blue", b"bl\xffe")  # not UTF-8: the raw bytes are shown
+    src = tmp_path / "d.tsv"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    r = run_cli(*args(src, tmp_path / "o", "--no-header", "--columns", "y,a,b,color,city"))
+    assert r.code == 0, r.err
+    assert "skipped 3 (bad_number 2, undecodable 1)" in r.out
+    first = open_dataset(str(tmp_path / "o"))[0].metadata["preprocess"]["report"]["first_bad_rows"]
+    assert first == [  # no header: the line number is the data row
+        f"{src}:3: data row 3: bad_number in column b ('{'x' * 20}'...)",
+        f"{src}:5: data row 5: bad_number in column a ('a')",
+        f"{src}:8: data row 8: undecodable in column color (b'bl\\xffe')",
+    ]
+
+
+def mostly_hex(n_rows: int, n_hex: int) -> str:
+    """y,n,h: h holds hex ids in `n_hex` of the rows, plain numbers in the others."""
+    lines = ["y,n,h"] + [f"{i % 2},{i},{f'{i:08x}f' if i < n_hex else i}" for i in range(n_rows)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_numerical_column_bad_in_most_rows_is_refused_and_nothing_written(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_text(mostly_hex(40, 21))  # 21 of 40 rows bad: more than half
+    cmd = ("transcode", "--input", src, "--label", "y", "--numerical", "n,h", "--out")
+    r = run_cli(*cmd, tmp_path / "o")
+    assert r.code == 2, r.out
+    (line,) = r.err.strip().splitlines()
+    assert "21 of 40 rows read are bad (more than half), 21 of them bad_number in column h" in line
+    assert f"(first: {src}:2: data row 1: bad_number in column h ('00000000f'))" in line
+    assert "name it in --categorical instead of --numerical; nothing written" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv"]  # no folder, .tmp or .lock left
+
+    # an existing dataset at --out stays as it was, even with --force
+    src.write_text(mostly_hex(40, 0))
+    assert run_cli(*cmd, tmp_path / "o").code == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "o").rglob("*") if p.is_file()}
+    src.write_text(mostly_hex(40, 21))
+    r = run_cli(*cmd, tmp_path / "o", "--force")
+    assert r.code == 2 and "column h" in r.err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "o").rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv", "o"]
+
+    # as a categorical column it is fine
+    r = run_cli("transcode", "--input", src, "--label", "y", "--numerical", "n", "--categorical", "h",
+                "--out", tmp_path / "c")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "written 40  skipped 0" in r.out
+
+
+def test_half_the_rows_bad_is_still_written_and_counted(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_text(mostly_hex(40, 20))  # exactly half: not more than half
+    r = run_cli("transcode", "--input", src, "--label", "y", "--numerical", "n,h", "--out", tmp_path / "o")
+    assert r.code == 0, r.err
+    assert "rows read 40  written 20  skipped 20 (bad_number 20)" in r.out
+    assert f"bad row: {src}:2: data row 1: bad_number in column h ('00000000f')" in r.out
+
+
+def test_other_causes_of_most_rows_bad_are_named(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_text("y;n;c\n" + "".join(f"{i % 2};{i};k{i}\n" for i in range(10)))  # ';' but read with ','
+    r = run_cli("transcode", "--input", src, "--label", "y", "--numerical", "n", "--out", tmp_path / "o")
+    assert r.code == 2 and "no column(s) y, n" in r.err  # the header tells first
+    src.write_text("y,n,c\n" + "".join(f"{i % 2},{i},k{i}\n" if i < 4 else f"{i % 2};{i};k{i}\n" for i in range(10)))
+    r = run_cli("transcode", "--input", src, "--label", "y", "--numerical", "n", "--out", tmp_path / "o")
+    assert r.code == 2
+    assert "6 of 10 rows read are bad (more than half), 6 of them wrong_field_count (first: " in r.err
+    assert "check --delimiter" in r.err
+    src.write_text("y,n,c\n" + "".join(f"{i % 2 + (2 if i > 3 else 0)},{i},k{i}\n" for i in range(10)))
+    r = run_cli("transcode", "--input", src, "--label", "y", "--numerical", "n", "--out", tmp_path / "o")
+    assert r.code == 2 and "6 of them bad_label in column y" in r.err and "must hold 0/1" in r.err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not CRITEO_CSV.exists(), reason="needs ../shared/data/criteo (the 200-row Criteo CSV)")
+def test_criteo_hex_column_given_as_numerical_is_refused(tmp_path):
+    r = run_cli("transcode", "--input", CRITEO_CSV, "--out", tmp_path / "x", "--label", "label",
+                "--numerical", "I1,C1", "--categorical", "C2")  # fmt: skip
+    assert r.code == 2, r.out
+    (line,) = r.err.strip().splitlines()
+    assert "bad_number in column C1" in line and "--categorical" in line and f"{CRITEO_CSV}:2: data row 1" in line
+    assert not (tmp_path / "x").exists()

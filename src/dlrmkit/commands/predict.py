@@ -3,7 +3,13 @@
 with the dataset's stored vocabulary (unseen categories -> the rare id 0) and transform, and
 write click probabilities. Streaming: the input is parsed block by block with the same parser as
 preprocessing (bad rows counted by reason, first positions reported; `--strict` stops at the
-first), so memory never grows with the input."""
+first), so memory never grows with the input.
+
+`--no-label` reads rows without the label column: Criteo rows of 39 fields, or CSV/TSV/Parquet
+rows that lack the dataset's label column (a label column present is then ignored); the output has
+no label column. Nothing is written until the first rows have been read and scored, so input that
+fails at once (a missing column, no valid row) leaves standard output empty; --output is written
+whole or not at all."""
 
 from __future__ import annotations
 
@@ -37,7 +43,10 @@ class PredictOptions:
         parse=ct.path,
     )
     batch_size: int = option(16384, "rows per forward pass (default {default})", parse=ct.batch_size)
-    no_label: bool = option(False, "Criteo rows without the label column (39 fields)")
+    no_label: bool = option(
+        False,
+        "rows without the label column (Criteo: 39 fields; CSV/TSV/Parquet: the dataset's label column absent)",
+    )
     delimiter: str | None = option(
         None, "CSV inputs: field delimiter (default: tab for .tsv, else comma)", parse=ct.single_char
     )
@@ -152,7 +161,7 @@ def _table_batches(
     opts = TranscodeOptions(
         inputs=[path],
         out="",
-        label=meta["label"],
+        label=None if args.no_label else meta["label"],
         numerical=list(meta.get("numerical_columns") or []),
         categorical=list(meta.get("categorical_columns") or []),
         delimiter=args.delimiter,
@@ -160,6 +169,7 @@ def _table_batches(
         columns=columns,
         log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
         numerical_dtype=str(stored_as),  # out of range as the dataset's rows were
+        missing_label_hint="; rows without the label column: add --no-label",
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -175,7 +185,7 @@ def _table_batches(
                 if cats
                 else np.zeros((len(labels), 0), np.int64)
             )
-            yield rows_out[0], labels, dense, ids
+            yield rows_out[0], None if args.no_label else labels, dense, ids
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
@@ -250,6 +260,8 @@ def model_ids(cfg: Any, ids: np.ndarray, dense: np.ndarray, stored_as: Any) -> n
 
 
 def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
+    """The scores as CSV; the header comes with the first scored rows, so nothing at all is written
+    when the input fails before any row is scored (the caller then reports the error)."""
     header_done = False
     for b in batches:
         if not header_done:
@@ -258,8 +270,6 @@ def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
         cols = [b.rows] + ([b.labels.astype(np.int64)] if b.labels is not None else [])
         table = np.column_stack([*cols, b.probs.astype(np.float64)])
         np.savetxt(out, table, fmt=["%d"] * len(cols) + ["%.9g"], delimiter=",")
-    if not header_done:
-        out.write("row,probability\n")
 
 
 def run(args: argparse.Namespace) -> int:

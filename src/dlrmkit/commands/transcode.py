@@ -1,5 +1,12 @@
 """Turn any CSV/TSV/Parquet file with named columns into a FeatureSpec dataset (same encoder as
-`dlrmkit preprocess criteo`)."""
+`dlrmkit preprocess criteo`).
+
+Bad rows (a wrong field count, a label other than 0/1, a numerical value that is not a number or
+is beyond the storage type's range, bytes that are not UTF-8) are skipped and counted by reason;
+the first five are listed as file:line with the column and its value. When more than half of the
+rows read are bad, nothing is written: the run stops with exit code 2 and one line naming the
+reason and column behind most of them (a --numerical column holding ids or words belongs in
+--categorical)."""
 
 from __future__ import annotations
 

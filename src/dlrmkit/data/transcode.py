@@ -30,7 +30,7 @@ BATCH_BYTES = 8 << 20
 class TranscodeOptions:
     inputs: list[str]
     out: str
-    label: str
+    label: str | None  # None: rows without a label (predict --no-label); transcode always names one
     numerical: list[str]
     categorical: list[str]
     delimiter: str | None = None  # None: from the file suffix (.tsv -> tab, else comma)
@@ -45,6 +45,7 @@ class TranscodeOptions:
     log: bool = False
     force: bool = False
     numerical_dtype: str = "float32"  # how numerical columns are stored: float32, or float16 (half the bytes)
+    missing_label_hint: str = ""  # appended to the error when the label column is missing
 
 
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
@@ -66,6 +67,17 @@ class Report:
     _order: list[tuple[int, int]] = field(default_factory=list)  # (file, data row) of each listed position
     file_index: int = 0
     empty_lines: int = 0  # skipped, not rows: reported beside the rows skipped
+    # (reason, column) -> rows skipped, each row at its first failing column ("" for a row's field count)
+    by_column: dict[tuple[str, str], int] = field(default_factory=dict)
+    first_by_column: dict[tuple[str, str], str] = field(default_factory=dict)  # the first such row, located
+
+    def count_columns(self, reason: str, counts: dict[str, int], where: dict[str, str]) -> None:
+        """Rows skipped for `reason`, by the column that failed; `where` locates the first row of
+        each column in this batch."""
+        for name, n in counts.items():
+            key = (reason, name)
+            self.by_column[key] = self.by_column.get(key, 0) + n
+            self.first_by_column.setdefault(key, where[name])
 
     def bad(self, reason: str, count: int, where: list[str]) -> None:
         """`count` rows skipped for `reason` (exact); `where` locates the first few."""
@@ -86,7 +98,7 @@ def _is_parquet(path: str) -> bool:
 
 def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """(record batch with every needed column, 1-based data-row number of each of its rows)."""
-    needed = list(dict.fromkeys([opts.label, *opts.numerical, *opts.categorical]))
+    needed = _needed(opts)
     if _is_parquet(path):
         import pyarrow.parquet as pq
 
@@ -94,9 +106,7 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-        missing = [c for c in needed if c not in pf.schema_arrow.names]
-        if missing:
-            raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(pf.schema_arrow.names)})")
+        _check_columns(opts, path, needed, pf.schema_arrow.names)
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
@@ -107,6 +117,32 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             raise DlrmkitError(f"{path}: cannot read Parquet data ({str(exc).splitlines()[0]})") from None
         return
     yield from _text_batches(opts, path, needed, report)
+
+
+def _needed(opts: TranscodeOptions) -> list[str]:
+    """The columns read: the label (when there is one), then the numerical and categorical ones."""
+    return list(dict.fromkeys([*([opts.label] if opts.label is not None else []), *opts.numerical, *opts.categorical]))
+
+
+def _check_columns(opts: TranscodeOptions, path: str, needed: list[str], names: list[str]) -> None:
+    missing = [c for c in needed if c not in names]
+    if missing:
+        hint = opts.missing_label_hint if opts.label in missing else ""
+        raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(names)}){hint}")
+
+
+def _quoted(value: str | bytes | None, most: int = 20) -> str:
+    """A field's value for a one-line message: quoted and escaped (never a line break), cut to
+    `most` characters."""
+    value = value or ""
+    return repr(value[:most]) + ("..." if len(value) > most else "")
+
+
+def _where(opts: TranscodeOptions, path: str, row: int) -> str:
+    """A data row's position: `file:line: data row N` for text (the header is line 1), else `file: data row N`."""
+    if _is_parquet(path):
+        return f"{path}: data row {row}"
+    return f"{path}:{row + (1 if opts.header else 0)}: data row {row}"
 
 
 def _plain(col: pa.Array) -> pa.Array:
@@ -153,9 +189,7 @@ def _text_batches(
             if twice:
                 raise DlrmkitError(f"{path}:1: column '{twice[0]}' appears twice in the header")
         if not data_row and names is not None:
-            missing = [c for c in needed if c not in names]
-            if missing:
-                raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(names)})")
+            _check_columns(opts, path, needed, names)
         if not block:
             continue
         b = np.frombuffer(block, dtype=np.uint8)
@@ -173,15 +207,12 @@ def _text_batches(
         if report is not None and wrong.any():
             rows = np.flatnonzero(wrong)
             report.read += len(rows)
-            report.bad_at(
-                "wrong_field_count",
-                len(rows),
-                [int(line_no[r]) for r in rows[:5]],
-                [
-                    f"{path}: data row {int(line_no[r])}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
-                    for r in rows[:5]
-                ],
-            )
+            where = [
+                f"{_where(opts, path, int(line_no[r]))}: wrong_field_count ({int(nfields[r])} fields, expected {len(names)})"
+                for r in rows[:5]
+            ]
+            report.bad_at("wrong_field_count", len(rows), [int(line_no[r]) for r in rows[:5]], where)
+            report.count_columns("wrong_field_count", {"": len(rows)}, {"": where[0]})
         keep = ~blank & ~wrong
         if not keep.any():
             continue
@@ -231,58 +262,76 @@ def clean(
     rows: np.ndarray,
     rows_out: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
-    """Valid rows only: labels (bool), numerical (opts.numerical_dtype) and categorical string
-    columns. `rows` holds each row's 1-based data-row number. Every skipped row is counted by its
-    first failing check: undecodable bytes, a bad label, a bad number, or a number the storage
-    dtype cannot hold (|x| > 65504 for float16, 3.4e38 for float32, after the transform; never
-    stored as infinity).
+    """Valid rows only: labels (bool; all False without a label column), numerical
+    (opts.numerical_dtype) and categorical string columns. `rows` holds each row's 1-based data-row
+    number. Every skipped row is counted by its first failing check: undecodable bytes, a bad label,
+    a bad number, or a number the storage dtype cannot hold (|x| > 65504 for float16, 3.4e38 for
+    float32, after the transform; never stored as infinity); it is located by the first column
+    failing that check, with the column's value.
     `rows_out` (for `predict`) receives the data-row numbers of the valid rows."""
-    text, utf8_ok = {}, np.ones(t.num_rows, dtype=bool)
-    for c in dict.fromkeys([opts.label, *opts.numerical, *opts.categorical]):
+    text, utf8 = {}, {}
+    for c in _needed(opts):
         arr, ok = _as_text(t.column(c).combine_chunks())
-        text[c] = _field(arr)
-        utf8_ok &= ok
-    label = text[opts.label]
-    lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
-    lab_val = np.full(len(label), -1.0)
-    if lab_ok.any():
-        lab_val[lab_ok] = pc.cast(label.filter(pa.array(lab_ok)), pa.float64()).to_numpy()
-    lab_ok &= (lab_val == 0) | (lab_val == 1)
-    num_ok = np.ones(len(label), dtype=bool)
-    nums = []
+        text[c], utf8[c] = _field(arr), ok
+    n = t.num_rows
+    utf8_ok = np.logical_and.reduce(list(utf8.values())) if utf8 else np.ones(n, dtype=bool)
+    lab_ok, lab_val = np.ones(n, dtype=bool), np.zeros(n)
+    if opts.label is not None:
+        label = text[opts.label]
+        lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
+        lab_val = np.full(n, -1.0)
+        if lab_ok.any():
+            lab_val[lab_ok] = pc.cast(label.filter(pa.array(lab_ok)), pa.float64()).to_numpy()
+        lab_ok &= (lab_val == 0) | (lab_val == 1)
+    num_oks, nums = [], []
     for c in opts.numerical:
         s = text[c]
         empty = pc.fill_null(pc.equal(s, ""), True).to_numpy(zero_copy_only=False)
         ok = empty | pc.fill_null(pc.match_substring_regex(s, NUMBER_RE), False).to_numpy(zero_copy_only=False)
-        num_ok &= ok
+        num_oks.append(ok)
         vals = np.full(len(s), np.nan)
         fill = ok & ~empty
         if fill.any():
             vals[fill] = pc.cast(s.filter(pa.array(fill)), pa.float64()).to_numpy()
         nums.append(vals)
-    dense = np.stack(nums, axis=1) if nums else np.zeros((len(label), 0))
+    num_cols = np.stack(num_oks, axis=1) if num_oks else np.ones((n, 0), dtype=bool)
+    num_ok = num_cols.all(axis=1)
+    dense = np.stack(nums, axis=1) if nums else np.zeros((n, 0))
     dense = np.where(np.isnan(dense), 0.0, dense)  # empty -> 0; text that overflowed float64 stays inf
     with np.errstate(over="ignore", invalid="ignore"):
         stored = (np.log1p(np.maximum(dense, 0.0)) if opts.log else dense).astype(np.float32)
         stored = stored.astype(opts.numerical_dtype)
-    range_ok = np.isfinite(stored).all(axis=1)  # beyond the dtype's range: a bad row, never +-inf
-    reasons = (  # the first failing check names the reason; each row is counted once
-        ("undecodable", ~utf8_ok),
-        ("bad_label", utf8_ok & ~lab_ok),
-        ("bad_number", utf8_ok & lab_ok & ~num_ok),
-        ("out_of_range", utf8_ok & lab_ok & num_ok & ~range_ok),
-    )
+    range_cols = np.isfinite(stored)
+    range_ok = range_cols.all(axis=1)  # beyond the dtype's range: a bad row, never +-inf
     if report is not None:
-        report.read += len(label)
-        for reason, mask_bad in reasons:
+        report.read += n
+        named = list(utf8)
+        checks = (  # the first failing check names the reason; each row is counted once
+            ("undecodable", ~utf8_ok, named, np.stack([utf8[c] for c in named], axis=1) if named else None),
+            ("bad_label", utf8_ok & ~lab_ok, [opts.label], None),
+            ("bad_number", utf8_ok & lab_ok & ~num_ok, opts.numerical, num_cols),
+            ("out_of_range", utf8_ok & lab_ok & num_ok & ~range_ok, opts.numerical, range_cols),
+        )
+        for reason, mask_bad, cols, col_ok in checks:
             bad_rows = np.flatnonzero(mask_bad)
-            if len(bad_rows):
-                report.bad_at(
-                    reason,
-                    len(bad_rows),
-                    [int(rows[r]) for r in bad_rows[:5]],
-                    [f"{path}: data row {int(rows[r])}: {reason}" for r in bad_rows[:5]],
-                )
+            if not len(bad_rows):
+                continue
+            # the first failing column of each bad row
+            first_col = np.zeros(len(bad_rows), dtype=np.int64) if col_ok is None else np.argmin(col_ok[bad_rows], 1)
+
+            def where(i: int, reason: str = reason, cols: list = cols, first_col: np.ndarray = first_col) -> str:
+                r, c = int(bad_rows[i]), cols[int(first_col[i])]
+                value = t.column(c)[r].as_py() if reason == "undecodable" else text[c][r].as_py()
+                return f"{_where(opts, path, int(rows[r]))}: {reason} in column {c} ({_quoted(value)})"
+
+            shown = [where(i) for i in range(min(5, len(bad_rows)))]
+            report.bad_at(reason, len(bad_rows), [int(rows[r]) for r in bad_rows[:5]], shown)
+            ks, firsts, counts = np.unique(first_col, return_index=True, return_counts=True)
+            report.count_columns(
+                reason,
+                {cols[k]: int(m) for k, m in zip(ks, counts)},
+                {cols[k]: where(int(i)) for k, i in zip(ks, firsts)},
+            )
     good = utf8_ok & lab_ok & num_ok & range_ok
     if rows_out is not None:
         rows_out.append(rows[good])
@@ -321,13 +370,54 @@ def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
         return _transcode(opts)
 
 
+def main_cause(opts: TranscodeOptions, report: Report) -> tuple[int, str, str, str]:
+    """(rows, reason, column, advice) of the (reason, column) that skipped the most rows."""
+    (reason, col), n = max(report.by_column.items(), key=lambda kv: kv[1])
+    if reason == "bad_number":
+        advice = f"if {col} holds ids or words rather than numbers, name it in --categorical instead of --numerical"
+    elif reason == "out_of_range":
+        advice = f"if {col} holds ids rather than quantities, name it in --categorical instead of --numerical" + (
+            "; or store float32 (the default) or give --log-transform"
+            if opts.numerical_dtype == "float16" and not opts.log
+            else ""
+        )
+    elif reason == "bad_label":
+        advice = f"--label {col} must hold 0/1: is it the click column?"
+    elif reason == "wrong_field_count":
+        advice = "the rows do not have the expected number of fields: check --delimiter"
+    else:
+        advice = f"column {col} is not UTF-8 text"
+    return n, reason, col, advice
+
+
+def too_many_skipped(opts: TranscodeOptions, report: Report) -> DlrmkitError | None:
+    """The refusal when more than half of the rows read would be skipped (a column given the wrong
+    type, a wrong delimiter or label): one line naming the cause of most skips, or None."""
+    n_bad = sum(report.skipped.values())
+    if not n_bad or n_bad * 2 <= report.read:
+        return None
+    n, reason, col, advice = main_cause(opts, report)
+    return DlrmkitError(
+        f"{', '.join(opts.inputs)}: {n_bad:,} of {report.read:,} rows read are bad (more than half), "
+        f"{n:,} of them {reason}{f' in column {col}' if col else ''} (first: {report.first_by_column[(reason, col)]}): "
+        f"{advice}; nothing written"
+    )
+
+
 def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     report = Report()
     total = sum(len(lab) for lab, _, _ in iter_clean(opts, report))
     if total == 0:
         from dlrmkit.data.criteo_count import no_valid_rows
 
-        raise no_valid_rows(opts.inputs, report.skipped, report.first)
+        err = no_valid_rows(opts.inputs, report.skipped, report.first)
+        if report.by_column:
+            n, reason, col, advice = main_cause(opts, report)
+            err = DlrmkitError(f"{err}; {n:,} {reason}{f' in column {col}' if col else ''}: {advice}")
+        raise err
+    refusal = too_many_skipped(opts, report)  # before anything is written: --out stays as it was
+    if refusal is not None:
+        raise refusal
     n_test = opts.test_rows or (int(round(opts.test_fraction * total)) if opts.test_fraction else 0)
     n_val = val_rows(opts.val_rows, opts.val_fraction, total - n_test)
     boundary = total - n_test - n_val  # train rows [0, boundary), val up to the test rows

@@ -140,6 +140,9 @@ def load_kernel(build: KernelBuild) -> None:
                 stale.unlink()
         from torch.utils.cpp_extension import load
 
+        if sys.stderr.isatty():  # once per source and toolchain: a person waiting is told why
+            print(f"building the table-update C++ kernel once, in {folder} (about 15 s; later runs load it)",
+                  file=sys.stderr, flush=True)  # fmt: skip
         load(
             name=name,
             sources=[str(build.source)],
