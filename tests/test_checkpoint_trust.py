@@ -428,7 +428,7 @@ def test_final_checkpoint_under_torchrun_without_run_dir(tiny_data, tmp_path):
     runs = [d for d in os.listdir(tmp_path / "runs") if not d.startswith(".")]
     assert len(runs) == 1
     run = tmp_path / "runs" / runs[0]
-    assert json.loads((run / "run.json").read_text())["checkpoint_dir"] == str(run / "checkpoints")
+    assert json.loads((run / "run.json").read_text())["checkpoint_dir"] == "checkpoints"  # relative to the run folder
     manifest = ckpt.read_manifest(ckpt.latest_checkpoint(str(run / "checkpoints")))
     assert manifest["world_size"] == 2 and manifest["step"] == 3
     assert "saved checkpoint" in proc.stderr

@@ -1,6 +1,7 @@
 """`dlrmkit report RUN`: PNG plots with real content and a Markdown summary of a finished run."""
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -138,3 +139,76 @@ def test_train_tensorboard_writes_events(tiny_data, tmp_path):
     assert [s for s, _ in scalars["val/auc"]] == [5, 10]
     assert "train/loss" in scalars
     assert "tensorboard" not in (tmp_path / "R" / "config.yaml").read_text()  # an output path, not a recipe option
+
+
+def eval_record(step, auc):
+    return json.dumps({"event": "eval", "step": step, "mapping": "val", "auc": auc, "logloss": 0.5,
+                       "samples_seen": step * 100, "time": 1.0})  # fmt: skip
+
+
+def test_report_reads_a_moved_or_copied_run_folders_own_log(tiny_run, tmp_path):
+    """run.json names the folder's own log relative to it: a moved folder still reports, and a
+    copy reports its own log, never the original's (older run.json with absolute paths too)."""
+    shutil.copytree(tiny_run, tmp_path / "A")
+    os.rename(tmp_path / "A", tmp_path / "B")
+    result = run_cli("report", tmp_path / "B", "--out", tmp_path / "rep-B")
+    assert result.code == 0, result.err
+    shutil.copytree(tmp_path / "B", tmp_path / "C")
+    with open(tmp_path / "C" / "log.jsonl", "a") as f:
+        f.write(eval_record(777, 0.3125) + "\n")
+    for folder in ("B", "C"):
+        result = run_cli("report", tmp_path / folder, "--out", tmp_path / f"rep-{folder}")
+        assert result.code == 0, result.err
+    assert "| 777 |" in (tmp_path / "rep-C" / "report.md").read_text()
+    assert "| 777 |" not in (tmp_path / "rep-B" / "report.md").read_text()
+    # run.json as older versions wrote it: absolute paths into the folder it was written in (B)
+    info = json.loads((tmp_path / "C" / "run.json").read_text())
+    del info["format"]
+    old = {
+        **info,
+        "log_jsonl": str(tmp_path / "B" / "log.jsonl"),
+        "checkpoint_dir": str(tmp_path / "B" / "checkpoints"),
+    }
+    (tmp_path / "C" / "run.json").write_text(json.dumps(old))
+    result = run_cli("report", tmp_path / "C", "--out", tmp_path / "rep-C-old")
+    assert result.code == 0, result.err
+    assert "| 777 |" in (tmp_path / "rep-C-old" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "record,needle",
+    [
+        (
+            '{"event":"train","step":8,"loss":' + "9" * 401 + ',"samples_seen":5}',
+            "field 'loss' is an integer of 401 digits",
+        ),
+        ('{"event":"train","step":8,"loss":0.5,"samples_seen":' + "9" * 401 + "}", "field 'samples_seen'"),
+        ('{"event":"train","step":8,"loss":' + "9" * 5001 + "}", "an integer of more than"),
+    ],
+)
+def test_report_on_a_number_out_of_range_is_one_line_naming_the_line(finished_run, tmp_path, record, needle):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    lines = (run / "log.jsonl").read_text().splitlines()
+    (run / "log.jsonl").write_text("\n".join(lines[:3] + ["", record] + lines[3:]) + "\n")
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 2, (result.code, result.err)
+    err = [ln for ln in result.err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "Traceback" not in result.err, result.err
+    assert f"log.jsonl:5: {needle}" in err[0], err[0]
+
+
+def test_report_skips_a_reliability_table_with_an_infinite_count_and_says_so(finished_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    with open(run / "log.jsonl", "a") as f:
+        f.write('{"event":"test","step":8,"reliability":[[0.5,0.5,1e999]]}\n')
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    assert not (tmp_path / "out" / "test_reliability.png").exists()
+    assert (tmp_path / "out" / "train_loss.png").is_file()
+    assert "reliability table: malformed in the log" in (tmp_path / "out" / "report.md").read_text()
+    result = run_cli("report", finished_run, "--out", tmp_path / "good")  # the run's own table: plotted
+    assert result.code == 0, result.err
+    assert (tmp_path / "good" / "test_reliability.png").is_file()
+    assert "reliability table" not in (tmp_path / "good" / "report.md").read_text()

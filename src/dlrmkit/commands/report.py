@@ -6,16 +6,19 @@ computed on, so validation scores are never shown as test scores."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
-from typing import Any
+import sys
+from typing import Any, Iterator
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options, option
-from dlrmkit.train.run_log import read_log, tensorboard
+from dlrmkit.train.run_log import MAX_RECORD, NUMERIC, read_log, tensorboard
+from dlrmkit.untrusted import open_regular
 
 MAX_MAPPINGS = 16  # two plots each: a hostile log cannot make the report write thousands of files
 
@@ -38,14 +41,60 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, ReportOptions)
 
 
+def finite(value: Any) -> bool:
+    """A number a plot or a table can show: an integer past the range of a float (a log from
+    elsewhere may hold one) is not, as infinity is not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _num(value: Any, fmt: str = ".4f") -> str:
-    return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+    return format(value, fmt) if finite(value) else "n/a"
+
+
+def _log_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of the log's non-blank lines, read as read_log reads them: its records
+    in order, for naming the line of one."""
+    with open_regular(path, "run log", "r", encoding="utf-8") as f:
+        for n, line in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), ""), 1):
+            if line.strip():
+                yield n, line
+
+
+def load_log(path: str) -> list[dict[str, Any]]:
+    """The run log (dlrmkit.train.run_log.read_log), with what the report computes on checked too:
+    a number JSON holds but Python does not read (an integer of thousands of digits) or a numeric
+    field past the range of a float is one line naming file:line, as any other bad record is."""
+    try:
+        records = read_log(path)
+    except ValueError:  # json's limit on the digits of an integer (sys.get_int_max_str_digits)
+        for n, line in _log_lines(path):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise DlrmkitError(
+                    f"{path}:{n}: an integer of more than {sys.get_int_max_str_digits()} digits, not a log record"
+                ) from None
+        raise DlrmkitError(f"{path}: a number that cannot be read, not a log") from None
+    for i, r in enumerate(records):
+        for k in NUMERIC:
+            v = r.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and not finite(v):
+                n = next((n for j, (n, _) in enumerate(_log_lines(path)) if j == i), "?")
+                raise DlrmkitError(
+                    f"{path}:{n}: field '{k}' is an integer of {len(str(abs(v)))} digits, not a number a run logs"
+                )
+    return records
 
 
 def series(records: list[dict[str, Any]], event: str, key: str, x: str = "samples_seen") -> tuple[list, list]:
     xs, ys = [], []
     for r in records:
-        if r.get("event") == event and key in r and x in r and math.isfinite(r[key]) and math.isfinite(r[x]):
+        if r.get("event") == event and key in r and x in r and finite(r[key]) and finite(r[x]):
             xs.append(r[x])
             ys.append(r[key])
     return xs, ys
@@ -126,7 +175,7 @@ def reliability_bins(records: list[dict[str, Any]]) -> list[tuple[float, float, 
         if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, (int, float)) for v in entry)):
             return []
         p, rate, n = entry
-        if not (0 <= p <= 1 and 0 <= rate <= 1 and n >= 0 and math.isfinite(p) and math.isfinite(rate)):
+        if not (all(finite(v) for v in entry) and 0 <= p <= 1 and 0 <= rate <= 1 and n >= 0):
             return []
         bins.append((float(p), float(rate), int(n)))
     return bins
@@ -231,6 +280,9 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             lines.append(f"- optimal AUC of the data {_num(end['optimal_auc'])} (test gap {_num(gap)})")
     else:
         lines.append("- test score: none in the log (the run did not reach its final evaluation)")
+    if test and test.get("reliability") not in (None, []) and not reliability_bins(records):
+        lines.append("- reliability table: malformed in the log (each bin needs a probability and a rate in [0, 1] "
+                     "and a finite row count), not plotted")  # fmt: skip
     for m in eval_mappings(records):
         lines += ["", f"Evaluations during training, on the {mapping_name(m)} rows:"]
         lines += _eval_table(_on(records, m), mapping_name(m))
@@ -250,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.tensorboard, "--tensorboard")
     with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
         info = read_run(args.run)
-        records = read_log(info["log_jsonl"])
+        records = load_log(info["log_jsonl"])
         if len(eval_mappings(records)) > MAX_MAPPINGS:
             raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
         make_dirs(out, "--out")

@@ -28,9 +28,25 @@ class RunDir:
     path: str
     log_jsonl: str
     checkpoint_dir: str | None
+    # config.yaml's options and run.json's start and command, not yet written: a --resume writes
+    # them once its checkpoint is accepted (write_run_files), so a refused one leaves the folder as it was
+    pending: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
+
+
+RUN_JSON_FORMAT = 2  # run.json keeps paths inside the run folder relative to it (older ones: absolute)
+
+
+def stored_path(path: str | None, folder: str) -> str | None:
+    """A path as run.json keeps it: relative to the run folder where it lies inside it (the folder
+    may be moved or copied whole), absolute where it lies elsewhere (--log-jsonl or --checkpoint-dir
+    outside the run folder)."""
+    if path is None:
+        return None
+    full, base = os.path.abspath(path), os.path.abspath(folder)
+    return os.path.relpath(full, base) if os.path.commonpath([full, base]) == base else full
 
 
 def is_rank_zero() -> bool:
@@ -130,7 +146,9 @@ def resolved_options(cfg: TrainConfig) -> dict[str, Any]:
 
 def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     """Create the run folder, point the config's log and checkpoints into it, write config.yaml
-    (before the folders are filled in, so it holds only what was asked)."""
+    (its options taken before the folders are filled in, so it holds only what was asked) and
+    run.json. With --resume both wait until the checkpoint is accepted (write_run_files): a resume
+    refused (another dataset, another model) leaves the run's files as they were."""
     options = resolved_options(cfg)
     ck, out = cfg.checkpoint, cfg.output
     own_checkpoint_dir = ck.checkpoint_dir is not None
@@ -163,23 +181,46 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     if not ck.resume and is_rank_zero() and os.path.dirname(os.path.abspath(run.log_jsonl)) == os.path.abspath(path):
         write_text(run.log_jsonl, "")  # the fresh run's log (another run's was refused: check_fresh_log)
     if is_rank_zero():
-        dump_config(options, run.file("config.yaml"))
-        write_json(
-            run.file("run.json"),
-            {
-                "log_jsonl": os.path.abspath(run.log_jsonl),
-                "checkpoint_dir": os.path.abspath(run.checkpoint_dir) if run.checkpoint_dir else None,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "argv": argv,
-            },
-        )
+        run.pending = (options, {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": argv})
+        if not ck.resume:
+            write_run_files(run)
     return run
 
 
+def run_info(run: RunDir, extra: dict[str, Any]) -> dict[str, Any]:
+    """run.json: where the log and checkpoints are (relative to the run folder where inside it)."""
+    return {
+        "format": RUN_JSON_FORMAT,
+        "log_jsonl": stored_path(run.log_jsonl, run.path),
+        "checkpoint_dir": stored_path(run.checkpoint_dir, run.path),
+        **extra,
+    }
+
+
+def write_run_files(run: RunDir) -> None:
+    """config.yaml and run.json, where setup left them to write (rank 0; once)."""
+    if run.pending is None or not is_rank_zero():
+        return
+    options, extra = run.pending
+    dump_config(options, run.file("config.yaml"))
+    write_json(run.file("run.json"), run_info(run, extra))
+    run.pending = None
+
+
+def update_run_json(run: RunDir, **fields: Any) -> None:
+    info_path = run.file("run.json")
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    write_json(info_path, {**info, **fields})
+
+
 def share_checkpoint_dir(run: RunDir, trainer: Any) -> None:
-    """Under torchrun without --run-dir or --checkpoint-dir, ranks learn rank 0's run folder
-    (the process group exists now) and checkpoint into its `checkpoints/`, as one process does;
-    the ranks must share that folder (one machine, or a shared filesystem)."""
+    """Called once the trainer exists, so a --resume's checkpoint is accepted: its config.yaml and
+    run.json are written now (write_run_files). Under torchrun without --run-dir or
+    --checkpoint-dir, ranks learn rank 0's run folder (the process group exists now) and
+    checkpoint into its `checkpoints/`, as one process does; the ranks must share that folder (one
+    machine, or a shared filesystem)."""
+    write_run_files(run)
     ck = trainer.cfg.checkpoint
     if ck.checkpoint_dir is not None or ck.resume or trainer.dist.world_size == 1:
         return
@@ -189,10 +230,7 @@ def share_checkpoint_dir(run: RunDir, trainer: Any) -> None:
     dist.broadcast_object_list(box, src=0, group=trainer.dist.cpu_group)
     ck.checkpoint_dir = run.checkpoint_dir = os.path.join(box[0], "checkpoints")
     if is_rank_zero():
-        info_path = run.file("run.json")
-        with open(info_path, encoding="utf-8") as f:
-            info = json.load(f)
-        write_json(info_path, {**info, "checkpoint_dir": run.checkpoint_dir})
+        update_run_json(run, checkpoint_dir=stored_path(run.checkpoint_dir, run.path))
 
 
 def drop_empty_checkpoint_dir(run: RunDir) -> None:
@@ -208,10 +246,7 @@ def drop_empty_checkpoint_dir(run: RunDir) -> None:
         pass  # never made (a blend whose members saved nothing)
     except OSError:
         return
-    info_path = run.file("run.json")
-    with open(info_path, encoding="utf-8") as f:
-        info = json.load(f)
-    write_json(info_path, {**info, "checkpoint_dir": None})
+    update_run_json(run, checkpoint_dir=None)
 
 
 def write_plan(run: RunDir, trainer: Any) -> None:
@@ -229,6 +264,7 @@ def write_plan(run: RunDir, trainer: Any) -> None:
 
 
 def write_metrics(run: RunDir, metrics: dict[str, Any]) -> None:
+    write_run_files(run)  # a --resume's, where nothing wrote them once its checkpoint was accepted
     if is_rank_zero():
         write_metrics_json(run.file("metrics.json"), metrics)
 
@@ -241,7 +277,9 @@ def write_metrics_json(path: str, metrics: dict[str, Any]) -> None:
 
 
 def read_run(path: str) -> dict[str, Any]:
-    """run.json plus config.yaml of a run folder (for `report`), read as untrusted files."""
+    """run.json plus config.yaml of a run folder (for `report`), read as untrusted files. The log
+    and checkpoint paths come back resolved: one inside the run folder against the folder given
+    (a run folder moved or copied reads its own files, never the original's)."""
     from dlrmkit.untrusted import load_json, load_yaml
 
     info_path = os.path.join(path, "run.json")
@@ -250,9 +288,36 @@ def read_run(path: str) -> dict[str, Any]:
     info = load_json(info_path, "run description", 1 << 20)  # regular file, bounded: a FIFO never blocks
     if not isinstance(info, dict) or not isinstance(info.get("log_jsonl"), str):
         raise DlrmkitError(f'{info_path}: not a run description (needs a "log_jsonl" path)')
+    legacy = info.get("format") != RUN_JSON_FORMAT
+    info["log_jsonl"] = run_path(info["log_jsonl"], path, info_path, "log_jsonl", legacy)
+    ck = info.get("checkpoint_dir")
+    info["checkpoint_dir"] = run_path(ck, path, info_path, "checkpoint_dir", legacy) if isinstance(ck, str) else None
     cfg_path = os.path.join(path, "config.yaml")
     info["config"] = {}
     if os.path.lexists(cfg_path):
         cfg = load_yaml(cfg_path, "run config", 1 << 20)
         info["config"] = cfg if isinstance(cfg, dict) else {}
     return info
+
+
+def run_path(value: str, folder: str, info_path: str, field: str, legacy: bool) -> str:
+    """A path from run.json: a relative one lies in the run folder (one that leaves it is refused);
+    an absolute one is a log or checkpoint folder outside it, taken as it is. run.json of older
+    versions held absolute paths for the run folder's own files too: where such a path lies outside
+    the folder given and its last one or two parts (`log.jsonl`, `checkpoints`, `C/log.jsonl`)
+    name something inside that folder, the folder's own is read (the folder was moved or copied)."""
+    if "\0" in value or not value:
+        raise DlrmkitError(f"{info_path}: field '{field}' is {value!r:.80}, not a path")
+    if not os.path.isabs(value):
+        rel = os.path.normpath(value)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            raise DlrmkitError(f"{info_path}: field '{field}' is {value!r:.80}, a relative path out of the run folder")
+        return os.path.join(folder, rel)
+    full, base = os.path.normpath(value), os.path.abspath(folder)
+    if not legacy or os.path.commonpath([full, base]) == base:
+        return full
+    parts = full.split(os.sep)
+    for k in (1, 2):
+        if len(parts) > k + 1 and os.path.lexists(own := os.path.join(folder, *parts[-k:])):
+            return own
+    return full

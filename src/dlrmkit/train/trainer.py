@@ -221,13 +221,6 @@ class Trainer:
         self.losses = TrainLoss(window=100)  # the logged train loss: mean of the last 100 steps
         self.log_path = log_path_of(cfg)
         self.kept_log: list[dict[str, Any]] | None = [] if keep_log and not self.log_path else None
-        if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
-            where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
-            if self.placement is not None:
-                where.update(table_placement=self.placement[0], why=self.placement[1])
-            self.log({"event": "device", **where})
-            if self.dist.rank == 0:
-                print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
         note = small_batch_note(cfg.schedule.batch_size, self.dist.world_size, self.device.type) if self.par else None
         if note and self.dist.rank == 0:
             print(note, file=sys.stderr)
@@ -237,6 +230,14 @@ class Trainer:
             said = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
                 print(said, file=sys.stderr)
+        # after a resume's checks: a refused one leaves the run's log as it was
+        if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
+            where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
+            if self.placement is not None:
+                where.update(table_placement=self.placement[0], why=self.placement[1])
+            self.log({"event": "device", **where})
+            if self.dist.rank == 0:
+                print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
 
     # ---- one step -----------------------------------------------------------------------
     def train_step(self, batch: Batch) -> torch.Tensor:
