@@ -225,34 +225,3 @@ def test_sparse_sgd_with_deferred_table_gradients_matches_per_lookup_updates():
     (tables[1](ids) * upstream).sum().backward()
     opts[1].zero_grad()
     assert tables[1].weight.bag_grads == []
-
-
-@pytest.mark.parametrize("decoupled", [True, False])
-def test_dense_adam_on_the_cpu_takes_the_multi_tensor_path_with_the_same_weights(decoupled):
-    """Adam/AdamW for the MLPs runs torch's multi-tensor path on the CPU (torch's default there is
-    its per-parameter loop): the same weights bit for bit, learning-rate changes and L2 included,
-    and a checkpoint's saved flag does not switch it back."""
-    from dlrmkit.optim.build import ScaledAdam
-
-    def run(foreach):
-        g = torch.Generator().manual_seed(1)
-        params = [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in ((40, 64), (40,), (1, 40), (1,))]
-        start = [p.detach().clone() for p in params]
-        opt = ScaledAdam(params, lr=0.05, lr_scale=0.02, weight_decay=0.01, decoupled=decoupled)
-        assert all(group["foreach"] is True for group in opt.param_groups)
-        saved = opt.state_dict()
-        saved["param_groups"][0]["foreach"] = None  # as a run elsewhere saved it
-        opt.load_state_dict(saved)
-        assert opt.param_groups[0]["foreach"] is True
-        opt.param_groups[0]["foreach"] = foreach
-        for step in range(12):
-            for p in params:
-                p.grad = torch.randn(p.shape, generator=g)
-            if step == 5:
-                opt.param_groups[0]["lr"] *= 0.1
-            opt.step()
-        assert all(not torch.equal(p, p0) for p, p0 in zip(params, start))  # every weight moved
-        return params
-
-    for a, b in zip(run(False), run(True)):
-        assert torch.equal(a, b)

@@ -109,25 +109,15 @@ def dense_adagrad(params: list, lr: float) -> Optimizer:
     (torch's fused CPU Adagrad: several times faster than its per-op loop, docs/BENCHMARKS.md). The
     choice is this process's: a checkpoint's saved flag is put back after loading (a CPU run's
     state may resume on a GPU, where torch has no fused Adagrad)."""
-    fused = on_cpu(params) and all(p.dtype in (torch.float32, torch.bfloat16) for p in params)
+    fused = bool(params) and all(p.device.type == "cpu" and p.dtype in (torch.float32, torch.bfloat16) for p in params)
     opt = torch.optim.Adagrad(params, lr=lr, eps=1e-10, fused=fused or None)
-    opt.register_load_state_dict_post_hook(keep_flag("fused", fused or None))
-    return opt
 
-
-def on_cpu(params: list) -> bool:
-    return bool(params) and all(p.device.type == "cpu" for p in params)
-
-
-def keep_flag(key: str, value: bool | None):
-    """A load_state_dict post-hook that puts back this process's choice of kernel (`key` in each
-    param group): a checkpoint's saved flag is another process's (a CPU run may resume on a GPU)."""
-
-    def hook(optimizer: Optimizer) -> None:
+    def keep_fused(optimizer: Optimizer) -> None:
         for group in optimizer.param_groups:
-            group[key] = value
+            group["fused"] = fused or None
 
-    return hook
+    opt.register_load_state_dict_post_hook(keep_fused)
+    return opt
 
 
 class ScaledAdam(torch.optim.AdamW):
@@ -136,14 +126,9 @@ class ScaledAdam(torch.optim.AdamW):
     Adam's own rate in proportion, as LAMB's does."""
 
     def __init__(self, params, lr: float, lr_scale: float, weight_decay: float = 0.0, decoupled: bool = True):
-        params = list(params)
-        # on the CPU torch's default is its per-parameter loop; its multi-tensor path gives the same
-        # weights bit for bit (tests/test_optim.py) in a tenth of the time (docs/BENCHMARKS.md)
-        foreach = True if on_cpu(params) else None
-        super().__init__(params, lr=lr, weight_decay=weight_decay if decoupled else 0.0, foreach=foreach)
+        super().__init__(params, lr=lr, weight_decay=weight_decay if decoupled else 0.0)
         for group in self.param_groups:
             group["lr_scale"], group["l2"] = lr_scale, 0.0 if decoupled else weight_decay
-        self.register_load_state_dict_post_hook(keep_flag("foreach", foreach))
 
     @torch.no_grad()
     def step(self, closure=None):
