@@ -207,6 +207,22 @@ def test_fresh_run_takes_an_empty_log_and_resume_appends(tiny_data, tmp_path):
     ]  # no checkpoint to resume from: the second run started at step 0, and said so in its own records
 
 
+def test_the_log_is_strict_json_lines(tiny_data, tmp_path):
+    """Every log line parses as strict JSON (no bare NaN token): a figure that does not exist (no
+    validation rows here) is null, which `report` reads as absent."""
+    r = run_cli("train", "--data", tiny_data, "--no-progress", "--preset", "tiny", "--max-steps", 20,
+                "--val-fraction", 0, "--run-dir", tmp_path / "run")  # fmt: skip
+    assert r.code == 0, r.err
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    records = [json.loads(line, parse_constant=refuse) for line in open(tmp_path / "run" / "log.jsonl")]
+    end = next(r for r in records if r["event"] == "end")
+    assert end["val_auc"] is None and end["best_auc"] is None and end["auc"] > 0.5
+    assert run_cli("report", tmp_path / "run").code == 0
+
+
 def test_resume_needs_checkpoint_dir(tiny_data):
     result = run_cli("train", "--data", tiny_data, "--resume", "--max-steps", 2, "--no-progress")
     assert result.code == 2

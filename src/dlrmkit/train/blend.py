@@ -366,7 +366,6 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     (refit_folds), and the blend is the refitted members'. Returns the run's
     metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir). `members` is emptied: its
     runs take the search's trained runs over, and a refit lets each go once it is refitted."""
-    import json
     from dataclasses import asdict
 
     from dlrmkit.atomic_io import write_json
@@ -376,7 +375,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     from dlrmkit.train.config_file import dump_config
     from dlrmkit.train.run_dir import resolved_options
     from dlrmkit.train.refit import refit, wanted
-    from dlrmkit.train.run_log import append_record
+    from dlrmkit.train.run_log import append_record, log_line
     from dlrmkit.train.selection import cross_folds
     from dlrmkit.train.trainer import Trainer
 
@@ -436,7 +435,7 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
         seen += sum(r["samples"] for _, _, r, _ in trained)
 
     def log(record: dict[str, Any]) -> None:
-        append_record(run.log_jsonl, json.dumps({**record, "time": time.time(), "samples_seen": seen}) + "\n",
+        append_record(run.log_jsonl, log_line({**record, "time": time.time(), "samples_seen": seen}),
                       (ck, run.path))  # fmt: skip
 
     plan = [{**described(r), "model_config": asdict(t.model_cfg)} for r, (t, _, _, _) in zip(runs, trained)]

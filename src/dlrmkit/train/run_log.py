@@ -28,6 +28,14 @@ MAX_RECORD = 1 << 20  # characters of one log line (a record is a few hundred)
 MAPPING = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a mapping names report files (`val_auc.png`): no path parts
 
 
+def log_line(record: dict[str, Any]) -> str:
+    """One record as a strict JSON line: a NaN or infinity is null (a bare `NaN` token breaks
+    strict parsers; read_log takes null as absent)."""
+    from dlrmkit.atomic_io import strict_json
+
+    return json.dumps(strict_json(record), allow_nan=False) + "\n"
+
+
 def read_log(path: str) -> list[dict[str, Any]]:
     """The JSON-lines log; each record an object whose known numeric fields are numbers (null,
     as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a plain name.

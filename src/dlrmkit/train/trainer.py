@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 import functools
-import json
 import math
 import os
 import sys
@@ -28,7 +27,7 @@ from dlrmkit.precision import LossScaler, autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
-from dlrmkit.train.run_log import append_record
+from dlrmkit.train.run_log import append_record, log_line
 from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
 from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
@@ -319,7 +318,7 @@ class Trainer:
         if self.kept_log and self.log_path:  # the training's records (not the outputs-off run's own
             # test and end, logged again below), then the end as `finish` logs it
             kept = [r for r in self.kept_log if r["event"] not in ("test", "end")]
-            self.write_log("".join(json.dumps(r) + "\n" for r in kept))
+            self.write_log("".join(log_line(r) for r in kept))
         self.kept_log = None
         val = {"auc": metrics["val_auc"], "logloss": metrics["val_logloss"]}
         if cfg.selection.calibration == "temperature":
@@ -345,7 +344,7 @@ class Trainer:
         if self.dist.rank == 0 and (self.log_path or self.kept_log is not None):
             record = {**record, "time": time.time(), "samples_seen": self.samples_seen}
             if self.log_path:
-                self.write_log(json.dumps(record) + "\n")
+                self.write_log(log_line(record))
             else:
                 self.kept_log.append(record)
 
