@@ -96,3 +96,20 @@ def test_validate_reports_bad_label_and_id(tmp_path):
     (d2 / "train" / "cat_2.bin").write_bytes(b"\x00" * 7)
     r = run_cli("validate", "--data", d2)
     assert r.code == 2 and "cat_2.bin" in r.err
+
+
+def test_validate_names_each_table_by_the_column_transcode_made_it_from(tmp_path):
+    """A transcoded dataset's tables are files cat_0.bin, cat_1.bin, ...: validate says which
+    column each came from (the spec's metadata); a spec without that list prints none."""
+    rows = ["y,price,city,device"] + [f"{i % 2},{i},c{i % 7},d{i % 3}" for i in range(60)]
+    (tmp_path / "x.csv").write_text("\n".join(rows) + "\n")
+    r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+                "--numerical", "price", "--categorical", "city,device")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("validate", "--data", tmp_path / "d")
+    assert r.code == 0, r.err
+    lines = [ln.split() for ln in r.out.splitlines() if ln.strip().startswith("cat_")]
+    assert [(ln[0], ln[1], ln[-1]) for ln in lines] == [("cat_0.bin", "8", "city)"), ("cat_1.bin", "4", "device)")]  # id 0: rare or unseen
+    nvidia = nvidia_dataset(tmp_path / "n", {"train": 256, "test": 64})
+    r = run_cli("validate", "--data", nvidia)
+    assert r.code == 0 and "(column" not in r.out, r.out

@@ -92,14 +92,26 @@ def validate(path: str) -> dict:
             for t in range(len(cards)):  # a multi-hot table's columns: every id of its bags
                 hist[t].add(batch.ids[:, ds.id_columns[t] : ds.id_columns[t + 1]].reshape(-1))
         summary["mappings"][name] = {"rows": ds.rows, "click_rate": clicks / ds.rows if ds.rows else None}
+    columns = source_columns(spec)
     for t, (name, c) in enumerate(zip(spec.categorical_names, cards)):
         counts = hist[t].sorted_counts()
         k = max(1, int(np.ceil(0.01 * c)))
         total = counts.sum()
         summary["tables"].append(
-            {"name": name, "cardinality": c, "top1pct_share": float(counts[:k].sum() / total) if total else 0.0}
-        )
+            {"name": name, "column": columns[t] if columns else None, "cardinality": c,
+             "top1pct_share": float(counts[:k].sum() / total) if total else 0.0}
+        )  # fmt: skip
     return summary
+
+
+def source_columns(spec) -> list[str] | None:
+    """The raw columns the tables were made from, as `transcode` records them (metadata
+    `categorical_columns`, one per table, in order), shown as text: None where the spec has no such
+    list (other writers) or its length does not match the tables."""
+    names = spec.metadata.get("categorical_columns")
+    if not isinstance(names, list) or len(names) != len(spec.categorical_names):
+        return None
+    return [n if isinstance(n, str) and n.isprintable() and len(n) <= 40 else repr(n)[:40] for n in names]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,5 +122,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: {m['rows']:,} rows, click rate {rate}")
     print(f"  {'table':<14}{'cardinality':>14}{'top-1% ids share':>20}")
     for t in s["tables"]:
-        print(f"  {t['name']:<14}{t['cardinality']:>14,}{t['top1pct_share']:>20.3f}")
+        column = f"  (column {t['column']})" if t["column"] is not None else ""
+        print(f"  {t['name']:<14}{t['cardinality']:>14,}{t['top1pct_share']:>20.3f}{column}")
     return 0
