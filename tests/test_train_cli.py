@@ -154,6 +154,16 @@ def test_resume_continues_from_checkpoint_step(tiny_data, tmp_path):
     assert [r["step"] for r in log if r["event"] == "eval"] == [15, 20, 30, 45]  # epoch ends (15 batches) and ends
 
 
+def test_resume_of_a_finished_run_says_it_trained_no_step(tiny_data, tmp_path):
+    ckpt = tmp_path / "C"
+    first = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10)
+    again = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10, "--resume")
+    assert "train loss" in first.out and "(no training step in this run)" not in first.out
+    last = again.out.strip().splitlines()[-1]
+    assert last.startswith("steps 10  (no training step in this run)") and "nan" not in last, last
+    assert last.split("test AUC")[1] == first.out.strip().splitlines()[-1].split("test AUC")[1]
+
+
 def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):
     m = tmp_path / "m.json"
     train(tiny_data, "--checkpoint-dir", tmp_path / "C", "--resume", "--max-steps", 5, "--metrics-json", m)

@@ -153,10 +153,12 @@ def check_tables_fit(cfg: TrainConfig) -> None:
 
 def summary_line(m: dict) -> str:
     val = f"val AUC {m['val_auc']:.4f}  " if not math.isnan(m.get("val_auc", float("nan"))) else ""
-    line = (
-        f"steps {m['steps']}  samples/s {m['samples_per_s']:,.0f}  train loss {m['train_loss']:.4f}  {val}"
-        f"test logloss {m['logloss']:.4f}  test AUC {m['auc']:.4f}"
+    trained = (  # no loss: no step in this process (a resume of a finished run, a regression at its start)
+        f"samples/s {m['samples_per_s']:,.0f}  train loss {m['train_loss']:.4f}"
+        if not math.isnan(m["train_loss"])
+        else "(no training step in this run)"
     )
+    line = f"steps {m['steps']}  {trained}  {val}test logloss {m['logloss']:.4f}  test AUC {m['auc']:.4f}"
     if math.isnan(m["auc"]):
         line += "  (AUC undefined: the test mapping has no rows or one class only)"
     if "optimal_auc" in m and not math.isnan(m["auc"]):
