@@ -97,6 +97,7 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
     r = run_cli("report", run)
     assert r.code == 0 and "a blend of 4" in (run / "report.md").read_text()
+    assert "best validation AUC" not in (run / "report.md").read_text()  # a blend has no best evaluation: not "n/a"
     assert "dlrm+wide, seed 1 x1 (`dlrm-wide-seed1/`)" in (run / "report.md").read_text()
     # one seed: each member one run, in a folder named after it
     r3 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run3", "--no-progress",

@@ -246,10 +246,10 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             f"- steps {end.get('steps')}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
             f"train loss {_num(end.get('train_loss'))}"
         )
+        best = f"; best validation AUC {_num(end.get('best_auc'))}" if "best_auc" in end else ""  # a blend has none
         lines.append(
             f"- validation AUC {_num(end.get('val_auc'))}, log loss {_num(end.get('val_logloss'))} "
-            f"(the selected model, step {end.get('selected_step', end.get('steps'))}); "
-            f"best validation AUC {_num(end.get('best_auc'))}"
+            f"(the selected model, step {end.get('selected_step', end.get('steps'))}){best}"
         )
         refit = next((r for r in records if r.get("event") == "refit"), None)
         if refit or end.get("refit") is True:  # the selected model trained again on the training and validation rows
