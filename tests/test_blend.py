@@ -96,9 +96,11 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert r2.code == 0 and "search: 7" not in r2.out, r2.out + r2.err
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
     r = run_cli("report", run)
-    assert r.code == 0 and "a blend of 4" in (run / "report.md").read_text()
-    assert "best validation AUC" not in (run / "report.md").read_text()  # a blend has no best evaluation: not "n/a"
-    assert "dlrm+wide, seed 1 x1 (`dlrm-wide-seed1/`)" in (run / "report.md").read_text()
+    text = (run / "report.md").read_text()
+    assert r.code == 0 and "a blend of 2 member(s), 4 run(s)" in text, text
+    assert "best validation AUC" not in text  # a blend has no best evaluation: not "n/a"
+    # one line a member: its weight, its runs and their folders
+    assert "  - dlrm+wide x1, 2 runs: seed 0, seed 1 (`dlrm-wide-seed0/` to `dlrm-wide-seed1/`)" in text, text
     # one seed: each member one run, in a folder named after it
     r3 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run3", "--no-progress",
                  "--blend-seeds", "1")  # fmt: skip

@@ -151,7 +151,7 @@ def test_the_default_cross_validates_a_small_log_without_a_val_mapping(data, tmp
     assert cfg["folds"] == 5 and cfg["search-budget"] == 0 and "refit" not in cfg and cfg["blend"]
     m = json.load(open(run / "metrics.json"))
     assert m["folds"] == 5 and not m["refit"] and len(m["blend"]) == 5 * len(names)
-    assert_repeated_and_scored(run, data / "held", tmp_path, common, reported="fold 5 x")
+    assert_repeated_and_scored(run, data / "held", tmp_path, common, reported="5 runs: fold 1, fold 2, fold 3, fold 4, fold 5 (`")
 
 
 def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(data, tmp_path, monkeypatch):

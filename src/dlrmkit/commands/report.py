@@ -219,8 +219,11 @@ def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
 def seed_of(member: dict[str, Any]) -> str:
     """', fold F' or ', seed S' where a blend's member run records it (a member trained on each
     fold of --folds, or with several seeds; with --folds and --refit, the fold its refit followed)."""
+    if member.get("fold") is not None and member.get("refit"):
+        seed = "" if member.get("seed") is None else f", seed {member['seed']}"
+        return f"{seed}, refitted on all rows as fold {member['fold']} chose"
     if member.get("fold") is not None:
-        return f", refitted on all rows as fold {member['fold']} chose" if member.get("refit") else f", fold {member['fold']}"
+        return f", fold {member['fold']}"
     return "" if member.get("seed") is None else f", seed {member['seed']}"
 
 
@@ -231,10 +234,20 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     lines = [f"# Run {os.path.basename(os.path.abspath(run))}", ""]
     blend = next((r for r in records if r.get("event") == "blend"), None)
     members = blend.get("members") if blend else None
-    if isinstance(members, list):  # each member is a run of its own, in the checkpoint folder
-        shown = [f"{m.get('name')}{seed_of(m)} x{m.get('weight')} (`{m.get('folder')}/`)"
-                 for m in members if isinstance(m, dict)]  # fmt: skip
-        lines.append(f"- data: `{cfg.get('data')}`; a blend of {len(shown)}: {', '.join(shown)}")
+    if isinstance(members, list):  # each member run is a run of its own, in the checkpoint folder
+        runs = [m for m in members if isinstance(m, dict)]
+        groups: dict[str, list[dict[str, Any]]] = {}  # a member's runs (its seeds or folds), in order
+        for m in runs:
+            groups.setdefault(str(m.get("name")), []).append(m)
+        lines.append(f"- data: `{cfg.get('data')}`; a blend of {len(groups)} member(s), {len(runs)} run(s), "
+                     "each a run folder of its own in the checkpoint folder:")  # fmt: skip
+        for name, rs in groups.items():
+            if len(rs) == 1:
+                lines.append(f"  - {name}{seed_of(rs[0])} x{rs[0].get('weight')} (`{rs[0].get('folder')}/`)")
+            else:
+                which = ", ".join(seed_of(m).removeprefix(", ") for m in rs)
+                lines.append(f"  - {name} x{rs[0].get('weight')}, {len(rs)} runs: {which} "
+                             f"(`{rs[0].get('folder')}/` to `{rs[-1].get('folder')}/`)")  # fmt: skip
     else:
         lines.append(
             f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
