@@ -6,19 +6,16 @@ computed on, so validation scores are never shown as test scores."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import sys
-from typing import Any, Iterator
+from typing import Any
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options, option
-from dlrmkit.train.run_log import MAX_RECORD, NUMERIC, read_log, tensorboard
-from dlrmkit.untrusted import open_regular
+from dlrmkit.train.run_log import read_log, tensorboard
 
 MAX_MAPPINGS = 16  # two plots each: a hostile log cannot make the report write thousands of files
 
@@ -54,41 +51,6 @@ def finite(value: Any) -> bool:
 
 def _num(value: Any, fmt: str = ".4f") -> str:
     return format(value, fmt) if finite(value) else "n/a"
-
-
-def _log_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of the log's non-blank lines, read as read_log reads them: its records
-    in order, for naming the line of one."""
-    with open_regular(path, "run log", "r", encoding="utf-8") as f:
-        for n, line in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), ""), 1):
-            if line.strip():
-                yield n, line
-
-
-def load_log(path: str) -> list[dict[str, Any]]:
-    """The run log (dlrmkit.train.run_log.read_log), with what the report computes on checked too:
-    a number JSON holds but Python does not read (an integer of thousands of digits) or a numeric
-    field past the range of a float is one line naming file:line, as any other bad record is."""
-    try:
-        records = read_log(path)
-    except ValueError:  # json's limit on the digits of an integer (sys.get_int_max_str_digits)
-        for n, line in _log_lines(path):
-            try:
-                json.loads(line)
-            except ValueError:
-                raise DlrmkitError(
-                    f"{path}:{n}: an integer of more than {sys.get_int_max_str_digits()} digits, not a log record"
-                ) from None
-        raise DlrmkitError(f"{path}: a number that cannot be read, not a log") from None
-    for i, r in enumerate(records):
-        for k in NUMERIC:
-            v = r.get(k)
-            if isinstance(v, int) and not isinstance(v, bool) and not finite(v):
-                n = next((n for j, (n, _) in enumerate(_log_lines(path)) if j == i), "?")
-                raise DlrmkitError(
-                    f"{path}:{n}: field '{k}' is an integer of {len(str(abs(v)))} digits, not a number a run logs"
-                )
-    return records
 
 
 def series(records: list[dict[str, Any]], event: str, key: str, x: str = "samples_seen") -> tuple[list, list]:
@@ -315,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.tensorboard, "--tensorboard")
     with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
         info = read_run(args.run)
-        records = load_log(info["log_jsonl"])
+        records = read_log(info["log_jsonl"])
         if len(eval_mappings(records)) > MAX_MAPPINGS:
             raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
         make_dirs(out, "--out")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from dlrmkit.errors import DlrmkitError
@@ -37,8 +38,9 @@ def log_line(record: dict[str, Any]) -> str:
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
-    """The JSON-lines log; each record an object whose known numeric fields are numbers (null,
-    as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a plain name.
+    """The JSON-lines log; each record an object whose known numeric fields are numbers a float
+    holds (null, as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a
+    plain name.
     Anything else is one line naming file:line."""
     records = []
     try:
@@ -51,6 +53,10 @@ def read_log(path: str) -> list[dict[str, Any]]:
                         r = json.loads(line)
                     except (json.JSONDecodeError, RecursionError):
                         raise DlrmkitError(f"{path}:{n}: not a JSON line") from None
+                    except ValueError:  # json's limit on an integer's digits (sys.get_int_max_str_digits)
+                        raise DlrmkitError(
+                            f"{path}:{n}: an integer of more than {sys.get_int_max_str_digits()} digits, not a log record"
+                        ) from None
                     if not isinstance(r, dict):
                         raise DlrmkitError(f"{path}:{n}: not a JSON object")
                     for k in NUMERIC:
@@ -59,6 +65,10 @@ def read_log(path: str) -> list[dict[str, Any]]:
                             r.pop(k, None)
                         elif isinstance(v, bool) or not isinstance(v, (int, float)):
                             raise DlrmkitError(f"{path}:{n}: field '{k}' is {v!r}, not a number")
+                        elif isinstance(v, int) and abs(v) > sys.float_info.max:  # past any float
+                            raise DlrmkitError(
+                                f"{path}:{n}: field '{k}' is an integer of {len(str(abs(v)))} digits, not a number a run logs"
+                            )
                     m = r.get("mapping")
                     if m is not None and not (isinstance(m, str) and MAPPING.fullmatch(m)):
                         raise DlrmkitError(f"{path}:{n}: field 'mapping' is {m!r:.80}, not a mapping name")
