@@ -130,6 +130,7 @@ def test_train_refit_reads_the_test_rows_once_and_saves_the_refit(data, tmp_path
     assert f"refitted on the training and validation rows for {m['selected_step'] / 16:.2f} epochs" in text, text
     log = [json.loads(line)["event"] for line in open(run / "log.jsonl")]
     assert log.index("refit") < len(log) - 2 and log[-2:] == ["test", "end"] and "eval" in log[: log.index("refit")]
+    assert log.count("test") == 1  # the run selection refits read no test rows, and logs no test record
 
 
 def test_refit_without_validation_rows_is_refused_or_said(data, tmp_path):
@@ -190,7 +191,7 @@ def test_a_searched_single_choice_is_taken_over_and_refitted_not_trained_again(t
     assert r.code == 0 and "blend" not in r.out, r.out + r.err
     assert made == [False, True]  # the search's run, taken over, then its refit
     log = [json.loads(line)["event"] for line in open(tmp_path / "a" / "log.jsonl")]
-    assert "eval" in log[: log.index("refit")] and log[-2:] == ["test", "end"]
+    assert "eval" in log[: log.index("refit")] and log[-2:] == ["test", "end"] and log.count("test") == 1
     made.clear()
     r = run_cli("train", *common, "--run-dir", tmp_path / "b", "--refit", "false")
     assert r.code == 0 and made == [False, False]  # no refit: the run trains its choice again, and is it

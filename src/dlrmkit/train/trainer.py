@@ -315,15 +315,17 @@ class Trainer:
             return None
         check_checkpoint_dir(cfg)
         self.cfg, self.log_path = cfg, log_path_of(cfg)
+        read_test = any(r["event"] == "test" for r in self.kept_log or [])  # a search's run reads none
         if self.kept_log and self.log_path:  # the training's records (not the outputs-off run's own
-            # test and end, logged again below), then the end as `finish` logs it
+            # test and end, logged again below), then the test and end as `finish` logs them
             kept = [r for r in self.kept_log if r["event"] not in ("test", "end")]
             self.write_log("".join(log_line(r) for r in kept))
         self.kept_log = None
         val = {"auc": metrics["val_auc"], "logloss": metrics["val_logloss"]}
         if cfg.selection.calibration == "temperature":
             val = calibrate_run(self, val)
-        self.log({"event": "test", "step": self.step, "mapping": "test", "auc": metrics["auc"], "logloss": metrics["logloss"]})
+        if read_test:
+            self.log({"event": "test", "step": self.step, "mapping": "test", "auc": metrics["auc"], "logloss": metrics["logloss"]})
         metrics = {**metrics, "val_logloss": val["logloss"], "temperature": self.temperature}
         self.log({"event": "end", **metrics})
         return metrics
@@ -411,12 +413,10 @@ class Trainer:
         if self.refit is not None:  # the temperature its run fitted on the validation rows
             fold_scale(self.model, self.refit.scale)
             self.temperature = 1 / self.refit.scale
-        test = (
-            self.score(self.test_set, bins=True)
-            if len(self.test_set)
-            else {"auc": float("nan"), "logloss": float("nan")}
-        )
-        self.log({"event": "test", "step": self.step, "mapping": "test", **test})
+        test = {"auc": float("nan"), "logloss": float("nan")}
+        if len(self.test_set):  # no test rows (a search's run, a run to be refitted, a blend's member): no record
+            test = self.score(self.test_set, bins=True)
+            self.log({"event": "test", "step": self.step, "mapping": "test", **test})
         self.test_ece = test.get("ece", float("nan"))
         return val, test
 
