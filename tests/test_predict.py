@@ -312,3 +312,28 @@ def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
     assert r.code == 2 and r.out == "" and f"{bad}:2: data row 1: bad_label in column y ('7')" in r.err
     r = run_cli("predict", "--checkpoint", ckpt, "--input", bad, "--output", tmp_path / "s.csv")
     assert r.code == 2 and not (tmp_path / "s.csv").exists()
+
+
+def test_rows_of_a_dataset_transcoded_with_label_values_are_read_with_them(tmp_path):
+    write_rows(tmp_path / "train.csv", 300)
+    words = tmp_path / "words.csv"  # the same rows, the label as words
+    lines = (tmp_path / "train.csv").read_text().splitlines()
+    words.write_text("\n".join([lines[0], *(("yes" if x[0] == "1" else "no") + x[1:] for x in lines[1:])]) + "\n")
+    r = run_cli("transcode", "--input", words, "--out", tmp_path / "ds", "--label", "y", "--label-values", "no,yes",
+                "--numerical", "a", "--categorical", "c", "--test-rows", "50")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "ds", *TRAIN, "--run-dir", tmp_path / "run")
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "run" / "checkpoints"
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", words, "--output", tmp_path / "s.csv")
+    assert r.code == 0 and "rows read 300  scored 300  skipped 0" in r.out, r.out + r.err
+    _, got = read_scores(tmp_path / "s.csv")
+    assert got[:, 1].astype(int).tolist() == [int(x[0] == "1") for x in lines[1:]]
+    # rows with 0/1 labels are not this dataset's: each a bad label, said
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "train.csv", "--output", tmp_path / "t.csv")
+    assert r.code == 2 and "bad_label in column y ('1')" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    # the dataset's record of them is read as untrusted input
+    spec = tmp_path / "ds" / "feature_spec.yaml"
+    spec.write_text(spec.read_text().replace("- 'no'", "- 'yes'"))
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", words, "--output", tmp_path / "u.csv")
+    assert r.code == 2 and "metadata.label_values must be two different values" in r.err, r.err

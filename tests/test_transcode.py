@@ -251,3 +251,31 @@ def test_criteo_hex_column_given_as_numerical_is_refused(tmp_path):
     (line,) = r.err.strip().splitlines()
     assert "bad_number in column C1" in line and "--categorical" in line and f"{CRITEO_CSV}:2: data row 1" in line
     assert not (tmp_path / "x").exists()
+
+
+def test_label_values_name_the_two_values_read_as_0_and_1(tmp_path):
+    rows = csv_rows(40)
+    for r in rows:
+        r[0] = ["no", "yes"][int(r[0])]
+    rows[3][0] = "maybe"  # neither value: a bad row, counted
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b,color,city\n" + "\n".join(",".join(r) for r in rows) + "\n")
+    r = run_cli(*args(src, tmp_path / "plain"))
+    assert r.code == 2 and "--label y must hold 0/1 (--label-values NEG,POS reads two other values)" in r.err
+    r = run_cli(*args(src, tmp_path / "o", "--label-values", "no,yes", "--test-rows", "9"))
+    assert r.code == 0, r.err
+    assert "skipped 1 (bad_label 1)" in r.out and "bad_label in column y ('maybe')" in r.out
+    spec, train, test = open_dataset(str(tmp_path / "o"))
+    assert spec.metadata["label_values"] == ["no", "yes"]
+    labels = np.concatenate([train.read(0, len(train)).labels, test.read(0, len(test)).labels])
+    want = [int(r[0] == "yes") for i, r in enumerate(rows) if i != 3]
+    assert labels.astype(int).tolist() == want and 0 < sum(want) < len(want)
+    # the other way round, -1/1 (given with '=': argparse reads a leading '-' as an option)
+    src.write_text(
+        "y,a,b,color,city\n" + "\n".join(",".join([{"no": "-1", "yes": "1"}.get(r[0], r[0]), *r[1:]]) for r in rows)
+    )
+    r = run_cli(*args(src, tmp_path / "pm", "--label-values=-1,1"))
+    assert r.code == 0 and "skipped 1 (bad_label 1)" in r.out, r.out + r.err
+    for bad in ("1,1", "yes", "a,b,c", ",1"):
+        r = run_cli(*args(src, tmp_path / "x", "--label-values", bad))
+        assert r.code == 2 and "--label-values" in r.err and len(r.err.strip().splitlines()) == 1, r.err

@@ -182,6 +182,14 @@ def names(value: str) -> str:
     return value
 
 
+def label_values(value: str) -> tuple[str, str]:
+    """'NEG,POS': the two values of a label column read as 0 and 1, distinct, neither empty."""
+    items = [x.strip() for x in str(names(value)).split(",")]
+    if len(items) != 2 or items[0] == items[1]:
+        raise argparse.ArgumentTypeError(f"names two different values, the non-click's then the click's: {value!r}")
+    return items[0], items[1]
+
+
 def small_file(text: str) -> str:
     """A path naming a small text file (config, plan, profile, search space), if it exists: a
     regular file of at most MAX_SMALL_FILE bytes. A pipe would block the read forever, and a

@@ -170,6 +170,7 @@ def _table_batches(
         log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
         numerical_dtype=str(stored_as),  # out of range as the dataset's rows were
         missing_label_hint="; rows without the label column: add --no-label",
+        label_values=_label_values(meta, path),
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -190,6 +191,16 @@ def _table_batches(
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
     report.empty_lines = tr.empty_lines
+
+
+def _label_values(meta: dict[str, Any], path: str) -> tuple[str, str] | None:
+    """The label's two values transcode read as 0 and 1 (--label-values), from the dataset's metadata."""
+    v = meta.get("label_values")
+    if v is None:
+        return None
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) and x for x in v) and v[0] != v[1]):
+        raise DlrmkitError(f"feature_spec.yaml: metadata.label_values must be two different values, not {v!r}")
+    return v[0], v[1]
 
 
 def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictReport) -> Iterator[Scored]:

@@ -1,7 +1,7 @@
 """Turn any CSV/TSV/Parquet file with named columns into a FeatureSpec dataset (same encoder as
 `dlrmkit preprocess criteo`).
 
-Bad rows (a wrong field count, a label other than 0/1, a numerical value that is not a number or
+Bad rows (a wrong field count, a label other than 0/1 or the --label-values, a numerical value that is not a number or
 is beyond the storage type's range, bytes that are not UTF-8) are skipped and counted by reason;
 the first five are listed as file:line with the column and its value. When more than half of the
 rows read are bad, nothing is written: the run stops with exit code 2 and one line naming the
@@ -25,6 +25,13 @@ class TranscodeOptions:
     )
     out: str = option(help="output dataset folder", parse=ct.path, required=True)
     label: str = option(help="label column (values 0/1; others are counted bad rows)", parse=ct.text, required=True)
+    label_values: tuple[str, str] | None = option(
+        None,
+        "NEG,POS: the label column's two values read as 0 and 1 (for example no,yes or False,True; "
+        "--label-values=-1,1 for -1/1); "
+        "any other value is a bad row",
+        parse=ct.label_values,
+    )
     numerical: str = option("", "comma-separated numerical (float) columns", parse=ct.names)
     categorical: str = option("", "comma-separated categorical columns (any strings or integers)", parse=ct.names)
     delimiter: str | None = option(None, "field delimiter (default: tab for .tsv, else comma)", parse=ct.single_char)
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=args.input,
         out=args.out,
         label=args.label,
+        label_values=args.label_values,
         numerical=_names(args.numerical),
         categorical=_names(args.categorical),
         delimiter=args.delimiter,

@@ -46,6 +46,7 @@ class TranscodeOptions:
     force: bool = False
     numerical_dtype: str = "float32"  # how numerical columns are stored: float32, or float16 (half the bytes)
     missing_label_hint: str = ""  # appended to the error when the label column is missing
+    label_values: tuple[str, str] | None = None  # the label's values read as 0 and 1; None: 0/1 as numbers
 
 
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
@@ -278,11 +279,17 @@ def clean(
     lab_ok, lab_val = np.ones(n, dtype=bool), np.zeros(n)
     if opts.label is not None:
         label = text[opts.label]
-        lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
-        lab_val = np.full(n, -1.0)
-        if lab_ok.any():
-            lab_val[lab_ok] = pc.cast(label.filter(pa.array(lab_ok)), pa.float64()).to_numpy()
-        lab_ok &= (lab_val == 0) | (lab_val == 1)
+        if opts.label_values is not None:  # two named values, compared as text
+            neg, pos = (
+                pc.fill_null(pc.equal(label, v), False).to_numpy(zero_copy_only=False) for v in opts.label_values
+            )
+            lab_ok, lab_val = neg | pos, pos.astype(np.float64)
+        else:
+            lab_ok = pc.fill_null(pc.match_substring_regex(label, NUMBER_RE), False).to_numpy(zero_copy_only=False)
+            lab_val = np.full(n, -1.0)
+            if lab_ok.any():
+                lab_val[lab_ok] = pc.cast(label.filter(pa.array(lab_ok)), pa.float64()).to_numpy()
+            lab_ok &= (lab_val == 0) | (lab_val == 1)
     num_oks, nums = [], []
     for c in opts.numerical:
         s = text[c]
@@ -382,7 +389,11 @@ def main_cause(opts: TranscodeOptions, report: Report) -> tuple[int, str, str, s
             else ""
         )
     elif reason == "bad_label":
-        advice = f"--label {col} must hold 0/1: is it the click column?"
+        advice = (
+            f"--label {col} must hold {' or '.join(opts.label_values)}: is it the click column?"
+            if opts.label_values is not None
+            else f"--label {col} must hold 0/1 (--label-values NEG,POS reads two other values): is it the click column?"
+        )
     elif reason == "wrong_field_count":
         advice = "the rows do not have the expected number of fields: check --delimiter"
     else:
@@ -461,6 +472,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             "generator": "dlrmkit transcode",
             "source_files": [os.path.abspath(p) for p in opts.inputs],
             "label": opts.label,
+            **({"label_values": list(opts.label_values)} if opts.label_values is not None else {}),
             "numerical_columns": opts.numerical,
             "categorical_columns": opts.categorical,
             "frequency_threshold": opts.frequency_threshold,
