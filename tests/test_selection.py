@@ -428,3 +428,28 @@ def test_numerical_features_only_train_with_buckets_and_a_fixed_preset_is_one_li
     r = run_cli(*common, "--run-dir", tmp_path / "run2", "--preset", "tiny")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert str(tmp_path / "d") in r.err and "--numerical-buckets" in r.err
+
+
+def test_rows_of_one_label_are_refused_before_any_work(tmp_path):
+    write_csv(tmp_path / "x.csv", 600)
+    lines = (tmp_path / "x.csv").read_text().splitlines()
+    # the 100 rows before the last 100 (the val mapping) all non-clicks
+    lines[401:501] = ["0" + line[1:] for line in lines[401:501]]
+    (tmp_path / "v.csv").write_text("\n".join(lines) + "\n")
+    transcode(tmp_path / "v.csv", tmp_path / "v", "--test-rows", "100", "--val-rows", "100")
+    for cmd in (("train", "--run-dir", tmp_path / "run", "--no-progress", "--folds", "1"), ("baseline",)):
+        r = run_cli(cmd[0], "--data", tmp_path / "v", *cmd[1:])
+        (line,) = r.err.strip().splitlines()
+        assert r.code == 2 and "the validation rows (the dataset's val mapping (100 rows)) are all non-clicks" in line
+    # cross-validated (the default on these few rows): the last fold is those rows
+    r = run_cli("train", "--data", tmp_path / "v", "--run-dir", tmp_path / "run", "--no-progress")
+    assert r.code == 2 and "the validation rows (fold 5 of 5 of the train and val mappings' rows" in r.err, r.err
+    assert not (tmp_path / "run").exists()
+    # held out of the train mapping instead: both labels there, the run goes on
+    r = run_cli("baseline", "--data", tmp_path / "v", "--val-fraction", "0.2")
+    assert r.code == 0, r.err
+    # training rows of one label teach nothing
+    (tmp_path / "t.csv").write_text("\n".join([lines[0], *("1" + line[1:] for line in lines[1:501]), *lines[501:]]))
+    transcode(tmp_path / "t.csv", tmp_path / "t", "--test-rows", "100")
+    r = run_cli("train", "--data", tmp_path / "t", "--preset", "tiny", "--max-steps", "2", "--no-progress")
+    assert r.code == 2 and "the 450 training rows are all clicks (label 1)" in r.err, r.err

@@ -209,7 +209,7 @@ def fit(
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.resources import check_memory
     from dlrmkit.data.split_binary import RAW_NUMERICAL, numerical_scale
-    from dlrmkit.train.selection import validation_split
+    from dlrmkit.train.selection import check_both_labels, validation_split
 
     if c is not None and c <= 0:
         raise DlrmkitError(f"--c must be positive, got {c}")
@@ -223,6 +223,8 @@ def fit(
     ids = sum(spec.cardinalities)  # one float64 weight each, plus L-BFGS's gradient and history
     check_memory(ids * 8 * (2 * LBFGS_HISTORY + 8), f"{data}: {ids:,} ids in the tables")
     train, val, val_source = validation_split(spec, train, val_fraction)
+    # a given C chooses nothing on the validation rows
+    check_both_labels(data, train, val if c is None else None, val_source, "a val mapping, --val-fraction F, or --c C")
     signed = numerical_scale(train) > RAW_NUMERICAL
     cards = spec.cardinalities
     best, tried, model = select(cards, train, val, signed, [c] if c is not None else c_grid, batch_size, max_iter)

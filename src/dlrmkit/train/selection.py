@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import math
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from dlrmkit.config import TrainConfig
@@ -99,6 +100,43 @@ def validation_split(
         if val is None
         else f"the last {held:,} train rows (--val-fraction)",
     )
+
+
+def one_label(rows: SplitBinaryDataset, chunk: int = 1 << 22) -> int | None:
+    """The label every one of `rows` holds (0 or 1), or None where both occur (read until both are
+    seen: at once, on a click log); None for no rows."""
+    seen = set()
+    for lo in range(0, len(rows), chunk):
+        v = rows.label.read(lo, min(lo + chunk, len(rows)))[:, 0] != 0
+        seen.update(np.unique(v).tolist())
+        if len(seen) > 1:
+            return None
+    return int(seen.pop()) if seen else None
+
+
+def check_both_labels(
+    data: str,
+    train: SplitBinaryDataset,
+    val: SplitBinaryDataset | None,
+    val_source: str,
+    ways: str = "a val mapping, --val-fraction F, or --folds K",
+) -> None:
+    """Rows of one label cannot train a click model, and validation rows of one label have no AUC,
+    which early stopping, the recipe search, the blend, the regression's C and the temperature
+    choose by: one line naming the rows and where they come from."""
+    kind = ("non-clicks (label 0)", "clicks (label 1)")
+    label = one_label(train)
+    if label is not None:
+        raise DlrmkitError(
+            f"{data}: the {len(train):,} training rows are all {kind[label]}: a click model learns from both labels"
+        )
+    label = one_label(val) if val is not None else None
+    if label is not None:
+        raise DlrmkitError(
+            f"{data}: the validation rows ({val_source}) are all {kind[label]}: they have no AUC, which the "
+            "choices made on them go by (early stopping, the recipe search, the regression's C, the temperature); "
+            f"give validation rows holding both labels ({ways})"
+        )
 
 
 def selection_options_on(cfg: TrainConfig) -> list[tuple[str, str]]:

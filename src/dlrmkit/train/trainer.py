@@ -33,7 +33,15 @@ from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run, fold_scale
 from dlrmkit.train.regression import numerical_stats, start_from_regression
-from dlrmkit.train.selection import BestWeights, Refit, fold_of, fold_rows, held_out_from_train, validation_split
+from dlrmkit.train.selection import (
+    BestWeights,
+    Refit,
+    check_both_labels,
+    fold_of,
+    fold_rows,
+    held_out_from_train,
+    validation_split,
+)
 from dlrmkit.model.step import Step
 from dlrmkit.train.step import OneProcessStep
 from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
@@ -95,6 +103,7 @@ class Trainer:
             self.val_set = self.val_set.fold_unknown(known_ids(counts, self.val_set, min_count))
         if self.val_set is not None and tables != self.spec.cardinalities:
             self.val_set = self.val_set.fold_ids(tables)
+        check_both_labels(cfg.data, self.train_set, self.val_set, self.val_source)
         self.refit = refit
         if refit is not None:  # the validation rows join the training rows, read as they are
             if self.val_set is None:
@@ -325,7 +334,8 @@ class Trainer:
         if cfg.selection.calibration == "temperature":
             val = calibrate_run(self, val)
         if read_test:
-            self.log({"event": "test", "step": self.step, "mapping": "test", "auc": metrics["auc"], "logloss": metrics["logloss"]})
+            test = {"auc": metrics["auc"], "logloss": metrics["logloss"]}
+            self.log({"event": "test", "step": self.step, "mapping": "test", **test})
         metrics = {**metrics, "val_logloss": val["logloss"], "temperature": self.temperature}
         self.log({"event": "end", **metrics})
         return metrics
