@@ -183,6 +183,41 @@ def test_a_crafted_blend_file_is_one_line(blend_run, tmp_path, doc, said):
         assert len(r.err.strip().splitlines()) == 1, r.err
 
 
+def test_a_fresh_run_does_not_write_into_a_blends_folder(blend_run, tmp_path):
+    """A blend's folder holds its members' checkpoints beside blend.yaml: a run without --resume
+    given it as --checkpoint-dir is refused before any work, the folder left as it is (a run wrote
+    its own step folder and `latest` beside the blend, and a blend replaced its blend.yaml)."""
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(blend_run / "run" / "checkpoints", ck)
+    before = sorted((p.relative_to(ck), p.read_bytes() if p.is_file() else None) for p in ck.rglob("*"))
+    for extra in (["--preset", "tiny"], ["--blend", "regression=1; dlrm+wide=1", "--blend-seeds", "1", "--seed", "3"]):
+        r = run_cli("train", "--data", blend_run / "d", "--checkpoint-dir", ck, "--run-dir", tmp_path / "r",
+                    "--no-progress", "--max-steps", "2", *extra)  # fmt: skip
+        assert r.code == 2 and "another run's blend (blend.yaml)" in r.err, (extra, r.err)
+        assert len(r.err.strip().splitlines()) == 1, r.err
+        assert not (tmp_path / "r").exists()
+    assert sorted((p.relative_to(ck), p.read_bytes() if p.is_file() else None) for p in ck.rglob("*")) == before
+
+
+def test_a_member_scoring_nan_is_refused(blend_run, tmp_path):
+    """A member whose manifest's numerical statistics overflow the model's float32 scores every row
+    NaN: `evaluate` of the blend is one line, not a NaN log loss and a numpy warning with exit 0."""
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(blend_run / "run" / "checkpoints", ck)
+    for fp in ck.glob("regression/step_*/manifest.json"):
+        m = json.loads(fp.read_text())
+        n = m["model_config"]["num_numerical"]
+        m["model_config"].update(numerical_mean=[1e308] * n, numerical_std=[1.0] * n)
+        fp.write_text(json.dumps(m))
+    r = run_cli("evaluate", "--data", blend_run / "d", "--checkpoint", ck)
+    assert r.code == 2 and "the model scores test rows as NaN" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1, r.err
+
+
 def log_events(path) -> list[tuple]:
     """A log's records without their times: (event, step, AUC), a NaN AUC as None."""
     return [(r["event"], r.get("step"), r.get("auc") if r.get("auc") == r.get("auc") else None)

@@ -117,6 +117,35 @@ def model_param(m: dict) -> str:
     return next(k[len("model.") :] for k in m["tensors"] if k.startswith("model.") and k.endswith("weight"))
 
 
+def tensor_values(key: str, value: float, first_format: bool = False) -> Callable[[Path], None]:
+    """Set every value of tensor `key` of the latest checkpoint to `value` (its bytes rewritten in
+    place, the files relisted, as a forger who can write the folder would); `first_format`: then
+    rewrite the checkpoint in the first format."""
+
+    def setup(ws: Path) -> None:
+        import numpy as np
+
+        info = json.loads((step(ws) / "metadata.json").read_text())["tensors"][key]
+        with open(step(ws) / info["chunks"][0]["file"], "r+b") as f:
+            for chunk in info["chunks"]:
+                f.seek(chunk["offset"])
+                f.write(np.full(chunk["length"] // np.dtype(info["dtype"]).itemsize, value, info["dtype"]).tobytes())
+        relist(str(step(ws)))
+        if first_format:  # rewritten through a load that would refuse the values
+            from unittest import mock
+
+            with mock.patch("dlrmkit.checkpoint.save_load._not_finite", return_value=None):
+                to_first_format(str(step(ws)))
+
+    return setup
+
+
+def overflowing_stats(m: dict) -> None:
+    """Numerical statistics finite as numbers but not as the model's float32: every row scores NaN."""
+    n = m["model_config"]["num_numerical"]
+    m["model_config"].update(numerical_mean=[1e308] * n, numerical_std=[1.0] * n)
+
+
 def first_format_metadata(payload: bytes) -> Callable[[Path], None]:
     def setup(ws: Path) -> None:
         to_first_format(str(step(ws)))
@@ -271,6 +300,13 @@ PROBES = [
         "table_sizes must be",
         setup=manifest(lambda m: m["model_config"].update(table_sizes=[5] * 2_000_000)),
     ),
+    Probe("model-config-stats-overflow", EV, "the model scores test rows as NaN", setup=manifest(overflowing_stats)),
+    Probe(
+        "model-config-stats-overflow-predict",
+        PR,
+        "the model scores input row 1 as NaN",
+        setup=manifest(overflowing_stats),
+    ),
     # ---- the files a manifest lists
     Probe(
         "data-file-symlink-outside",
@@ -314,6 +350,37 @@ PROBES = [
         EV,
         "refused checkpoint metadata",
         setup=first_format_metadata(b"\x80\x04\x8e" + (1 << 40).to_bytes(8, "little") + b"."),
+    ),
+    # ---- the values the data files hold
+    Probe(
+        "data-table-nan",
+        EV,
+        "tensor 'table.0.weight' holds a value that is not finite",
+        setup=tensor_values("table.0.weight", float("nan")),
+    ),
+    Probe(
+        "data-table-inf-predict",
+        PR,
+        "tensor 'table.0.weight' holds a value that is not finite",
+        setup=tensor_values("table.0.weight", float("inf")),
+    ),
+    Probe(
+        "data-table-nan-resume",
+        RS,
+        "tensor 'table.0.weight' holds a value that is not finite",
+        setup=tensor_values("table.0.weight", float("nan")),
+    ),
+    Probe(
+        "data-table-nan-first-format",
+        EX,
+        "tensor 'table.0.weight' holds a value that is not finite",
+        setup=tensor_values("table.0.weight", float("nan"), first_format=True),
+    ),
+    Probe(
+        "data-rng-state-garbage-resume",
+        RS,
+        "tensor 'rng.0' is not a random generator's state",
+        setup=tensor_values("rng.0", 7),
     ),
     # ---- the latest pointer
     Probe("latest-binary", EV, "not UTF-8", setup=write_bytes("C/latest", b"\xff\xfe\x00")),

@@ -14,6 +14,7 @@ from dlrmkit.untrusted import read_text
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
+BLEND_FILE = "blend.yaml"  # a blend's folder: its members' checkpoint folders beside it (dlrmkit.train.blend)
 
 
 def _pointer_name(pointer: str) -> str:
@@ -76,7 +77,13 @@ def check_writable_directory(directory: str) -> None:
 
 def check_fresh_directory(directory: str) -> None:
     """A run without --resume must not write into a folder holding another run's checkpoints:
-    pruning and `latest` would mix the two runs (and could delete the other run's newest)."""
+    pruning and `latest` would mix the two runs (and could delete the other run's newest). A
+    blend's folder is another run's too: a run would replace its blend.yaml or write beside it."""
+    if os.path.isfile(os.path.join(directory, BLEND_FILE)):
+        raise DlrmkitError(
+            f"--checkpoint-dir {directory} already holds another run's blend ({BLEND_FILE}); "
+            f"give a new or empty --checkpoint-dir"
+        )
     found = existing_checkpoints(directory)
     if found:
         latest = os.path.join(directory, LATEST)

@@ -351,6 +351,29 @@ def load_into(path: str, state: dict[str, Any], manifest: dict[str, Any], show: 
             if isinstance(cause, DlrmkitError):
                 raise DlrmkitError(str(cause)) from None
             raise DlrmkitError(f"{path}: checkpoint could not be read ({storage.os_error(cause)})") from None
+    _broadcast_error(_not_finite(path, state))
+
+
+def _not_finite(path: str, state: dict[str, Any]) -> str | None:
+    """A refusal naming the first floating-point tensor of `state` (this rank's shards) holding a
+    NaN or an infinity, else None: a run stops before it saves a non-finite loss's weights, so
+    such a tensor is not a trained model's (its scores would be NaN, or one class everywhere).
+    Checked block by block, so the check allocates at most a block's flags."""
+    for key, value in state.items():
+        with _quiet():
+            parts = [s.tensor for s in value.local_shards()] if hasattr(value, "local_shards") else [value]
+        for t in parts:
+            if not torch.is_tensor(t) or not t.is_floating_point():
+                continue
+            rows = storage._rows(t.detach())
+            step = storage._block_rows(list(rows.shape), rows.element_size())
+            for lo in range(0, rows.shape[0], step):
+                if not bool(torch.isfinite(rows[lo : lo + step]).all()):
+                    return (
+                        f"{path}: tensor '{key}' holds a value that is not finite (NaN or infinity); "
+                        f"use an older checkpoint (point '{LATEST}' at it)"
+                    )
+    return None
 
 
 def _check_dtype(path: str, key: str, stored: Any, value: Any) -> None:

@@ -200,7 +200,10 @@ def restore_model_state(
     rng = tensors.pop(f"rng.{_rank()}")
     tensors[rng_key] = rng
     load(path, tensors, manifest, show)
-    torch.set_rng_state(tensors[rng_key])
+    try:
+        torch.set_rng_state(tensors[rng_key])
+    except RuntimeError:  # bytes of the right size that are no generator's state
+        raise DlrmkitError(f"{path}: tensor '{rng_key}' is not a random generator's state; refused") from None
     for name, value in manifest.get("optimizer_scalars", {}).items():
         fqn, k = name.rsplit(".", 1)
         targets = list(model.embeddings.parameters()) if fqn == "embeddings" else [params.get(fqn)]

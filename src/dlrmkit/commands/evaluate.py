@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 
@@ -41,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
+
+    import numpy as np
 
     from dlrmkit.atomic_io import hold_output_lock, is_stdout
     from dlrmkit.data.numerical_buckets import model_view, reads
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         if launched_by_torchrun():
             raise DlrmkitError(f"{args.checkpoint}: a blend is evaluated in one process; run it without torchrun")
         b = blend.read_blend(args.checkpoint)
-        metrics = blend.metrics_of(*blend.blend_logits(b, blend.load_members(b, check), dataset, args.batch_size))
+        with np.errstate(invalid="ignore"):  # NaN logits: refused below
+            metrics = blend.metrics_of(*blend.blend_logits(b, blend.load_members(b, check), dataset, args.batch_size))
     elif launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
@@ -93,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
         model, cfg = load_single_process_model(args.checkpoint, check)
         # --min-id-count, --numerical-buckets: the rows as training read them
         metrics = evaluate_model(model, model_view(dataset, cfg), args.batch_size, progress=True)
+    if math.isnan(metrics["logloss"]):  # the rows are checked finite: the model's weights or statistics are not
+        raise DlrmkitError(
+            f"{args.checkpoint}: the model scores {args.mapping} rows as NaN (its manifest.json's model_config or "
+            f"its weights are not a trained model's); refused"
+        )
     result = {**metrics, "rows": len(dataset), "world_size": par.ctx.world_size if par else 1}
     if par is not None:
         from dlrmkit.parallel.dist import shutdown

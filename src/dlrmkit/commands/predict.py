@@ -252,6 +252,11 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
                 x = torch.from_numpy(np.asarray(dense[sl], dtype=np.float32))
                 z = [model(x, torch.from_numpy(v[sl])).double().numpy() for (model, _), v in zip(models, views)]
                 probs = torch.sigmoid(torch.from_numpy(scale * mean_logits(z, weights)).float()).numpy()
+                if np.isnan(probs).any():  # the rows are checked finite: the model's weights or statistics are not
+                    raise DlrmkitError(
+                        f"{checkpoint}: the model scores input row {rows[sl][np.isnan(probs)][0]} as NaN (its "
+                        f"manifest.json's model_config or its weights are not a trained model's); refused"
+                    )
                 report.rows_scored += len(probs)
                 yield Scored(rows[sl], None if labels is None else labels[sl], probs)
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from dlrmkit.checkpoint.dirs import BLEND_FILE
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.train.options import MAX_BLEND_MEMBERS, MAX_BLEND_SEEDS, MAX_FOLDS
 from dlrmkit.train.options import MAX_BLEND_WEIGHT as MAX_WEIGHT
 from dlrmkit.train.options import blend_members
 
-BLEND_FILE = "blend.yaml"
 MAX_RUNS = MAX_BLEND_MEMBERS * max(MAX_BLEND_SEEDS, MAX_FOLDS)  # the runs a blend.yaml may list
 MAX_STEPS = 20  # ensemble selection's additions (members with their repeats)
 # a member weighing less than this share of a blend is run on one seed: its other seeds would

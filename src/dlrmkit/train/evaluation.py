@@ -61,6 +61,8 @@ def evaluate_model(
 
     probs, labels = predict(model, dataset, batch_size, move, progress)
     out = {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
+    if np.isnan(probs).any():  # a model that scores NaN has no calibration bins (nor a log loss)
+        return {**out, "ece": float("nan"), **({"reliability": []} if bins else {})}
     out["ece"] = expected_calibration_error(labels, probs)
     if bins:
         out["reliability"] = reliability(labels, probs)
