@@ -212,3 +212,20 @@ def test_report_skips_a_reliability_table_with_an_infinite_count_and_says_so(fin
     assert result.code == 0, result.err
     assert (tmp_path / "good" / "test_reliability.png").is_file()
     assert "reliability table" not in (tmp_path / "good" / "report.md").read_text()
+
+
+def test_report_md_holds_a_logs_text_on_its_own_lines(finished_run, tmp_path):
+    """Text from the log (a blend member's name, folder, seed) is one line of report.md each: a
+    line break in it would start a heading or a table of its own; a member record that is not an
+    object is counted, not silently dropped."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    members = [{"name": "a\n# injected", "weight": 1, "folder": "x`\n|", "seed": "0\n- forged"}, 7]
+    with open(run / "log.jsonl", "a") as f:
+        f.write(json.dumps({"event": "blend", "members": members}) + "\n")
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert not [ln for ln in lines if ln.startswith(("# injected", "- forged", "|/`"))], lines
+    assert "  - a?# injected, seed 0?- forged x1 (`x??|/`)" in lines
+    assert "  - 1 more member record(s) malformed in the log, not listed" in lines

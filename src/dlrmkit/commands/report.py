@@ -53,6 +53,13 @@ def _num(value: Any, fmt: str = ".4f") -> str:
     return format(value, fmt) if finite(value) else "n/a"
 
 
+def _text(value: Any, most: int = 200) -> str:
+    """A value from the log or run.json as one line of report.md: control characters (a line break
+    would start a heading of its own) and backticks shown as '?', at most `most` characters."""
+    text = "".join("?" if ord(c) < 32 or ord(c) == 127 or c == "`" else c for c in str(value))
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def series(records: list[dict[str, Any]], event: str, key: str, x: str = "samples_seen") -> tuple[list, list]:
     xs, ys = [], []
     for r in records:
@@ -173,7 +180,8 @@ def reliability_plot(records: list[dict[str, Any]], out: str) -> list[str]:
 def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
     lines = ["", f"| step | samples seen | {name} AUC | {name} log loss |", "|---:|---:|---:|---:|"]
     return lines + [
-        f"| {r.get('step', '')} | {r.get('samples_seen', '')} | {_num(r.get('auc'))} | {_num(r.get('logloss'))} |"
+        f"| {_text(r.get('step', ''), 40)} | {_text(r.get('samples_seen', ''), 40)} | {_num(r.get('auc'))} | "
+        f"{_num(r.get('logloss'))} |"
         for r in rows
     ]
 
@@ -182,11 +190,11 @@ def seed_of(member: dict[str, Any]) -> str:
     """', fold F' or ', seed S' where a blend's member run records it (a member trained on each
     fold of --folds, or with several seeds; with --folds and --refit, the fold its refit followed)."""
     if member.get("fold") is not None and member.get("refit"):
-        seed = "" if member.get("seed") is None else f", seed {member['seed']}"
-        return f"{seed}, refitted on all rows as fold {member['fold']} chose"
+        seed = "" if member.get("seed") is None else f", seed {_text(member['seed'])}"
+        return f"{seed}, refitted on all rows as fold {_text(member['fold'])} chose"
     if member.get("fold") is not None:
-        return f", fold {member['fold']}"
-    return "" if member.get("seed") is None else f", seed {member['seed']}"
+        return f", fold {_text(member['fold'])}"
+    return "" if member.get("seed") is None else f", seed {_text(member['seed'])}"
 
 
 def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str]) -> str:
@@ -200,36 +208,42 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
         runs = [m for m in members if isinstance(m, dict)]
         groups: dict[str, list[dict[str, Any]]] = {}  # a member's runs (its seeds or folds), in order
         for m in runs:
-            groups.setdefault(str(m.get("name")), []).append(m)
-        lines.append(f"- data: `{cfg.get('data')}`; a blend of {len(groups)} member(s), {len(runs)} run(s), "
+            groups.setdefault(_text(m.get("name"), 80), []).append(m)
+        lines.append(f"- data: `{_text(cfg.get('data'))}`; a blend of {len(groups)} member(s), {len(runs)} run(s), "
                      "each a run folder of its own in the checkpoint folder:")  # fmt: skip
         for name, rs in groups.items():
+            weight, first, last = (
+                _text(v, 80) for v in (rs[0].get("weight"), rs[0].get("folder"), rs[-1].get("folder"))
+            )
             if len(rs) == 1:
-                lines.append(f"  - {name}{seed_of(rs[0])} x{rs[0].get('weight')} (`{rs[0].get('folder')}/`)")
+                lines.append(f"  - {name}{seed_of(rs[0])} x{weight} (`{first}/`)")
             else:
                 which = ", ".join(seed_of(m).removeprefix(", ") for m in rs)
-                lines.append(f"  - {name} x{rs[0].get('weight')}, {len(rs)} runs: {which} "
-                             f"(`{rs[0].get('folder')}/` to `{rs[-1].get('folder')}/`)")  # fmt: skip
+                lines.append(f"  - {name} x{weight}, {len(rs)} runs: {which} (`{first}/` to `{last}/`)")
+        if len(runs) < len(members):
+            lines.append(f"  - {len(members) - len(runs)} more member record(s) malformed in the log, not listed")
     else:
         lines.append(
-            f"- data: `{cfg.get('data')}`, preset `{cfg.get('preset')}`, batch {cfg.get('batch-size')}, "
-            f"lr {cfg.get('lr')}, optimizer {cfg.get('optimizer')}"
+            f"- data: `{_text(cfg.get('data'))}`, preset `{_text(cfg.get('preset'), 40)}`, batch "
+            f"{_text(cfg.get('batch-size'), 40)}, lr {_text(cfg.get('lr'), 40)}, optimizer {_text(cfg.get('optimizer'), 40)}"
         )
-    lines.append(f"- started {info.get('started')}; status: {'finished' if end else 'unfinished (no end record)'}")
+    lines.append(
+        f"- started {_text(info.get('started'), 60)}; status: {'finished' if end else 'unfinished (no end record)'}"
+    )
     if end:
         lines.append(
-            f"- steps {end.get('steps')}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
+            f"- steps {_text(end.get('steps'), 40)}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
             f"train loss {_num(end.get('train_loss'))}"
         )
         best = f"; best validation AUC {_num(end.get('best_auc'))}" if "best_auc" in end else ""  # a blend has none
         lines.append(
             f"- validation AUC {_num(end.get('val_auc'))}, log loss {_num(end.get('val_logloss'))} "
-            f"(the selected model, step {end.get('selected_step', end.get('steps'))}){best}"
+            f"(the selected model, step {_text(end.get('selected_step', end.get('steps')), 40)}){best}"
         )
         refit = next((r for r in records if r.get("event") == "refit"), None)
         if refit or end.get("refit") is True:  # the selected model trained again on the training and validation rows
             how = (
-                f" for {_num(refit.get('epochs'), '.2f')} epochs, as selection chose ({end.get('steps')} steps)"
+                f" for {_num(refit.get('epochs'), '.2f')} epochs, as selection chose ({_text(end.get('steps'), 40)} steps)"
                 if refit
                 else ", each member run for the epochs its selection chose"
             )
