@@ -51,6 +51,24 @@ def test_a_refused_resume_leaves_the_run_files_byte_identical(tiny_data, tiny_ru
     assert "--resume" in info["argv"] and info["log_jsonl"] == "log.jsonl" and info["checkpoint_dir"] == "checkpoints"
 
 
+def test_a_run_refused_before_its_first_step_leaves_no_folder_it_made(tiny_data, tiny_run, tmp_path):
+    """A --resume refused into a new --run-dir, or a fresh run whose model cannot be built: the
+    folder the command made is gone again; a folder that was there keeps what was in it."""
+    one_line(resume(tiny_data, tmp_path / "new", "--checkpoint-dir", tiny_run / "checkpoints", "--embedding-dim", 5),
+             "does not match this run's model")  # fmt: skip
+    assert not (tmp_path / "new").exists() and not (tmp_path / "new.lock").exists()
+    fresh = ("train", "--data", tiny_data, "--no-progress", "--max-steps", 2, "--search-budget", 0,
+             "--bottom-mlp", "7,5", "--embedding-dim", 8)  # fmt: skip
+    one_line(run_cli(*fresh, "--run-dir", tmp_path / "fresh"))
+    assert not (tmp_path / "fresh").exists()
+    one_line(run_cli(*fresh, cwd=tmp_path))  # without --run-dir: runs/<time>, made and removed again
+    assert os.listdir(tmp_path / "runs") == []
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    one_line(resume(tiny_data, tmp_path / "mine", "--checkpoint-dir", tiny_run / "checkpoints", "--embedding-dim", 5))
+    assert sorted(os.listdir(tmp_path / "mine")) == ["notes.txt"]
+
+
 def test_run_json_keeps_paths_inside_the_run_folder_relative(tmp_path):
     run = str(tmp_path / "R")
     assert stored_path(os.path.join(run, "log.jsonl"), run) == "log.jsonl"

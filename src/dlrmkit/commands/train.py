@@ -205,11 +205,15 @@ def run(args: argparse.Namespace) -> int:
 
     # the search trained this very run (outputs off): with a refit to come, it is taken over, not trained again
     taken = None
-    if searched is not None and cfg.selection.refit and refit_skipped(cfg, parallel=False) is None:
-        taken = searched[0].take_over(cfg, searched[2])  # None where cfg would train something else
-    trainer = searched[0] if taken is not None else Trainer(cfg)
-    del searched
-    run_dir.share_checkpoint_dir(run_folder, trainer)
+    try:
+        if searched is not None and cfg.selection.refit and refit_skipped(cfg, parallel=False) is None:
+            taken = searched[0].take_over(cfg, searched[2])  # None where cfg would train something else
+        trainer = searched[0] if taken is not None else Trainer(cfg)
+        del searched
+        run_dir.share_checkpoint_dir(run_folder, trainer)
+    except DlrmkitError:  # refused before the first step: no folder it made is left behind
+        run_dir.abandon(run_folder)
+        raise
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
         print(f"validation rows: {trainer.val_source}")

@@ -5,13 +5,23 @@ placement), `run.json` (where the log and checkpoints are), `log.jsonl` (JSON-li
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dlrmkit.atomic_io import hold_output_lock, make_dirs, nonfinite_keys, os_error_text, write_json, write_text
+from dlrmkit.atomic_io import (
+    hold_output_lock,
+    make_dirs,
+    nonfinite_keys,
+    os_error_text,
+    release_output_locks,
+    write_json,
+    write_text,
+)
 from dlrmkit.config import RECIPE_FIELDS, TrainConfig
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import specs
@@ -31,6 +41,7 @@ class RunDir:
     # config.yaml's options and run.json's start and command, not yet written: a --resume writes
     # them once its checkpoint is accepted (write_run_files), so a refused one leaves the folder as it was
     pending: tuple[dict[str, Any], dict[str, Any]] | None = None
+    made: bool = False  # the folder did not exist before this run (abandon may remove it again)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -154,6 +165,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     own_checkpoint_dir = ck.checkpoint_dir is not None
     multi_rank = torchrun_env().world_size > 1
     path = out.run_dir
+    made = not path or not os.path.lexists(path)
     if path:
         make_dirs(path, "--run-dir")
     elif multi_rank:
@@ -169,7 +181,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         out.log_jsonl = (
             os.path.join(ck.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
         )
-    run = RunDir(path, out.log_jsonl, ck.checkpoint_dir)
+    run = RunDir(path, out.log_jsonl, ck.checkpoint_dir, made=made and is_rank_zero())
     lock_outputs(out.run_dir, run)
     log_folder = os.path.dirname(os.path.abspath(run.log_jsonl))
     inside = log_folder in {os.path.abspath(p) for p in (path, run.checkpoint_dir) if p}
@@ -185,6 +197,28 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         if not ck.resume:
             write_run_files(run)
     return run
+
+
+def abandon(run: RunDir) -> None:
+    """A run refused before its first step (a --resume refused, data the model cannot read) leaves
+    no folder behind that it made: what setup wrote there (config.yaml, run.json, an empty log, an
+    empty checkpoints/) goes, then the folder, if nothing else is in it. A folder that was there
+    before is left as it is. The files go while this run holds its folders' locks; the folders after
+    the locks are released (a lock file of the checkpoint folder lies in the run folder), and only
+    while empty, so another run that took them in between keeps what it wrote."""
+    if not run.made:
+        return
+    own = [run.file("config.yaml"), run.file("run.json")]
+    log = run.file("log.jsonl")
+    if os.path.isfile(log) and not os.path.islink(log) and os.path.getsize(log) == 0:
+        own.append(log)
+    for name in own:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
+    release_output_locks()  # the command is ending: what it held is released now rather than on return
+    for folder in (run.file("checkpoints"), run.path):
+        with contextlib.suppress(OSError):  # only an empty folder goes
+            os.rmdir(folder)
 
 
 def run_info(run: RunDir, extra: dict[str, Any]) -> dict[str, Any]:
