@@ -225,3 +225,11 @@ def test_a_wrong_shape_from_the_command_line_config_exits_2_with_one_line(tmp_pa
         "bottom_mlp": [32, 8],
         "top_mlp": [64, 1],
     }  # a flat list or the flag's text: both fine
+
+
+@pytest.mark.parametrize("text, key", [("dcn-layers: 100000\n", "dcn-layers"), ("dcn-rank: 70000\n", "dcn-rank")])
+def test_a_value_past_the_models_bounds_names_the_config_file_and_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(DlrmkitError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: option '{key}': invalid value"), str(err.value)

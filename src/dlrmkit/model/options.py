@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-from dlrmkit.model.config import DCN_STRUCTURES, INTERACTIONS
+from dlrmkit.model.config import DCN_STRUCTURES, INTERACTIONS, MAX_DCN_LAYERS, MAX_DCN_RANK
 from dlrmkit.options import option
 
 
@@ -56,12 +56,14 @@ class ModelOptions:
         choices=INTERACTIONS,
     )
     dcn_layers: int | None = option(
-        None, "with --interaction dcn: cross layers (default: the preset's, else 3)", parse=ct.positive_int
+        None,
+        "with --interaction dcn: cross layers (default: the preset's, else 3)",
+        parse=ct.int_range(1, MAX_DCN_LAYERS),
     )
     dcn_rank: int | None = option(
         None,
         "with --interaction dcn: rank of each cross layer's U V (default: the preset's, else full rank)",
-        parse=ct.positive_int,
+        parse=ct.int_range(1, MAX_DCN_RANK),
     )
     dcn_structure: str | None = option(
         None,
