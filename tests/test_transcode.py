@@ -279,3 +279,16 @@ def test_label_values_name_the_two_values_read_as_0_and_1(tmp_path):
     for bad in ("1,1", "yes", "a,b,c", ",1"):
         r = run_cli(*args(src, tmp_path / "x", "--label-values", bad))
         assert r.code == 2 and "--label-values" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_columns_left_out_are_named(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b,color,city\n" + "\n".join(",".join(r) for r in csv_rows(20)) + "\n")
+    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--numerical", "a",
+                "--categorical", "city")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "columns not used: b, color (name them in --numerical or --categorical to use them)" in r.out
+    spec, _, _ = open_dataset(str(tmp_path / "o"))
+    assert spec.metadata["preprocess"]["report"]["unused_columns"] == ["b", "color"]
+    r = run_cli(*args(src, tmp_path / "all"))  # every column named: no such line
+    assert r.code == 0 and "columns not used" not in r.out, r.out

@@ -77,6 +77,11 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         print(f"empty lines skipped {report['empty_lines_skipped']:,}")
     for pos in report["first_bad_rows"]:
         print(f"  bad row: {pos}")
+    unused = report.get("unused_columns") or []
+    if unused:  # a column left out by mistake would otherwise go unnoticed
+        names = [str(n) if str(n).isprintable() else repr(n) for n in unused[:20]]
+        shown = ", ".join(names) + (f", ... ({len(unused):,} in all)" if len(unused) > 20 else "")
+        print(f"columns not used: {shown} (name them in --numerical or --categorical to use them)")
 
 
 def run(args: argparse.Namespace) -> int:

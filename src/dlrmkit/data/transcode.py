@@ -71,6 +71,7 @@ class Report:
     # (reason, column) -> rows skipped, each row at its first failing column ("" for a row's field count)
     by_column: dict[tuple[str, str], int] = field(default_factory=dict)
     first_by_column: dict[tuple[str, str], str] = field(default_factory=dict)  # the first such row, located
+    unused: list[str] = field(default_factory=list)  # the first file's columns not read (neither label nor feature)
 
     def count_columns(self, reason: str, counts: dict[str, int], where: dict[str, str]) -> None:
         """Rows skipped for `reason`, by the column that failed; `where` locates the first row of
@@ -107,7 +108,7 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-        _check_columns(opts, path, needed, pf.schema_arrow.names)
+        _check_columns(opts, path, needed, pf.schema_arrow.names, report)
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
@@ -125,11 +126,16 @@ def _needed(opts: TranscodeOptions) -> list[str]:
     return list(dict.fromkeys([*([opts.label] if opts.label is not None else []), *opts.numerical, *opts.categorical]))
 
 
-def _check_columns(opts: TranscodeOptions, path: str, needed: list[str], names: list[str]) -> None:
+def _check_columns(
+    opts: TranscodeOptions, path: str, needed: list[str], names: list[str], report: Report | None = None
+) -> None:
+    """Every column named is in the file; the first file's others are noted in `report` (not read)."""
     missing = [c for c in needed if c not in names]
     if missing:
         hint = opts.missing_label_hint if opts.label in missing else ""
         raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(names)}){hint}")
+    if report is not None and report.file_index == 0:
+        report.unused = [c for c in dict.fromkeys(names) if c not in needed]
 
 
 def _quoted(value: str | bytes | None, most: int = 20) -> str:
@@ -190,7 +196,7 @@ def _text_batches(
             if twice:
                 raise DlrmkitError(f"{path}:1: column '{twice[0]}' appears twice in the header")
         if not data_row and names is not None:
-            _check_columns(opts, path, needed, names)
+            _check_columns(opts, path, needed, names, report)
         if not block:
             continue
         b = np.frombuffer(block, dtype=np.uint8)
@@ -490,6 +496,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                     "rows_written": total,
                     "rows_skipped": report.skipped,
                     "empty_lines_skipped": report.empty_lines,
+                    "unused_columns": report.unused,
                     "first_bad_rows": report.first,
                 }
             },
