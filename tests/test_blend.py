@@ -99,6 +99,7 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     text = (run / "report.md").read_text()
     assert r.code == 0 and "a blend of 2 member(s), 4 run(s)" in text, text
     assert "best validation AUC" not in text  # a blend has no best evaluation: not "n/a"
+    assert "(the blend)" in text and "(the selected model" not in text  # no step: its members' steps together
     # one line a member: its weight, its runs and their folders
     assert "  - dlrm+wide x1, 2 runs: seed 0, seed 1 (`dlrm-wide-seed0/` to `dlrm-wide-seed1/`)" in text, text
     # one seed: each member one run, in a folder named after it

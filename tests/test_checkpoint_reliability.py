@@ -169,6 +169,24 @@ def test_checkpoint_every_seconds(tiny_data, tmp_path):
     assert sorted(n for n in os.listdir(c) if n.startswith("step_")) == [f"step_{i}" for i in range(1, 6)]
 
 
+def test_a_periodic_save_of_the_last_step_does_not_stand_for_the_final_model(tiny_data, tmp_path):
+    """--checkpoint-every saving the last step before the run's end changed its weights (the
+    temperature folded in, the best weights restored): the final checkpoint holds the model the
+    run scored, so `evaluate` gives the run's test figures."""
+    c = tmp_path / "C"
+    train(tiny_data, "--checkpoint-dir", c, "--checkpoint-every", "6", "--calibration", "temperature",
+          "--metrics-json", tmp_path / "m.json")  # fmt: skip
+    run = json.loads((tmp_path / "m.json").read_text())
+    assert run["temperature"] != 1.0
+    result = run_cli("evaluate", "--data", tiny_data, "--checkpoint", c, "--metrics-json", tmp_path / "e.json")
+    assert result.code == 0, result.err
+    scored = json.loads((tmp_path / "e.json").read_text())
+    assert scored["logloss"] == pytest.approx(run["logloss"], abs=1e-6)
+    # the last step saved along the way, unchanged since: the final checkpoint, said so on screen
+    result = train(tiny_data, "--checkpoint-dir", tmp_path / "D", "--checkpoint-every", "3")
+    assert f"saved checkpoint {tmp_path / 'D' / 'step_6'} (at the last step" in result.err, result.err
+
+
 # ---- corrupt checkpoints --------------------------------------------------------------------------
 def _data_file(path):
     return next(os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".bin"))
@@ -316,6 +334,11 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, t
     assert (c / "latest").read_text() == "step_2"
     model, _ = ckpt.load_single_process_model(str(c))
     assert all(torch.isfinite(p).all() for p in model.parameters())
+    # nothing saved before the NaN: the line names no checkpoint that is not there
+    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--preset", "tiny", "--no-shuffle",
+                     "--max-steps", 8, "--checkpoint-dir", tmp_path / "D")  # fmt: skip
+    assert_one_line_error(result, "loss is nan at step 4", "no checkpoint saved before it", "--skip-nonfinite")
+    assert "last good checkpoint" not in result.err and not (tmp_path / "D" / "latest").exists()
 
 
 def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):

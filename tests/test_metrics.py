@@ -78,3 +78,17 @@ def test_log_loss_hand_value_and_clipping():
     assert math.isfinite(worst)
     assert worst == pytest.approx(-math.log(1e-7), rel=1e-6)
     assert log_loss(np.array([1.0, 0.0]), np.array([1.0, 0.0])) < 1e-6
+
+
+def test_reliability_of_a_diverged_model_warns_nothing():
+    """NaN probabilities (a model diverged by the step before an evaluation): the evaluation's
+    calibration error is NaN (null in the log), with no numpy warning on screen."""
+    import warnings
+
+    from dlrmkit.train.calibration import expected_calibration_error, reliability
+
+    probs, labels = np.array([0.2, np.nan, 0.7]), np.array([0.0, 1.0, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reliability(labels, probs)
+        assert math.isnan(expected_calibration_error(labels, probs))

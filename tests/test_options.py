@@ -102,6 +102,18 @@ def test_flags_given_on_the_command_line_beat_the_file_and_the_file_beats_defaul
         config_from_args(parse("train", "--lr", "0.1"))
 
 
+def test_a_flag_clears_the_file_value_it_excludes(tmp_path):
+    """A run's config.yaml holds both epochs (the preset's) and max-steps; --epochs on the command
+    line wins over both, as it would over a --max-steps given beside it there."""
+    path = write(tmp_path, "data: D\nepochs: 6\nmax-steps: 60\n")
+    cfg = config_from_args(parse("train", "--config", path, "--epochs", "1"))
+    assert cfg.schedule.epochs == 1 and cfg.schedule.max_steps is None
+    cfg = config_from_args(parse("train", "--config", path, "--max-steps", "5"))
+    assert cfg.schedule.max_steps == 5 and cfg.schedule.epochs is None
+    cfg = config_from_args(parse("train", "--config", path, "--lr", "0.1"))
+    assert cfg.schedule.epochs == 6 and cfg.schedule.max_steps == 60
+
+
 def test_the_dumped_config_reads_back_to_the_same_config(tmp_path):
     cfg = TrainConfig.of(
         data="D",

@@ -229,3 +229,21 @@ def test_report_md_holds_a_logs_text_on_its_own_lines(finished_run, tmp_path):
     assert not [ln for ln in lines if ln.startswith(("# injected", "- forged", "|/`"))], lines
     assert "  - a?# injected, seed 0?- forged x1 (`x??|/`)" in lines
     assert "  - 1 more member record(s) malformed in the log, not listed" in lines
+
+
+def test_report_leaves_out_a_calibration_error_the_run_has_not_got(finished_run, tmp_path):
+    """A torchrun run's test record holds no reliability table, so no calibration error: the
+    summary leaves it out rather than printing 'n/a'; a one-process run's is shown."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+
+    def text():
+        return (run / "report.md").read_text()
+
+    assert run_cli("report", run).code == 0 and "expected calibration error 0." in text()
+    drop = ("ece", "reliability")
+    records = [{k: v for k, v in r.items() if k not in drop} for r in log_records(run)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = run_cli("report", run)
+    assert result.code == 0, result.err
+    assert "test AUC" in text() and "calibration error" not in text(), text()

@@ -113,3 +113,15 @@ def test_read_run_resolves_paths_against_the_folder_given(tmp_path):
     write_run(moved, log_jsonl=str(outside), checkpoint_dir=None)
     (moved / "log.jsonl").unlink()
     assert read_run(str(moved))["log_jsonl"] == str(outside)
+
+
+def test_a_run_dir_holding_a_run_is_refused_naming_the_option_given(tiny_data, tiny_run, tmp_path):
+    """The same command again, without --resume: the line names --run-dir, the option given, not
+    a --checkpoint-dir the command line never had."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    result = run_cli("train", "--data", tiny_data, "--no-progress", "--max-steps", 5, "--search-budget", 0,
+                     "--run-dir", run)  # fmt: skip
+    one_line(result, f"--run-dir {run}: {run / 'checkpoints'} already holds checkpoints of another run",
+             "pass --resume to continue it, or give a new or empty --run-dir")  # fmt: skip
+    assert "--checkpoint-dir" not in result.err

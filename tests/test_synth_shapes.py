@@ -97,7 +97,7 @@ def test_synth_cli_cardinalities(cli, tmp_path):
         "--no-progress",
     )
     assert result.code == 0, result.err
-    assert "5000 train + 2000 test rows, 3 tables (4,001,007 rows in all, largest 4,000,000)" in result.out
+    assert "5,000 train + 2,000 test rows, 3 tables (4,001,007 rows in all, largest 4,000,000)" in result.out
     spec = yaml.safe_load((out / "feature_spec.yaml").read_text())
     assert spec["metadata"]["preset"] == "custom" and 0.5 < spec["metadata"]["optimal_auc"] < 1.0
     bad = cli("synth", "--cardinalities", "10,-1", "--out", tmp_path / "bad")

@@ -103,7 +103,7 @@ def tiny_preset_run(tmp_path_factory):
 @pytest.mark.slow  # the tiny preset's whole recipe on 150,000 rows
 def test_synth_tiny_preset(tiny_preset_run):
     synth, _, data, _ = tiny_preset_run
-    assert "150000 train + 20000 test rows" in synth.out
+    assert "150,000 train + 20,000 test rows" in synth.out
     assert os.path.exists(data / "feature_spec.yaml")
     assert not os.path.exists(str(data) + ".tmp")
 

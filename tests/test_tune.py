@@ -81,9 +81,12 @@ def test_study_resumes_after_kill_and_best_config_trains(tiny_data, tmp_path):
 
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["embedding-dim"] in (4, 8) and best["top-mlp"][-1] == 1
+    assert best["search-budget"] == 0  # the trial's model as it was trained, not a search over others
     train = run_cli("train", "--config", out / "best.yaml", "--no-progress", "--run-dir", tmp_path / "R")
     assert train.code == 0, train.err
-    assert yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())["lr"] == best["lr"]
+    assert "search: off" in train.out and "blend" not in train.out, train.out
+    resolved = yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())
+    assert resolved["lr"] == best["lr"] and resolved["embedding-dim"] == best["embedding-dim"]
 
 
 def test_unknown_space_key_is_an_error(tiny_data, tmp_path):
@@ -100,3 +103,20 @@ def test_a_pruned_trial_is_named_with_why(tiny_data, tmp_path):
     result = run_cli(*argv, "--max-steps", 6, "--eval-every", 3)
     assert result.code == 0, result.err
     assert "trial 0 pruned: loss is nan at step" in result.out
+
+
+def test_a_trial_of_sgd_tables_takes_no_table_weight_decay():
+    """The default space draws --embedding-weight-decay beside --optimizer sgd, whose tables take no
+    L2: such a trial trains without it (rather than ending on the option error), and so does one
+    that keeps the small-data recipe's decay while the space chose sgd."""
+    from dlrmkit.commands.tune import train_options
+
+    base = {"preset": "auto", "optimizer": "adagrad", "embedding_weight_decay": 0.01}
+    assert train_options({"optimizer": "sgd", "embedding_weight_decay": 0.03}, base)["embedding_weight_decay"] is None
+    assert train_options({"optimizer": "sgd"}, base)["embedding_weight_decay"] is None
+    adagrad = train_options({"optimizer": "adagrad", "embedding_weight_decay": 0.03}, base)
+    assert adagrad["embedding_weight_decay"] == 0.03
+    kept = train_options({"optimizer": "sgd", "embedding_optimizer": "adagrad"}, base)
+    assert kept["embedding_weight_decay"] == 0.01
+    assert train_options({"embedding_weight_decay": 0.01}, {"preset": "small"})["embedding_weight_decay"] == 0.01
+    assert train_options({"embedding_weight_decay": 0.01}, {"preset": "tiny"})["embedding_weight_decay"] is None

@@ -75,15 +75,14 @@ def check_writable_directory(directory: str) -> None:
         raise DlrmkitError(f"--checkpoint-dir {directory}: cannot write there ({os_error(exc)})") from None
 
 
-def check_fresh_directory(directory: str) -> None:
+def check_fresh_directory(directory: str, flag: str = "--checkpoint-dir", given: str | None = None) -> None:
     """A run without --resume must not write into a folder holding another run's checkpoints:
     pruning and `latest` would mix the two runs (and could delete the other run's newest). A
-    blend's folder is another run's too: a run would replace its blend.yaml or write beside it."""
+    blend's folder is another run's too: a run would replace its blend.yaml or write beside it.
+    `flag` and `given`: the option that chose `directory` and its value (--run-dir R for R/checkpoints)."""
+    where = f"{flag} {directory}" if given is None else f"{flag} {given}: {directory}"
     if os.path.isfile(os.path.join(directory, BLEND_FILE)):
-        raise DlrmkitError(
-            f"--checkpoint-dir {directory} already holds another run's blend ({BLEND_FILE}); "
-            f"give a new or empty --checkpoint-dir"
-        )
+        raise DlrmkitError(f"{where} already holds another run's blend ({BLEND_FILE}); give a new or empty {flag}")
     found = existing_checkpoints(directory)
     if found:
         latest = os.path.join(directory, LATEST)
@@ -92,8 +91,8 @@ def check_fresh_directory(directory: str) -> None:
         except DlrmkitError:
             named = f"an unreadable '{LATEST}'"
         raise DlrmkitError(
-            f"--checkpoint-dir {directory} already holds checkpoints of another run (latest: {named}); "
-            f"pass --resume to continue it, or give a new or empty --checkpoint-dir"
+            f"{where} already holds checkpoints of another run (latest: {named}); "
+            f"pass --resume to continue it, or give a new or empty {flag}"
         )
 
 

@@ -236,9 +236,11 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             f"train loss {_num(end.get('train_loss'))}"
         )
         best = f"; best validation AUC {_num(end.get('best_auc'))}" if "best_auc" in end else ""  # a blend has none
+        # a blend has no step of its own: its steps are its members' together
+        step = _text(end.get("selected_step", end.get("steps")), 40)
+        which = "the blend" if end.get("blend") else f"the selected model, step {step}"
         lines.append(
-            f"- validation AUC {_num(end.get('val_auc'))}, log loss {_num(end.get('val_logloss'))} "
-            f"(the selected model, step {_text(end.get('selected_step', end.get('steps')), 40)}){best}"
+            f"- validation AUC {_num(end.get('val_auc'))}, log loss {_num(end.get('val_logloss'))} ({which}){best}"
         )
         refit = next((r for r in records if r.get("event") == "refit"), None)
         if refit or end.get("refit") is True:  # the selected model trained again on the training and validation rows
@@ -253,9 +255,11 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             )
     final = test or end
     if final and ("auc" in final or "logloss" in final):
+        # none under torchrun (its test record has no reliability table): left out, not 'n/a'
+        ece = f", expected calibration error {_num(final['ece'])}" if final.get("ece") is not None else ""
         lines.append(
-            f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))}, "
-            f"expected calibration error {_num(final.get('ece'))} (the test mapping, scored once, after training)"
+            f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))}{ece} "
+            "(the test mapping, scored once, after training)"
         )
         calibration = next((r for r in records if r.get("event") == "calibration"), None)
         if calibration:

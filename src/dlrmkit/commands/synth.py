@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = spec.metadata["rows"]
     print(
-        f"wrote {args.out}: {rows['train']} train + {rows['test']} test rows, "
+        f"wrote {args.out}: {rows['train']:,} train + {rows['test']:,} test rows, "
         f"{len(cfg.table_sizes)} tables ({sum(cfg.table_sizes):,} rows in all, largest {max(cfg.table_sizes):,}"
         f"{f', {sum(cfg.multi_hot)} ids per sample' if cfg.multi_hot else ''}), "
         f"optimal test AUC {spec.metadata['optimal_auc']:.4f}"

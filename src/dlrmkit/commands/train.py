@@ -73,8 +73,10 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
         }
     )
     if not ck.resume:  # another run's checkpoints or log: refused, never mixed with this run's
-        if checkpoints:
-            check_fresh_directory(checkpoints)
+        if ck.checkpoint_dir:
+            check_fresh_directory(ck.checkpoint_dir)
+        elif checkpoints:  # <run folder>/checkpoints: named by the option given
+            check_fresh_directory(checkpoints, "--run-dir", out.run_dir)
         if out.log_jsonl:
             check_fresh_log(out.log_jsonl, "--log-jsonl")
         elif ck.checkpoint_dir:

@@ -147,10 +147,17 @@ def suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_options(params: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """Trial parameters -> train options (dest names); MLP strings get their fixed last layer."""
+    """Trial parameters -> train options (dest names); MLP strings get their fixed last layer.
+    Tables trained by SGD take no L2 (--embedding-weight-decay needs Adagrad or Adam tables): a
+    decay drawn or inherited beside them is left out, so the trial trains instead of failing."""
     from dlrmkit.config import get_preset
+    from dlrmkit.optim.names import resolve_embedding_optimizer
 
     opts = {**base, **params}
+    optimizer = opts.get("optimizer") or get_preset(opts["preset"]).optimizer
+    tables = resolve_embedding_optimizer(optimizer, opts.get("embedding_optimizer"))
+    if opts.get("embedding_weight_decay") and tables not in ("adagrad", "adam"):
+        opts["embedding_weight_decay"] = None
     dim = int(opts.get("embedding_dim") or get_preset(opts["preset"]).embedding_dim)
     for key, last in (("bottom_mlp", dim), ("top_mlp", 1)):
         if isinstance(opts.get(key), str):
@@ -182,6 +189,9 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
         spec, train, _ = open_dataset(args.data)
         chosen = recipe.choose(spec, train).values
         base.update({k: v for k, v in chosen.items() if base.get(k) is None and k not in ("bottom_mlp", "top_mlp")})
+        # a trial trains its options as they are; so does `train --config` of its config.yaml or best.yaml,
+        # rather than search over candidate recipes again
+        base["search_budget"] = 0
 
     class TrialTrainer(Trainer):
         """Reports every evaluation's AUC to Optuna and stops when the pruner says so."""

@@ -101,7 +101,8 @@ def row_log_losses(z: np.ndarray, y: np.ndarray) -> np.ndarray:
 def reliability(labels: np.ndarray, probs: np.ndarray, bins: int = BINS) -> list[list[float]]:
     """[mean predicted probability, observed click rate, rows] of each non-empty equal-width bin."""
     p, y = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
-    which = np.clip((p * bins).astype(np.int64), 0, bins - 1)
+    with np.errstate(invalid="ignore"):  # NaN probabilities (a diverged model): its ECE is NaN, no warning
+        which = np.clip((p * bins).astype(np.int64), 0, bins - 1)
     count = np.bincount(which, minlength=bins)
     mean_p = np.bincount(which, weights=p, minlength=bins)
     rate = np.bincount(which, weights=y, minlength=bins)

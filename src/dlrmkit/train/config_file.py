@@ -14,7 +14,7 @@ import yaml
 
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import flatten, from_mapping, given, to_mapping
+from dlrmkit.options import flatten, from_mapping, given, specs, to_mapping
 from dlrmkit.train.options import OUTPUT_PATHS
 from dlrmkit.untrusted import MiB, load_yaml
 
@@ -44,9 +44,16 @@ def load_config(path: str) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The run's config: field defaults, then the --config file, then the flags given (the parser
-    leaves options not given off `args`, so a file value is never hidden by a default)."""
+    leaves options not given off `args`, so a file value is never hidden by a default). A flag
+    also clears the file's value of an option it excludes on the command line: `--epochs 1` over
+    a config.yaml holding `max-steps` trains one epoch."""
     values = load_config(args.config) if getattr(args, "config", None) else {}
-    values.update(given(TrainConfig, args))
+    flags = given(TrainConfig, args)
+    taken = {s.option.group for s in specs(TrainConfig) if s.option.group and s.name in flags}
+    for s in specs(TrainConfig):
+        if s.option.group in taken and s.name not in flags:
+            values.pop(s.name, None)
+    values.update(flags)
     if not values.get("data"):
         raise DlrmkitError("--data is required (on the command line or in --config)")
     return TrainConfig.of(**values)

@@ -259,7 +259,10 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     taken = None
     if sel.blend is not None:  # a blend given (a blend's config.yaml): its members, unsearched
         if launched_by_torchrun():
-            raise DlrmkitError("--blend trains its members in one process; run it without torchrun")
+            raise DlrmkitError(
+                "--blend trains its members in one process; run it without torchrun, or give torchrun one "
+                "member's config.yaml (--config <checkpoint folder>/<member>/config.yaml)"
+            )
         if cfg.checkpoint.resume:
             raise DlrmkitError("--blend with --resume: a blend's members are not resumed; train it again")
         if validation_split(spec, train, sel.val_fraction)[1] is None:

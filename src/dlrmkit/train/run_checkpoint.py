@@ -88,14 +88,18 @@ def fingerprint(trainer: TrainerState) -> str:
 
 
 def save_final(trainer: TrainerState) -> None:
-    """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already),
-    with a line on screen."""
+    """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already
+    with these weights), with a line on screen naming it."""
     cfg = trainer.cfg
-    if (
-        not cfg.checkpoint.checkpoint_dir
-        or not cfg.checkpoint.final_checkpoint
-        or trainer.last_saved_step == trainer.step
-    ):
+    if not cfg.checkpoint.checkpoint_dir or not cfg.checkpoint.final_checkpoint:
+        return
+    if trainer.last_saved_step == trainer.step:  # saved along the way at this very step: said, not saved twice
+        if trainer.dist.rank == 0:
+            print(
+                f"saved checkpoint {ckpt.latest_checkpoint(cfg.checkpoint.checkpoint_dir)} (at the last step, "
+                "by --checkpoint-every/--checkpoint-every-seconds: the run's final checkpoint)",
+                file=sys.stderr,
+            )
         return
     t0 = time.monotonic()
     path = save(trainer)

@@ -6,6 +6,7 @@ and checkpoint points only, and keeping them costs no tensor op per step."""
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 
 import numpy as np
@@ -17,8 +18,12 @@ FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bou
 
 
 def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> DlrmkitError:
-    """The one line for a NaN/Inf loss: its step, the last good checkpoint, what to try."""
-    where = f"; the last good checkpoint is {checkpoint_dir}/latest" if checkpoint_dir else ""
+    """The one line for a NaN/Inf loss: its step, the last good checkpoint (where one was saved),
+    what to try."""
+    where = ""
+    if checkpoint_dir:
+        saved = os.path.lexists(os.path.join(checkpoint_dir, "latest"))
+        where = f"; the last good checkpoint is {checkpoint_dir}/latest" if saved else "; no checkpoint saved before it"
     return DlrmkitError(
         f"loss is {value} at step {step}{where}; lower --lr, check the data, or allow skipping with --skip-nonfinite N"
     )

@@ -414,15 +414,21 @@ class Trainer:
         if self.val_set is not None and not (self.last_eval and self.last_eval[0] == self.step):
             self.evaluate()
         val = self.last_eval[1] if self.last_eval else {"auc": float("nan"), "logloss": float("nan")}
+        weights = self.last_saved_step
         if self.cfg.selection.restore_best and self.best.kept and self.best.step != self.step:
             self.best.restore(self.model)
             val = self.best.metrics
             self.log({"event": "restore_best", "step": self.best.step, **val})
+            weights = None
         if self.cfg.selection.calibration == "temperature":  # on the validation rows, before the test read
             val = calibrate_run(self, val)
+            weights = None
         if self.refit is not None:  # the temperature its run fitted on the validation rows
             fold_scale(self.model, self.refit.scale)
             self.temperature = 1 / self.refit.scale
+            weights = None
+        # a periodic save of this step holds the weights before these changes: the final save replaces it
+        self.last_saved_step = weights
         test = {"auc": float("nan"), "logloss": float("nan")}
         if len(self.test_set):  # no test rows (a search's run, a run to be refitted, a blend's member): no record
             test = self.score(self.test_set, bins=True)
