@@ -333,3 +333,26 @@ def test_evaluate_without_checkpoint_fails_cleanly(tiny_data, tmp_path):
     result = run_cli("evaluate", "--data", tiny_data, "--checkpoint", tmp_path)
     assert result.code == 2
     assert str(tmp_path) in result.err and "no checkpoint" in result.err
+
+
+def test_an_interrupted_run_says_what_it_leaves(tiny_data, tmp_path, monkeypatch):
+    """Ctrl-C: exit 130 and one line naming the newest checkpoint --resume continues, or saying
+    that none was saved."""
+    from dlrmkit.train.trainer import Trainer
+
+    step = Trainer.train_step
+
+    def stop_at_12(self, batch):
+        if self.step == 12:
+            raise KeyboardInterrupt
+        return step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", stop_at_12)
+    common = ("train", "--data", tiny_data, "--preset", "tiny", "--max-steps", 30, "--no-progress")
+    r = run_cli(*common, "--run-dir", tmp_path / "a", "--checkpoint-every", 5)
+    (line,) = r.err.strip().splitlines()[-1:]
+    assert r.code == 130 and line.startswith("dlrmkit train: interrupted; the newest checkpoint is "), r.err
+    assert line.split("the newest checkpoint is ")[1].startswith(str(tmp_path / "a" / "checkpoints" / "step_10"))
+    r = run_cli(*common, "--run-dir", tmp_path / "b")
+    assert r.code == 130 and r.err.strip().endswith("interrupted before any checkpoint was saved "
+                                                    "(--checkpoint-every N saves along the way)"), r.err  # fmt: skip

@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a reader gone before the last buffered line is seen here, not at exit
         return code
-    except KeyboardInterrupt:
-        print(f"dlrmkit {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"dlrmkit {args.command}: interrupted{getattr(exc, 'detail', '')}", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - every error leaves as one line
         if isinstance(exc, BrokenPipeError) and stdout_closed():

@@ -16,6 +16,14 @@ class DatasetError(DlrmkitError):
     """A dataset whose files do not match its FeatureSpec, or hold invalid values."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGINT), with what the command leaves behind: `detail` follows "interrupted"."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 

@@ -9,11 +9,11 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import DlrmkitError, Interrupted
 from dlrmkit.options import add_options, option
 
 
@@ -169,17 +169,35 @@ def summary_line(m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlrmkit.train.trainer import Trainer
-
-    from dlrmkit.train import run_dir
     from dlrmkit.train.config_file import config_from_args
-    from dlrmkit.options import given
-    from dlrmkit.train.selection import check_selection_options, selection_options_on
-
     from dlrmkit.parallel.options import torchrun_env
 
     env = torchrun_env()  # a garbage RANK or WORLD_SIZE: one line now, not from process-group setup
     cfg = config_from_args(args)
+    try:
+        return _run(args, cfg, env)
+    except KeyboardInterrupt:
+        raise Interrupted(where_to_resume(cfg)) from None
+
+
+def where_to_resume(cfg: TrainConfig) -> str:
+    """What an interrupted run leaves: the newest checkpoint --resume continues, or none."""
+    from dlrmkit.checkpoint.dirs import latest_or_none
+
+    folder = cfg.checkpoint.checkpoint_dir
+    newest = latest_or_none(folder) if folder and os.path.isdir(folder) else None
+    if newest is None:
+        return " before any checkpoint was saved (--checkpoint-every N saves along the way)"
+    return f"; the newest checkpoint is {newest}: --resume with the same --run-dir or --checkpoint-dir continues it"
+
+
+def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
+    from dlrmkit.train.trainer import Trainer
+
+    from dlrmkit.train import run_dir
+    from dlrmkit.options import given
+    from dlrmkit.train.selection import check_selection_options, selection_options_on
+
     # options the user gave that would do nothing: before a recipe fills its own, and before any work
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
