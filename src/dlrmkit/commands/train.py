@@ -334,9 +334,9 @@ def baseline_lift(data: str, metrics: dict) -> str:
             )
         return (
             f"logistic-regression baseline ({base['path']}), refitted on the train and validation rows {as_this}: "
-            f"test AUC {auc:.4f}, lift {metrics['auc'] - auc:+.4f}"
+            f"test AUC {auc:.4f}, lift {metrics['auc'] - auc:+.4f} AUC"
         )
     return (
         f"logistic-regression baseline ({base['path']}): test AUC {base['test_auc']:.4f}, "
-        f"lift {metrics['auc'] - base['test_auc']:+.4f}"
+        f"lift {metrics['auc'] - base['test_auc']:+.4f} AUC"
     )

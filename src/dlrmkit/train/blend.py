@@ -450,8 +450,8 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     scored = [scores(t, test) for t, test, _, _ in trained]
     test_metrics = metrics_of(scale * mean_logits([s[0] for s in scored], weights), scored[0][1], bins=True)
     log({"event": "test", "step": 0, "mapping": "test", **test_metrics})
-    for t, _, _, _ in trained:  # as one model saves after its test read: a bad test file leaves no blend behind
-        t.save_final()
+    for i, (t, _, _, _) in enumerate(trained):  # as one model saves after its test read: a bad test file
+        t.save_final(hint=i == 0)  # leaves no blend behind
     if ck:
         write_blend(ck, runs, scale)
     done = [m for _, _, m, _ in trained]

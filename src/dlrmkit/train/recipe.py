@@ -280,14 +280,14 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
         )
         return text, members, None
     if base.name in SEARCHED:
-        if launched_by_torchrun():
+        if budget == 0:  # asked for (a run's config.yaml says so too): the reason, under torchrun as well
+            why_not = "--search-budget 0"
+        elif launched_by_torchrun():
             why_not = "under torchrun: search in one process, then repeat its config.yaml"
         elif train.multi_hot:
             why_not = "multi-hot ids: the regression candidate reads one-hot datasets"
         elif validation_split(spec, train, sel.val_fraction)[1] is None:
             why_not = "no validation rows"
-        elif budget == 0:
-            why_not = "--search-budget 0"
         else:
             why_not = None
         if why_not is None:

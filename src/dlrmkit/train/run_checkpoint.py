@@ -87,9 +87,10 @@ def fingerprint(trainer: TrainerState) -> str:
     return trainer.data_fingerprint
 
 
-def save_final(trainer: TrainerState) -> None:
+def save_final(trainer: TrainerState, hint: bool = True) -> None:
     """The end-of-run checkpoint (unless --no-final-checkpoint, or the last step is saved already
-    with these weights), with a line on screen naming it."""
+    with these weights), with a line on screen naming it (and, with `hint`, how to skip it: once
+    for a blend's many member runs)."""
     cfg = trainer.cfg
     if not cfg.checkpoint.checkpoint_dir or not cfg.checkpoint.final_checkpoint:
         return
@@ -106,8 +107,8 @@ def save_final(trainer: TrainerState) -> None:
     if trainer.dist.rank == 0:
         size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
         print(
-            f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s; "
-            f"--no-final-checkpoint skips it)",
+            f"saved checkpoint {path} ({size / 2**20:,.1f} MiB, {time.monotonic() - t0:.1f} s"
+            + ("; --no-final-checkpoint skips it)" if hint else ")"),
             file=sys.stderr,
         )
 

@@ -344,8 +344,8 @@ class Trainer:
     def save(self) -> str:
         return run_checkpoint.save(self)
 
-    def save_final(self) -> None:
-        run_checkpoint.save_final(self)
+    def save_final(self, hint: bool = True) -> None:
+        run_checkpoint.save_final(self, hint)
 
     def load(self, path: str) -> str:
         """Resume from checkpoint `path` (or the one its `latest` names); returns the folder loaded."""
