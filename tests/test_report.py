@@ -247,3 +247,21 @@ def test_report_leaves_out_a_calibration_error_the_run_has_not_got(finished_run,
     result = run_cli("report", run)
     assert result.code == 0, result.err
     assert "test AUC" in text() and "calibration error" not in text(), text()
+
+
+def test_report_reads_the_run_after_a_restart(tiny_data, tmp_path):
+    """An attempt that saved no checkpoint, then --resume, which finds none and starts over at
+    step 0, appending to the log: report plots and tables the run after the restart, and says how
+    many earlier records it left out."""
+    run = tmp_path / "run"
+    common = ("train", "--data", tiny_data, "--preset", "tiny", "--no-progress", "--eval-every", 10, "--run-dir", run)
+    assert run_cli(*common, "--max-steps", 30, "--no-final-checkpoint").code == 0
+    assert run_cli(*common, "--max-steps", 20, "--resume").code == 0
+    records = log_records(run)
+    assert [r["step"] for r in records if r["event"] == "eval"] == [10, 20, 30, 10, 20]  # both attempts
+    result = run_cli("report", run)
+    assert result.code == 0, result.err
+    text = (run / "report.md").read_text()
+    earlier = next(i for i, r in enumerate(records) if r["event"] == "restart")
+    assert f"the {earlier:,} log records before it (an attempt that saved none) are left out" in text, text
+    assert "\n| 30 |" not in text and text.count("\n| 20 |") == 1, text

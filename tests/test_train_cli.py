@@ -215,6 +215,8 @@ def test_fresh_run_takes_an_empty_log_and_resume_appends(tiny_data, tmp_path):
         3,
         3,
     ]  # no checkpoint to resume from: the second run started at step 0, and said so in its own records
+    restart = [r for r in read_log(log) if r["event"] == "restart"]
+    assert len(restart) == 1 and "starting fresh" in restart[0]["why"]
 
 
 def test_the_log_is_strict_json_lines(tiny_data, tmp_path):

@@ -15,7 +15,7 @@ from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_output_dir, make_dirs, write_text
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options, option
-from dlrmkit.train.run_log import read_log, tensorboard
+from dlrmkit.train.run_log import read_log, since_restart, tensorboard
 
 MAX_MAPPINGS = 16  # two plots each: a hostile log cannot make the report write thousands of files
 
@@ -197,7 +197,7 @@ def seed_of(member: dict[str, Any]) -> str:
     return "" if member.get("seed") is None else f", seed {_text(member['seed'])}"
 
 
-def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str]) -> str:
+def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str], earlier: int = 0) -> str:
     end = next((r for r in reversed(records) if r.get("event") == "end"), None)
     test = next((r for r in reversed(records) if r.get("event") == "test"), None)
     cfg = info.get("config", {})
@@ -230,6 +230,9 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     lines.append(
         f"- started {_text(info.get('started'), 60)}; status: {'finished' if end else 'unfinished (no end record)'}"
     )
+    if earlier:
+        lines.append(f"- restarted from step 0 by a --resume that found no checkpoint: the {earlier:,} log records "
+                     "before it (an attempt that saved none) are left out")  # fmt: skip
     if end:
         lines.append(
             f"- steps {_text(end.get('steps'), 40)}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
@@ -295,12 +298,12 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.tensorboard, "--tensorboard")
     with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
         info = read_run(args.run)
-        records = read_log(info["log_jsonl"])
+        records, earlier = since_restart(read_log(info["log_jsonl"]))
         if len(eval_mappings(records)) > MAX_MAPPINGS:
             raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
         make_dirs(out, "--out")
         pngs = plots(records, out)
-        write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs))
+        write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs, earlier))
         if args.tensorboard:
             tensorboard(records, args.tensorboard)
     print(f"wrote {len(pngs)} plots and {os.path.join(out, 'report.md')}")

@@ -281,9 +281,9 @@ def finish(cfg: TrainConfig, run_folder, metrics: dict, rank: int = 0) -> int:
         if lift:
             print(lift)
         if cfg.output.tensorboard:
-            from dlrmkit.train.run_log import read_log, tensorboard
+            from dlrmkit.train.run_log import read_log, since_restart, tensorboard
 
-            tensorboard(read_log(cfg.output.log_jsonl), cfg.output.tensorboard)
+            tensorboard(since_restart(read_log(cfg.output.log_jsonl))[0], cfg.output.tensorboard)
     return 0
 
 

@@ -121,11 +121,15 @@ def run_id(trainer: TrainerState) -> str:
     return trainer.run_id
 
 
+FRESH_START = "no checkpoint in"  # resume_from_dir's line where --resume finds nothing to continue
+
+
 def resume_from_dir(trainer: TrainerState) -> str:
     """--resume: load the checkpoint `latest` names in --checkpoint-dir; without a `latest`, the
     newest step_N folder that verifies (a run killed after its folder was renamed into place but
     before `latest` was written); with none, a fresh start only where there is no step folder at
-    all. Never starts over another run's checkpoints. Returns the line to show."""
+    all. Never starts over another run's checkpoints. Returns the line to show; FRESH_START starts
+    it where the run starts fresh."""
     directory = trainer.cfg.checkpoint.checkpoint_dir
     assert directory
     if ckpt.latest_checkpoint(directory):
@@ -133,7 +137,7 @@ def resume_from_dir(trainer: TrainerState) -> str:
         return f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch})"
     steps = ckpt.step_folders(directory)
     if not steps:
-        return f"no checkpoint in {directory} yet: starting fresh"
+        return f"{FRESH_START} {directory} yet: starting fresh"
     reasons = []
     for name in steps:
         path = os.path.join(directory, name)

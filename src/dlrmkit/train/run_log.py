@@ -106,6 +106,14 @@ def append_record(path: str, line: str, output_folders: tuple[str | None, ...]) 
         f.write(line)
 
 
+def since_restart(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """(the records after the log's last `restart` record, how many came before it): a --resume
+    that found no checkpoint starts the run over at step 0 and appends to the log, whose earlier
+    records are an attempt that left nothing to continue."""
+    last = max((i for i, r in enumerate(records) if r.get("event") == "restart"), default=None)
+    return (records, 0) if last is None else (records[last + 1 :], last)
+
+
 def summary_writer_class() -> Any:
     """torch's SummaryWriter (needs `tensorboard`) or tensorboardX's; a one-line error without either."""
     try:

@@ -238,6 +238,9 @@ class Trainer:
             said = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
                 print(said, file=sys.stderr)
+            if said.startswith(run_checkpoint.FRESH_START):  # the log's earlier records are of an attempt
+                # that saved no checkpoint: `report` reads what follows this record (run_log.since_restart)
+                self.log({"event": "restart", "step": 0, "why": said})
         # after a resume's checks: a refused one leaves the run's log as it was
         if self.device.type == "cuda":  # say where training runs, and why the tables are where they are
             where = {"device": str(self.device), "gpu": torch.cuda.get_device_name(self.device)}
