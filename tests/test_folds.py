@@ -193,6 +193,11 @@ def test_past_fold_rows_the_choice_is_cross_validated_and_each_member_refitted(d
     assert (cfg["folds"], cfg["refit"], cfg["search-budget"]) == (5, True, 0) and cfg["blend"]
     m = json.load(open(run / "metrics.json"))
     assert m["folds"] == 5 and m["refit"] and len(m["blend"]) == len(names) > len(set(names))
+    # samples/s: every sample the fold runs and the refits trained, over the time they took
+    ends = [r for f in (run / "checkpoints").glob("*/log.jsonl") for r in map(json.loads, open(f)) if r["event"] == "end"]
+    fits = [(e["samples"], e["samples"] / e["samples_per_s"]) for e in ends if e["samples_per_s"]]
+    assert m["samples"] == sum(e["samples"] for e in ends), (m["samples"], ends)
+    assert m["samples_per_s"] == pytest.approx(sum(n for n, _ in fits) / sum(t for _, t in fits), rel=1e-6)
     assert_repeated_and_scored(run, data / "val", tmp_path, common, reported="refitted on all rows as fold")
 
 

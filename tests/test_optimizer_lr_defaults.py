@@ -51,3 +51,15 @@ def test_recipe_shows_the_lr_it_fills_for_a_chosen_optimizer():
     args = dict(optimizer=None, embedding_optimizer=None, lr=None, batch_size=None)
     recipe.apply(args, recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0}))
     assert args["lr"] == 1.0
+
+
+def test_recipe_names_the_kind_of_rate_it_fills():
+    """Adam tables without --lr get Adam's rate, and the recipe says so, not that it is Adagrad's."""
+    from dlrmkit.optim.options import ADAM_LR
+
+    for emb, rate, kind in (("adam", ADAM_LR, "an Adam rate"), ("rowwise-adagrad", ADAGRAD_LR, "an Adagrad rate")):
+        chosen = recipe.Recipe("medium-data", {"optimizer": "sgd", "lr": 1.0})
+        args = dict(optimizer=None, embedding_optimizer=emb, lr=None)
+        filled = recipe.apply(args, chosen)
+        text = recipe.describe(chosen, filled)
+        assert args["lr"] == rate and f"--embedding-optimizer {emb} without --lr: lr {rate}, {kind}" in text, text

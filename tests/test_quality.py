@@ -188,6 +188,25 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     assert json.load(open(tmp_path / "run2" / "metrics.json"))["auc"] == m["auc"]
 
 
+def test_a_search_budget_given_does_not_search_again_from_config_yaml(tmp_path):
+    """A run whose search chose one candidate writes `search-budget: 0` into config.yaml though the
+    command line gave a budget, so `train --config` repeats the choice without searching."""
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300")
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--no-progress", "--folds", "1",
+                "--search-budget", "1")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "search: 1 candidate recipes" in r.out and "<- chosen" in r.out and "blend:" not in r.out, r.out
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    assert cfg["search-budget"] == 0 and not cfg.get("blend"), cfg
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "run2", "--no-progress")
+    assert r2.code == 0, r2.err
+    assert "search: off (--search-budget 0)" in r2.out and "candidate recipes" not in r2.out, r2.out
+    m, again = (json.load(open(p / "metrics.json")) for p in (run, tmp_path / "run2"))
+    assert again["auc"] == m["auc"] and again["val_auc"] == m["val_auc"]
+
+
 @pytest.mark.skipif(not os.path.isdir(KDD12), reason="the KDD Cup 2012 sample is not at ../shared/data/kdd12")
 def test_baseline_on_kdd12_matches_scikit_learn_validated_regression(tmp_path):
     pytest.importorskip("sklearn", reason="the reference logistic regression needs scikit-learn (test extra)")

@@ -31,7 +31,7 @@ class OptimizerOptions:
     )
     embedding_optimizer: str | None = option(
         None,
-        "sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad)",
+        "sparse optimizer of the tables (default: sgd, or adagrad with --optimizer adagrad, adam or adamw)",
         choices=EMBEDDING_OPTIMIZERS,
     )
     lamb_lr: float | None = option(

@@ -429,10 +429,15 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
 
     # the blend's weights and temperature: every run's validation logits (with folds, every fold's)
     z, y = validation_logits(runs, [v for _, _, _, v in trained])
+    def train_seconds(done: list) -> float:  # each fit's time: its samples at its rate
+        return sum(m["samples"] / m["samples_per_s"] for _, _, m, _ in done if m["samples_per_s"] > 0)
+
     seen = sum(r["samples"] for _, _, r, _ in trained)  # every member trained: every sample seen
+    seconds = train_seconds(trained)
     if refitting and folds:  # each member is now one model on all rows: its median fold's run, refitted
         runs, trained = refit_folds(runs, trained, ck, cfg.selection.blend_seeds)
         seen += sum(r["samples"] for _, _, r, _ in trained)
+        seconds += train_seconds(trained)
 
     def log(record: dict[str, Any]) -> None:
         append_record(run.log_jsonl, log_line({**record, "time": time.time(), "samples_seen": seen}),
@@ -455,7 +460,6 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     if ck:
         write_blend(ck, runs, scale)
     done = [m for _, _, m, _ in trained]
-    seconds = sum(m["samples"] / m["samples_per_s"] for m in done if m["samples_per_s"] > 0)
     metrics = {
         "auc": test_metrics["auc"],
         "logloss": test_metrics["logloss"],

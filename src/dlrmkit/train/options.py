@@ -127,7 +127,7 @@ class SelectionOptions:
     )
     search_budget: int | None = option(
         None,
-        "--preset auto: how many candidate recipes to try on the validation rows (0: the first, unsearched; "
+        "--preset auto: how many candidate recipes to try on the validation rows (0: none, the base recipe; "
         f"default {SEARCH_BUDGET})",
         parse=ct.nonneg_int,
     )

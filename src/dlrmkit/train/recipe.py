@@ -23,6 +23,7 @@ from dlrmkit.errors import DlrmkitError
 from dlrmkit.data.feature_spec import FeatureSpec
 from dlrmkit.data.id_counts import by_count, id_counts
 from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
+from dlrmkit.optim.names import lr_family
 from dlrmkit.train import blend
 from dlrmkit.train.options import SEARCH_BUDGET
 
@@ -193,9 +194,8 @@ def apply(values: dict[str, Any], recipe: Recipe) -> list[str]:
         values["lr"] = recipe.values["lr"] = lr
         filled.append("lr")
         chosen = " ".join(f"--{k} {v}" for k, v in (("optimizer", opt), ("embedding-optimizer", emb)) if v)
-        recipe.reasons.append(
-            f"{chosen} without --lr: lr {lr}, an Adagrad rate (the recipe's is for its own optimizer)"
-        )
+        kind = "Adam" if lr_family(opt or get_preset(AUTO).optimizer, emb) == "adam" else "Adagrad"
+        recipe.reasons.append(f"{chosen} without --lr: lr {lr}, an {kind} rate (the recipe's is for its own optimizer)")
     dim, bottom = values.get("embedding_dim"), values.get("bottom_mlp")
     if "bottom_mlp" in filled and bottom and dim and bottom[-1] != dim:  # --embedding-dim given alone
         values["bottom_mlp"] = [*bottom[:-1], dim]
@@ -322,6 +322,9 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             base.values["calibration"] = "temperature"
             base.name = f"{base.name}, {winner.name}"
             taken = winner.trained[0] if winner.trained else None
+            # the search is done: a --search-budget given gives way to the 0 filled below, so that
+            # config.yaml repeats the choice without searching again (as a blend's does)
+            sel.search_budget = None
         else:
             if cross_folds(cfg):
                 raise DlrmkitError(f"--folds trains a candidate of the search once per fold, and the search is off "
