@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from helpers import run_cli
+from dlrmkit.data.criteo_tsv import Bad, parse_block
 from dlrmkit.data.split_binary import open_dataset
 
 
@@ -106,3 +108,52 @@ def test_empty_input_and_truncated_gzip(tmp_path):
     r = preprocess(gz, tmp_path / "o")
     assert r.code == 2 and "truncated or corrupt gzip" in r.err and len(r.err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        (2, "0x1f", "bad_integer"),  # Arrow reads hexadecimal
+        (2, " 12 ", "bad_integer"),  # and trims spaces
+        (2, "1234567890123456789", "bad_integer"),  # and takes 19 digits
+        (2, "+3", None),  # the slow path's cast took no '+': "internal error"
+        (2, "0000000000000000000000012", None),
+        (0, "01", "bad_label"),
+        (0, "-0", "bad_label"),
+        (0, " 1", "bad_label"),
+    ],
+)
+def test_a_rows_fate_does_not_depend_on_the_other_rows_of_its_block(field, value, reason):
+    lines = good_rows(20)
+    fields = lines[3].split("\t")
+    fields[field] = value
+    lines[3] = "\t".join(fields)
+    other_bad = row(ints=["1.5", *["0"] * 12])  # sends its block to the row-by-row parser
+    for block_lines in (lines, [*lines, other_bad]):
+        bad = Bad()
+        parsed = parse_block(("\n".join(block_lines) + "\n").encode(), bad, 1)
+        skipped = {k: v for k, v in bad.counts.items() if v}
+        expect = {reason: 1} if reason else {}
+        if len(block_lines) > len(lines):
+            expect["bad_integer"] = expect.get("bad_integer", 0) + 1
+        assert skipped == expect, block_lines[-1]
+        assert len(parsed.labels) == 20 - (reason is not None)
+        if reason is None:
+            assert parsed.ints[1][3].as_py() == int(value)
+
+
+def test_a_plus_sign_is_read_not_an_internal_error(tmp_path):
+    lines = good_rows(20)
+    lines[3] = row(ints=["+3", *["0"] * 12])
+    lines[9] = row(ints=["1.5", *["0"] * 12])
+    r = preprocess(write(tmp_path / "x.tsv", lines), tmp_path / "o", "--test-rows", "5")
+    assert r.code == 0, r.err
+    assert "skipped 1 (bad_integer 1)" in r.out
+
+
+def test_held_back_rows_that_leave_no_training_rows_name_the_options(tmp_path):
+    src = write(tmp_path / "x.tsv", good_rows(3))
+    for held in (["--val-rows", "3"], ["--test-rows", "2", "--val-rows", "1"]):
+        r = preprocess(src, tmp_path / "o", *held)
+        assert r.code == 2 and "--test-*/--val-* options leave no training rows (3 valid rows" in r.err, r.err
+        assert not (tmp_path / "o").exists()

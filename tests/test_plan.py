@@ -67,6 +67,26 @@ def test_hand_edited_plan_is_checked(tmp_path):
         ShardingPlan.load(str(path))
 
 
+def test_a_plan_for_other_tables_names_the_table_that_differs():
+    plan = make_plan([300, 500, 40], 16, 2, "table_wise")
+    with pytest.raises(DlrmkitError, match="3 tables, but the model has 2"):
+        plan.check_matches([300, 500], 16, 2)
+    with pytest.raises(DlrmkitError, match="table 2 is 40 x 16, but the model's is 41 x 16"):
+        plan.check_matches([300, 500, 41], 16, 2)
+    plan.check_matches([300, 500, 40], 16, 2)
+
+
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_tables_with_a_per_row_optimizer_state_are_never_cut_into_column_slices(world):
+    sizes = [200_000, 60_000, 3_000, 40]
+    plan = make_plan(sizes, 16, world, batch_size=4096, optimizer_state=1 / 16, row_state=True)
+    assert all(s.cols == tp.dim for tp in plan.tables for s in tp.shards)
+    assert {s.rank for tp in plan.tables if tp.model_parallel for s in tp.shards} == set(range(world))
+    assert any(tp.strategy == "column_wise" for tp in make_plan(sizes, 16, world, batch_size=4096).tables)
+    with pytest.raises(DlrmkitError, match="--sharding column_wise: table 0 is cut into column slices"):
+        make_plan(sizes, 16, world, "column_wise", row_state=True)
+
+
 def test_tables_option(cli):
     r = cli("plan", "--tables", "1000000x64,5000x64,100x64", "--world-size", "2")
     assert r.code == 0 and "data_parallel 1" in r.out

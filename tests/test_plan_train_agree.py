@@ -124,3 +124,35 @@ def test_ranks_that_plan_differently_stop_with_one_line(tmp_path):
     for r in range(2):
         text = (tmp_path / f"rank{r}.txt").read_text()
         assert text.startswith("the ranks made different sharding plans") and "--plan FILE" in text, text
+
+
+@pytest.mark.multirank
+def test_row_wise_adagrad_tables_are_cut_into_row_ranges_and_train_as_one_process(cli, wide_data, tmp_path):
+    """Row-wise Adagrad keeps one value per row: auto cuts a large table into row ranges (column
+    slices would each keep their own value, train unlike one process and could not be saved), and
+    a plan file with column slices is refused before any step."""
+    common = ["--preset", "tiny", "--batch-size", "1200", "--embedding-optimizer", "rowwise-adagrad"]
+    plan_json = tmp_path / "plan.json"
+    r = cli("plan", "--data", wide_data, "--world-size", "2", *common, "--json", plan_json)
+    assert r.code == 0, r.err
+    kinds = {tp.strategy for tp in ShardingPlan.load(str(plan_json)).tables}
+    assert "row_wise" in kinds and "column_wise" not in kinds, r.out
+    r = cli("plan", "--data", wide_data, "--world-size", "2", *common, "--sharding", "column_wise")
+    assert r.code == 2 and "table 0 is cut into column slices" in r.err and len(r.err.strip().splitlines()) == 1
+    run = ["-m", "dlrmkit", "train", "--data", wide_data, *common, "--search-budget", "0", "--no-shuffle"]
+    run += ["--max-steps", "2", "--no-progress"]
+    one, two, ck = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "ck"
+    assert cli(*run[2:], "--metrics-json", one, "--no-final-checkpoint").code == 0
+    proc = torchrun(2, *run, "--metrics-json", two, "--checkpoint-dir", ck)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert m["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
+    assert m["val_auc"] == pytest.approx(single["val_auc"], abs=1e-5)
+    columns = plan_json.with_name("columns.json")
+    r = cli(
+        "plan", "--data", wide_data, "--world-size", "2", *common[:4], "--sharding", "column_wise", "--json", columns
+    )
+    assert r.code == 0, r.err
+    proc = torchrun(2, *run, "--plan", columns, "--no-final-checkpoint")
+    assert proc.returncode != 0 and f"{columns}: table 0 is cut into column slices" in proc.stderr
+    assert "steps 2" not in proc.stdout

@@ -4,6 +4,7 @@ single-machine engine, file by file (spec, vocabulary and split binary files).""
 from __future__ import annotations
 
 import filecmp
+import gzip
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,13 @@ def test_spark_matches_single_machine_byte_for_byte(tmp_path):
     assert len(files) == 1 + 2 * 28 + 27  # spec, 2 x (label, numerical, 26 cats), vocabulary
     differing = [f for f in files if not filecmp.cmp(a / f, b / f, shallow=False)]
     assert differing == []
+
+
+@pytest.mark.skipif(not HEAD6K.exists(), reason="needs ../shared/data/criteo")
+def test_bad_input_found_on_an_executor_is_one_line(tmp_path):
+    gz = tmp_path / "day.gz"
+    gz.write_bytes(gzip.compress(HEAD6K.read_bytes()[:200_000])[:-300])
+    r = run_cli("preprocess", "criteo", "--input", gz, "--out", tmp_path / "o", "--engine", "spark", "--no-progress")
+    assert r.code == 2, r.err
+    assert f"{gz}: truncated or corrupt gzip file" in r.err and "internal error" not in r.err, r.err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.tmp").exists()

@@ -227,3 +227,9 @@ def table_state_per_weight(cfg: TrainConfig) -> float:
     emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
     dim = cfg.model.embedding_dim or get_preset(cfg.preset).embedding_dim
     return {"adagrad": 1.0, "rowwise-adagrad": 1.0 / dim}.get(emb, 0.0)
+
+
+def table_state_per_row(cfg: TrainConfig) -> bool:
+    """Whether the tables' optimizer keeps one value per row (row-wise Adagrad): a table cut into
+    column slices would keep one per slice and update unlike one process."""
+    return resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer) == "rowwise-adagrad"

@@ -190,7 +190,7 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 
 def run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_not_inside, check_output_file
-    from dlrmkit.config import TrainConfig, table_state_per_weight
+    from dlrmkit.config import TrainConfig, table_state_per_row, table_state_per_weight
     from dlrmkit.optim.names import resolve_embedding_optimizer
     from dlrmkit.parallel.plan import host_replica_budget, make_plan
 
@@ -230,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         memory,
         args.batch_size,
         optimizer_state=state,
+        row_state=table_state_per_row(cfg),
         min_rows_sharded=args.min_rows_sharded,
         # a CPU job (no --device-memory), its ranks on this host: what train's planner sees there
         replicate_memory=host_replica_budget(args.world_size) if memory is None else None,

@@ -165,9 +165,7 @@ def run_pass1(
         raise pass1_failure(tasks, results, opts.inputs)
     split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
     if boundary <= 0:
-        raise DlrmkitError(
-            f"--test-rows/--test-fraction leave no training rows ({total_valid} valid rows in the input)"
-        )
+        raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total_valid} valid rows in the input)")
     for task, res in window:
         k = split_at[task.index]
         if k == res.rows:

@@ -36,7 +36,8 @@ def fixed_bags(ids: np.ndarray | torch.Tensor, hotness: list[int]) -> JaggedIds:
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64)) if isinstance(ids, np.ndarray) else ids.long()
     b = ids.shape[0]
     bounds = np.concatenate([[0], np.cumsum(hotness)]).tolist()
-    values = torch.cat([ids[:, bounds[t] : bounds[t + 1]].reshape(-1) for t in range(len(hotness))])
+    parts = [ids[:, bounds[t] : bounds[t + 1]].reshape(-1) for t in range(len(hotness))]
+    values = torch.cat(parts) if parts else ids.new_zeros(0)  # no tables (every table replicated)
     lengths = torch.tensor(hotness, dtype=torch.int64).repeat_interleave(b)
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=offsets[1:])

@@ -25,8 +25,32 @@ from dlrmkit.data.val_split import held_back
 from dlrmkit.errors import DlrmkitError
 
 
-def _merge(a: list, b: list) -> list:
+def _merge(a: list | DlrmkitError, b: list | DlrmkitError) -> list | DlrmkitError:
+    if isinstance(a, DlrmkitError) or isinstance(b, DlrmkitError):
+        return a if isinstance(a, DlrmkitError) else b
     return [merge_counts([x, y]) for x, y in zip(a, b)]
+
+
+def _on_executor(fn: Any) -> Any:
+    """`fn` as the executors run it: bad input it raises (a truncated gzip, a line too long) comes
+    back as its value, which _raised raises on the driver as one line (raised on an executor, Spark
+    printed a Java stack trace and the command ended in "internal error PythonException")."""
+
+    def run(arg: Any) -> Any:
+        try:
+            return fn(arg)
+        except DlrmkitError as exc:
+            return exc
+
+    return run
+
+
+def _raised(results: list) -> list:
+    """`results` of a job, after raising the first DlrmkitError an executor returned."""
+    for r in results:
+        if isinstance(r, DlrmkitError):
+            raise r
+    return results
 
 
 def spark_session(master: str) -> Any:
@@ -71,7 +95,7 @@ def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -
     try:
         n = max(len(tasks), 1)
         # job 1: rows, lines and bad rows of every task (no counts)
-        results = sc.parallelize(tasks, n).map(lambda t: count_task(t, count=False)).collect()
+        results = _raised(sc.parallelize(tasks, n).map(_on_executor(lambda t: count_task(t, count=False))).collect())
         line_base: dict[str, int] = {}
         for task, res in zip(tasks, results):
             base = line_base.get(task.path, 0)
@@ -83,14 +107,16 @@ def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -
         test_rows, n_val = held_back(opts, lambda: sum(r.lines for t, r in zip(tasks, results) if not t.test))
         split_at, boundary, n_test = split_plan(tasks, results, test_rows, opts)
         if boundary <= 0:
-            raise DlrmkitError("--test-rows/--test-fraction leave no training rows")
+            total = sum(r.rows for r in results)
+            raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows in the input)")
         # job 2: category counts of the training rows, merged on the executors
         jobs = [(t, split_at[t.index]) for t in tasks if split_at[t.index] > 0]
         counts = (
             sc.parallelize(jobs, max(len(jobs), 1))
-            .map(lambda j: count_task(j[0], limit=j[1]).counts)
+            .map(_on_executor(lambda j: count_task(j[0], limit=j[1]).counts))
             .treeReduce(_merge)
         )
+        _raised([counts])
         p1 = Pass1(tasks, results, counts, split_at, boundary, n_test, n_val)
         vocab = Vocabulary.build(
             CAT_COLS,
@@ -104,7 +130,11 @@ def _preprocess_spark(opts: CriteoOptions, master: str, tasks: list, fp: dict) -
         def encode_all(part_dir: str) -> None:
             # job 3: every task encoded into part files (executors write, the driver concatenates)
             enc = [(t, split_at[t.index]) for t in tasks]
-            sc.parallelize(enc, n).map(lambda j: encode_task(j[0], bvocab.value, j[1], part_dir)).collect()
+            _raised(
+                sc.parallelize(enc, n)
+                .map(_on_executor(lambda j: encode_task(j[0], bvocab.value, j[1], part_dir)))
+                .collect()
+            )
 
         spec = finish_dataset(opts, fp, p1, vocab, encode_all)
         return spec, spec.metadata["preprocess"]["report"]

@@ -48,12 +48,19 @@ class ParallelConfig:
 
 
 def build_plan(
-    model: DLRM, ctx: DistContext, pcfg: ParallelConfig, batch_size: int, optimizer_state: float = 0
+    model: DLRM,
+    ctx: DistContext,
+    pcfg: ParallelConfig,
+    batch_size: int,
+    optimizer_state: float = 0,
+    row_state: bool = False,
 ) -> ShardingPlan:
     cfg = model.cfg
     if pcfg.plan_path:
         plan = ShardingPlan.load(pcfg.plan_path)
         plan.check_matches(cfg.table_sizes, cfg.table_dim, ctx.world_size, pcfg.plan_path)
+        if row_state:
+            plan.check_row_state(pcfg.plan_path)
         return plan
     memory = replicate = None
     if ctx.device.type == "cuda":  # shards must fit beside activations: a plan error, not a CUDA OOM later
@@ -70,6 +77,7 @@ def build_plan(
         device_memory=memory,
         optimizer_state=optimizer_state,
         replicate_memory=replicate,
+        row_state=row_state,
     )
     check_same_plan(plan, ctx)
     return plan
@@ -207,12 +215,19 @@ def gather_predictions(probs: np.ndarray, labels: np.ndarray, group=None) -> tup
 
 
 def setup_parallel(
-    model: DLRM, opts: ParallelOptions, device: str, batch_size: int, seed: int | None, optimizer_state: float = 0.0
+    model: DLRM,
+    opts: ParallelOptions,
+    device: str,
+    batch_size: int,
+    seed: int | None,
+    optimizer_state: float = 0.0,
+    row_state: bool = False,
 ) -> tuple[DistContext, "TrainerParallel | None", ShardingPlan | None]:
     """For the trainer: under torchrun, a process group, a plan and the sharded model;
     otherwise (DistContext(), None, None) and training stays single-process. `opts`: the parallel
     section of the train options; `device`: --device; `optimizer_state`: values the tables'
-    optimizer keeps per weight, counted in the plan's memory (0: evaluation)."""
+    optimizer keeps per weight, counted in the plan's memory (0: evaluation); `row_state`: it
+    keeps one per row (row-wise Adagrad: no table is cut into column slices)."""
     from dlrmkit.parallel.dist import init_distributed, launched_by_torchrun
 
     if not launched_by_torchrun():
@@ -227,7 +242,7 @@ def setup_parallel(
         loader=opts.loader,
         comm_dtype=torch.bfloat16 if opts.comm_dtype == "bf16" else None,
     )
-    plan = build_plan(model, ctx, pcfg, batch_size, optimizer_state)
+    plan = build_plan(model, ctx, pcfg, batch_size, optimizer_state, row_state)
     return ctx, TrainerParallel(model, plan, ctx, pcfg, seed=seed), plan
 
 

@@ -89,6 +89,8 @@ class IdExchange:
         table index)."""
         jag = ids if isinstance(ids, JaggedIds) else JaggedIds.from_dense(ids)
         b, one_hot = jag.batch_size, not isinstance(ids, JaggedIds)
+        if b == 0:  # a rank whose slice of a last, short batch is empty
+            return [jag.values[:0]] * len(keys), [jag.offsets[:0]] * len(keys)
         lengths = jag.offsets.diff().view(-1, b)
         bounds = jag.offsets[::b].tolist()
         values, lens = [], []

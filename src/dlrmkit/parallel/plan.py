@@ -80,10 +80,22 @@ class ShardingPlan:
     def check_matches(self, table_sizes: list[int], dim: int, world_size: int, source: str = "plan") -> None:
         if self.world_size != world_size:
             raise DlrmkitError(f"{source}: made for world size {self.world_size}, this job has {world_size}")
-        got = [(t.rows, t.dim) for t in self.tables]
-        want = [(r, dim) for r in table_sizes]
-        if got != want:
-            raise DlrmkitError(f"{source}: tables {got[:4]}... do not match the model's {want[:4]}...")
+        if len(self.tables) != len(table_sizes):
+            raise DlrmkitError(f"{source}: {len(self.tables)} tables, but the model has {len(table_sizes)}")
+        for t, (tp, rows) in enumerate(zip(self.tables, table_sizes)):
+            if (tp.rows, tp.dim) != (rows, dim):
+                raise DlrmkitError(f"{source}: table {t} is {tp.rows} x {tp.dim}, but the model's is {rows} x {dim}")
+
+    def check_row_state(self, source: str = "plan") -> None:
+        """For tables whose optimizer keeps one value per row (row-wise Adagrad): no table cut
+        into column slices, which would each keep and update their own value (unlike one process)."""
+        for t, tp in enumerate(self.tables):
+            if tp.model_parallel and any(s.cols != tp.dim for s in tp.shards):
+                raise DlrmkitError(
+                    f"{source}: table {t} is cut into column slices, but the tables' row-wise Adagrad keeps "
+                    f"one value per row, which each slice would keep apart; use row_wise or table_wise "
+                    f"for it, or an element-wise optimizer"
+                )
 
     # ---- accounting ----------------------------------------------------------------------
     @property
@@ -209,6 +221,7 @@ def make_plan(
     bytes_per_value: int = 4,
     replicate_memory: int | None = None,
     bags: list[int] | None = None,
+    row_state: bool = False,
 ) -> ShardingPlan:
     """Greedy plan. `strategy` auto: tables under `min_rows_sharded` rows and under the global
     batch replicated (then their gradients' all-reduce moves fewer bytes than the pooled
@@ -222,7 +235,8 @@ def make_plan(
     `bags`: ids per sample of each table (multi-hot). Placement then balances the bytes of table
     rows each rank reads per step (CostModel.lookup_bytes) as well as memory, and auto splits a
     table whose lookups exceed a rank's fair share row-wise, so its ids spread over several ranks
-    (balance_lookups); the plan's notes say which."""
+    (balance_lookups); the plan's notes say which. `row_state`: the tables' optimizer keeps one
+    value per row (row-wise Adagrad), so auto cuts tables into row ranges, never column slices."""
     if world_size < 1:
         raise DlrmkitError(f"--world-size must be at least 1, got {world_size}")
     if strategy not in STRATEGIES + ("auto",):
@@ -273,7 +287,7 @@ def make_plan(
             size = weight(table_sizes[t], dim)
             target = min(room * 0.95, max(share, 1))
             k = max(1, math.ceil(size / target)) if target > 0 else column_wise.max_slices(dim)
-            if k > column_wise.max_slices(dim):
+            if k > column_wise.max_slices(dim) or (row_state and k > 1):
                 kinds[t] = "row_wise"
                 splits[t] = min(n, max(k, 1))
             else:
@@ -281,12 +295,15 @@ def make_plan(
                 splits[t] = min(k, n)
         # give every rank work: split the largest slices further while there are too few shards
         while sum(splits[t] for t in mp) < n:
-            cands = [t for t in mp if kinds[t] != "row_wise" and splits[t] < min(n, column_wise.max_slices(dim))]
+            if row_state:
+                cands = [t for t in mp if splits[t] < min(n, table_sizes[t])]
+            else:
+                cands = [t for t in mp if kinds[t] != "row_wise" and splits[t] < min(n, column_wise.max_slices(dim))]
             if not cands:
                 break
             t = max(cands, key=lambda t: (weight(table_sizes[t], dim) / splits[t], -t))
             splits[t] += 1
-            kinds[t] = "column_wise"
+            kinds[t] = "row_wise" if row_state else "column_wise"
         if bags:
             balance_lookups(plan, table_sizes, dim, bags, kinds, splits)
         if sum(splits[t] for t in mp) < n:
@@ -372,6 +389,8 @@ def make_plan(
     for tp in plan.tables:
         tp.shards.sort(key=lambda s: (s.row_start, s.col_start, s.rank))
     plan.validate()
+    if row_state:
+        plan.check_row_state(f"--sharding {strategy}")
     return plan
 
 

@@ -332,7 +332,7 @@ class ShardedEmbedding(IdExchange, nn.Module):
             received = torch.cat([b.view(l, w) for b, w in zip(blocks, self.widths)], dim=1)
             out = out.index_add(1, self.mp_target, received)
         for lookup in self.local_lookups:
-            out = out.index_add(1, lookup.target, lookup(local).reshape(l, -1))
+            out = out.index_add(1, lookup.target, lookup(local).reshape(l, len(lookup.target)))
         return out.view(l, self.num_tables, self.dim)
 
     def _gather_sizes(self, local: int) -> list[int]:

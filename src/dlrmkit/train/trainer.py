@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from dlrmkit.config import TrainConfig, resolve_run, table_state_per_weight
+from dlrmkit.config import TrainConfig, resolve_run, table_state_per_row, table_state_per_weight
 from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import place_run, resolve_device
@@ -162,6 +162,7 @@ class Trainer:
             cfg.schedule.batch_size,
             cfg.seed,
             table_state_per_weight(cfg),
+            table_state_per_row(cfg),
         )
         # large best weights wait in an unlinked file in the run's own output folder, not in memory
         self.best = BestWeights(

@@ -28,6 +28,8 @@ class ReplicatedTables(nn.Module):
 
     def forward(self, local: Ids) -> torch.Tensor:
         """Pooled [local batch, len(tables), dim] of the local samples' ids of every table."""
+        if isinstance(local, JaggedIds) and local.batch_size == 0:  # an empty slice of a short last batch
+            return self.table(torch.zeros(0, len(self.tables), dtype=torch.int64, device=self.cols.device))
         count = local.num_tables if isinstance(local, JaggedIds) else local.shape[1]
         if self.in_order and count == len(self.tables):  # every table, in order: no selection
             return self.table(local.to(self.cols.device))
