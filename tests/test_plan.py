@@ -91,3 +91,9 @@ def test_tables_option(cli):
     r = cli("plan", "--tables", "1000000x64,5000x64,100x64", "--world-size", "2")
     assert r.code == 0 and "data_parallel 1" in r.out
     assert cli("plan", "--tables", "10x5x3", "--world-size", "2").code == 2
+
+
+def test_a_batch_smaller_than_the_world_is_refused_as_train_refuses_it(cli):
+    r = cli("plan", "--tables", "1000x16,50x16", "--world-size", "4", "--batch-size", "3")
+    assert r.code == 2 and "--batch-size 3 is smaller than the world size 4" in r.err, r.err
+    assert cli("plan", "--tables", "1000x16,50x16", "--world-size", "4", "--batch-size", "4").code == 0

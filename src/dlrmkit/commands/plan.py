@@ -221,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
         return run_simulate(args, rows, dim, bags, cross)
     if args.world_size is None:
         raise DlrmkitError("--world-size is required (or give --simulate)")
+    from dlrmkit.parallel.options import check_batch_per_rank
+
+    check_batch_per_rank(args.batch_size, args.world_size)  # as train refuses it
     memory = args.device_memory
     plan = make_plan(
         rows,

@@ -62,6 +62,15 @@ def torchrun_env() -> TorchrunEnv:
     return TorchrunEnv(rank, world, local_rank, local_world)
 
 
+def check_batch_per_rank(batch_size: int, world_size: int) -> None:
+    """Every rank needs at least one sample of each step's global batch."""
+    if batch_size < world_size:
+        raise DlrmkitError(
+            f"--batch-size {batch_size} is smaller than the world size {world_size}: every rank "
+            f"needs at least one sample per step; use --batch-size {world_size} or more"
+        )
+
+
 def refuse_outside_torchrun(options: Iterable[tuple[str, bool]]) -> None:
     """An option that acts only under torchrun would do nothing in one process: the first one set
     there is one line. `options`: (the option as given, e.g. "--sharding row_wise", whether it

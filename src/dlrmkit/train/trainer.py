@@ -19,7 +19,7 @@ from dlrmkit.data.loader import Batch, BatchLoader
 from dlrmkit.data.split_binary import SplitBinaryDataset, open_dataset
 from dlrmkit.device import place_run, resolve_device
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.parallel.options import torchrun_env
+from dlrmkit.parallel.options import check_batch_per_rank, torchrun_env
 from dlrmkit.model.dlrm import DLRM
 from dlrmkit.optim.schedule import LRSchedule
 from dlrmkit.optim.build import build_optimizers
@@ -149,12 +149,7 @@ class Trainer:
             c = refit.wide_c if refit is not None else None  # a refit's regression: the C its run chose
             self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg, c)
 
-        world = torchrun_env().world_size  # torchrun's; checked before any collective
-        if cfg.schedule.batch_size < world:
-            raise DlrmkitError(
-                f"--batch-size {cfg.schedule.batch_size} is smaller than the world size {world}: every rank "
-                f"needs at least one sample per step; use --batch-size {world} or more"
-            )
+        check_batch_per_rank(cfg.schedule.batch_size, torchrun_env().world_size)  # before any collective
         self.dist, self.par, self.plan = setup_parallel(
             self.model,
             cfg.parallel,
