@@ -292,3 +292,16 @@ def test_columns_left_out_are_named(tmp_path):
     assert spec.metadata["preprocess"]["report"]["unused_columns"] == ["b", "color"]
     r = run_cli(*args(src, tmp_path / "all"))  # every column named: no such line
     assert r.code == 0 and "columns not used" not in r.out, r.out
+
+
+def test_a_parquet_value_that_is_not_utf8_is_one_bad_row_as_in_a_text_file(tmp_path):
+    n = 20
+    cats = [b"v%d" % (i % 4) if i != 3 else b"\xff\xfe" for i in range(n)]
+    table = pa.table({"y": pa.array([i % 2 for i in range(n)]), "c": pa.array(cats, pa.binary())})
+    pq.write_table(table, tmp_path / "d.parquet")
+    r = run_cli("transcode", "--input", tmp_path / "d.parquet", "--out", tmp_path / "o", "--label", "y",
+                "--categorical", "c")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "skipped 1 (undecodable 1)" in r.out and "data row 4: undecodable in column c" in r.out, r.out
+    vocab = Vocabulary.load(str(tmp_path / "o"))
+    assert vocab.encode({"c": ["v0", "v1", "v2", "v3"]})[:, 0].tolist() != [0, 0, 0, 0]  # the bytes read as text

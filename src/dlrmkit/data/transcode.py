@@ -112,7 +112,7 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
-                t = pa.table({c: pc.cast(_plain(b.column(c)), pa.string()) for c in needed})
+                t = pa.table({c: _parquet_text(b.column(c)) for c in needed})
                 yield t, np.arange(row0 + 1, row0 + t.num_rows + 1)
                 row0 += t.num_rows
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
@@ -150,6 +150,15 @@ def _where(opts: TranscodeOptions, path: str, row: int) -> str:
     if _is_parquet(path):
         return f"{path}: data row {row}"
     return f"{path}:{row + (1 if opts.header else 0)}: data row {row}"
+
+
+def _parquet_text(col: pa.Array) -> pa.Array:
+    """A Parquet column as strings, binary ones left as bytes: clean() decodes those, counting a
+    row whose bytes are not UTF-8 as `undecodable`, as a text file's (one row, not the whole file)."""
+    col = _plain(col)
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        return col
+    return pc.cast(col, pa.string())
 
 
 def _plain(col: pa.Array) -> pa.Array:
