@@ -120,3 +120,21 @@ def test_a_trial_of_sgd_tables_takes_no_table_weight_decay():
     assert kept["embedding_weight_decay"] == 0.01
     assert train_options({"embedding_weight_decay": 0.01}, {"preset": "small"})["embedding_weight_decay"] == 0.01
     assert train_options({"embedding_weight_decay": 0.01}, {"preset": "tiny"})["embedding_weight_decay"] is None
+
+
+def test_the_best_trials_table_shows_a_drawn_value_not_trained_as_not_applied():
+    import optuna
+
+    from dlrmkit.commands.tune import best_table
+
+    study = optuna.create_study(direction="maximize")
+    for optimizer, value in (("sgd", 0.7), ("adagrad", 0.6)):
+        dists = {"optimizer": optuna.distributions.CategoricalDistribution(["sgd", "adagrad"]),
+                 "embedding-weight-decay": optuna.distributions.CategoricalDistribution([0.0, 0.03])}  # fmt: skip
+        trained = {"optimizer": optimizer, **({"embedding_weight_decay": 0.03} if optimizer == "adagrad" else {})}
+        study.add_trial(optuna.trial.create_trial(params={"optimizer": optimizer, "embedding-weight-decay": 0.03},
+                                                  distributions=dists, value=value,
+                                                  user_attrs={"train_options": trained}))  # fmt: skip
+    rows = [line.split() for line in best_table(study).splitlines()]
+    assert rows[0] == ["trial", "val", "AUC", "embedding-weight-decay", "optimizer"], rows
+    assert rows[1] == ["0", "0.7000", "-", "sgd"] and rows[2] == ["1", "0.6000", "0.03", "adagrad"], rows

@@ -245,9 +245,18 @@ def best_table(study: Any, k: int = 5) -> str:
         return "no complete trials yet"
     names = sorted({n for t in done for n in t.params})
     head = ["trial", "val AUC", *names]
-    rows = [[str(t.number), f"{t.value:.4f}", *[_fmt(t.params.get(n)) for n in names]] for t in done]
+    rows = [[str(t.number), f"{t.value:.4f}", *[_applied(t, n) for n in names]] for t in done]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows])
+
+
+def _applied(trial: Any, name: str) -> str:
+    """A trial's drawn value of `name` as the table shows it: '-' where the trial trained without
+    it (an --embedding-weight-decay beside SGD tables, train_options)."""
+    trained = trial.user_attrs.get("train_options")
+    if isinstance(trained, dict) and name.replace("-", "_") not in trained:
+        return "-"
+    return _fmt(trial.params.get(name))
 
 
 def _fmt(v: Any) -> str:
