@@ -362,17 +362,11 @@ def _not_finite(path: str, state: dict[str, Any]) -> str | None:
     for key, value in state.items():
         with _quiet():
             parts = [s.tensor for s in value.local_shards()] if hasattr(value, "local_shards") else [value]
-        for t in parts:
-            if not torch.is_tensor(t) or not t.is_floating_point():
-                continue
-            rows = storage._rows(t.detach())
-            step = storage._block_rows(list(rows.shape), rows.element_size())
-            for lo in range(0, rows.shape[0], step):
-                if not bool(torch.isfinite(rows[lo : lo + step]).all()):
-                    return (
-                        f"{path}: tensor '{key}' holds a value that is not finite (NaN or infinity); "
-                        f"use an older checkpoint (point '{LATEST}' at it)"
-                    )
+        if any(torch.is_tensor(t) and t.is_floating_point() and not storage.all_finite(t) for t in parts):
+            return (
+                f"{path}: tensor '{key}' holds a value that is not finite (NaN or infinity); "
+                f"use an older checkpoint (point '{LATEST}' at it)"
+            )
     return None
 
 

@@ -106,6 +106,13 @@ def _block_rows(shape: list[int] | torch.Size, itemsize: int) -> int:
     return max(1, BLOCK // max(row, 1))
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite, checked block by block (at most a block's flags held)."""
+    rows = _rows(t.detach())
+    step = _block_rows(list(rows.shape), rows.element_size())
+    return all(bool(torch.isfinite(rows[lo : lo + step]).all()) for lo in range(0, rows.shape[0], step))
+
+
 # ---- errors ----------------------------------------------------------------------------------------
 def checkpoint_exception() -> type:
     from torch.distributed.checkpoint.api import CheckpointException  # a BaseException

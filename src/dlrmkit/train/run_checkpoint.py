@@ -121,23 +121,20 @@ def run_id(trainer: TrainerState) -> str:
     return trainer.run_id
 
 
-FRESH_START = "no checkpoint in"  # resume_from_dir's line where --resume finds nothing to continue
-
-
-def resume_from_dir(trainer: TrainerState) -> str:
+def resume_from_dir(trainer: TrainerState) -> tuple[str, bool]:
     """--resume: load the checkpoint `latest` names in --checkpoint-dir; without a `latest`, the
     newest step_N folder that verifies (a run killed after its folder was renamed into place but
     before `latest` was written); with none, a fresh start only where there is no step folder at
-    all. Never starts over another run's checkpoints. Returns the line to show; FRESH_START starts
-    it where the run starts fresh."""
+    all. Never starts over another run's checkpoints. Returns (the line to show, whether the run
+    starts fresh)."""
     directory = trainer.cfg.checkpoint.checkpoint_dir
     assert directory
     if ckpt.latest_checkpoint(directory):
         path = resume(trainer, directory)
-        return f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch})"
+        return f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch})", False
     steps = ckpt.step_folders(directory)
     if not steps:
-        return f"{FRESH_START} {directory} yet: starting fresh"
+        return f"no checkpoint in {directory} yet: starting fresh", True
     reasons = []
     for name in steps:
         path = os.path.join(directory, name)
@@ -150,7 +147,7 @@ def resume_from_dir(trainer: TrainerState) -> str:
         return (
             f"resumed from {path} (step {trainer.step}, epoch {trainer.epoch}; no '{ckpt.LATEST}' in "
             f"{directory}: the newest checkpoint that verifies)"
-        )
+        ), False
     raise DlrmkitError(
         f"--resume: {directory} holds {', '.join(steps[:3])}{'...' if len(steps) > 3 else ''} but no "
         f"'{ckpt.LATEST}', and none of them verifies ({reasons[0][:160]}); write the name of a good one "

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import math
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 
 from dlrmkit.config import TrainConfig
@@ -105,13 +104,13 @@ def validation_split(
 def one_label(rows: SplitBinaryDataset, chunk: int = 1 << 22) -> int | None:
     """The label every one of `rows` holds (0 or 1), or None where both occur (read until both are
     seen: at once, on a click log); None for no rows."""
-    seen = set()
+    clicks = non_clicks = False
     for lo in range(0, len(rows), chunk):
         v = rows.label.read(lo, min(lo + chunk, len(rows)))[:, 0] != 0
-        seen.update(np.unique(v).tolist())
-        if len(seen) > 1:
+        clicks, non_clicks = clicks or bool(v.any()), non_clicks or not bool(v.all())
+        if clicks and non_clicks:
             return None
-    return int(seen.pop()) if seen else None
+    return int(clicks) if clicks or non_clicks else None
 
 
 def check_both_labels(

@@ -12,6 +12,7 @@ from collections import deque
 import numpy as np
 import torch
 
+from dlrmkit.checkpoint.dirs import LATEST
 from dlrmkit.errors import DlrmkitError
 
 FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bounded object count)
@@ -22,8 +23,10 @@ def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> Dlrm
     what to try."""
     where = ""
     if checkpoint_dir:
-        saved = os.path.lexists(os.path.join(checkpoint_dir, "latest"))
-        where = f"; the last good checkpoint is {checkpoint_dir}/latest" if saved else "; no checkpoint saved before it"
+        saved = os.path.lexists(os.path.join(checkpoint_dir, LATEST))
+        where = (
+            f"; the last good checkpoint is {checkpoint_dir}/{LATEST}" if saved else "; no checkpoint saved before it"
+        )
     return DlrmkitError(
         f"loss is {value} at step {step}{where}; lower --lr, check the data, or allow skipping with --skip-nonfinite N"
     )

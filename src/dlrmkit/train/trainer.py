@@ -231,10 +231,10 @@ class Trainer:
         if cfg.checkpoint.resume:
             if not cfg.checkpoint.checkpoint_dir:
                 raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
-            said = run_checkpoint.resume_from_dir(self)
+            said, fresh = run_checkpoint.resume_from_dir(self)
             if self.dist.rank == 0:
                 print(said, file=sys.stderr)
-            if said.startswith(run_checkpoint.FRESH_START):  # the log's earlier records are of an attempt
+            if fresh:  # the log's earlier records are of an attempt
                 # that saved no checkpoint: `report` reads what follows this record (run_log.since_restart)
                 self.log({"event": "restart", "step": 0, "why": said})
         # after a resume's checks: a refused one leaves the run's log as it was
@@ -413,21 +413,21 @@ class Trainer:
         if self.val_set is not None and not (self.last_eval and self.last_eval[0] == self.step):
             self.evaluate()
         val = self.last_eval[1] if self.last_eval else {"auc": float("nan"), "logloss": float("nan")}
-        weights = self.last_saved_step
+        saved = self.last_saved_step  # the step whose checkpoint holds these weights, if any
         if self.cfg.selection.restore_best and self.best.kept and self.best.step != self.step:
             self.best.restore(self.model)
             val = self.best.metrics
             self.log({"event": "restore_best", "step": self.best.step, **val})
-            weights = None
+            saved = None
         if self.cfg.selection.calibration == "temperature":  # on the validation rows, before the test read
             val = calibrate_run(self, val)
-            weights = None
+            saved = None
         if self.refit is not None:  # the temperature its run fitted on the validation rows
             fold_scale(self.model, self.refit.scale)
             self.temperature = 1 / self.refit.scale
-            weights = None
+            saved = None
         # a periodic save of this step holds the weights before these changes: the final save replaces it
-        self.last_saved_step = weights
+        self.last_saved_step = saved
         test = {"auc": float("nan"), "logloss": float("nan")}
         if len(self.test_set):  # no test rows (a search's run, a run to be refitted, a blend's member): no record
             test = self.score(self.test_set, bins=True)
