@@ -36,6 +36,28 @@ def test_lookups_and_id_bytes_count_every_id_of_each_bag():
     assert sum(st["lookups"] for st in replicated) == 64 * sum(BAGS)  # each rank its local samples
 
 
+def test_a_saved_plan_keeps_its_bag_sizes(tmp_path):
+    """A plan file read back costs the same lookups: each table's bag is saved and read, checked."""
+    import json
+
+    from dlrmkit.errors import DlrmkitError
+    from dlrmkit.parallel.plan import ShardingPlan
+
+    plan = make_plan([1000, 2000, 3000, 4000], 16, 2, "table_wise", None, 64)
+    for tp, k in zip(plan.tables, BAGS):
+        tp.bag = k
+    path = str(tmp_path / "plan.json")
+    plan.save(path)
+    again = ShardingPlan.load(path)
+    assert [tp.bag for tp in again.tables] == BAGS
+    assert again.rank_stats() == plan.rank_stats()
+    doc = json.loads(open(path).read())
+    doc["tables"][2]["bag"] = 0
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DlrmkitError, match="table 2 bag must be an integer"):
+        ShardingPlan.load(path)
+
+
 @pytest.mark.parametrize("world", [8, 64])
 def test_plan_of_the_mlperf_multi_hot_preset(world):
     r = run_cli(

@@ -154,14 +154,22 @@ def test_resume_continues_from_checkpoint_step(tiny_data, tmp_path):
     assert [r["step"] for r in log if r["event"] == "eval"] == [15, 20, 30, 45]  # epoch ends (15 batches) and ends
 
 
-def test_resume_of_a_finished_run_says_it_trained_no_step(tiny_data, tmp_path):
+def test_resume_of_a_finished_run_writes_nothing_and_names_its_final_checkpoint(tiny_data, tmp_path):
+    """A run that ended (at its last step, or stopped early) is not trained, scored or saved again
+    by --resume with its schedule; a larger --max-steps trains on from its final checkpoint."""
     ckpt = tmp_path / "C"
     first = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10)
-    again = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10, "--resume")
-    assert "train loss" in first.out and "(no training step in this run)" not in first.out
-    last = again.out.strip().splitlines()[-1]
-    assert last.startswith("steps 10  (no training step in this run)") and "nan" not in last, last
-    assert last.split("test AUC")[1] == first.out.strip().splitlines()[-1].split("test AUC")[1]
+    assert "train loss" in first.out
+    files = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    for steps in (10, 8):  # its schedule; one ending before its step
+        again = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", steps, "--resume")
+        assert again.out == "", again.out
+        lines = again.err.strip().splitlines()
+        assert "the run ended at step 10" in lines[-1] and str(ckpt / "step_10") in lines[-1], again.err
+        assert {p: p.read_bytes() for p in files} == files  # the log and the checkpoint as they were
+    longer = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 12, "--resume")
+    assert longer.out.strip().splitlines()[-1].startswith("steps 12  samples/s"), longer.out
+    assert (ckpt / "latest").read_text() == "step_12"
 
 
 def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):

@@ -193,6 +193,7 @@ def where_to_resume(cfg: TrainConfig) -> str:
 
 def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
     from dlrmkit.train.trainer import Trainer
+    from dlrmkit.train.run_checkpoint import RunEnded
 
     from dlrmkit.train import run_dir
     from dlrmkit.options import given
@@ -234,6 +235,13 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
     except DlrmkitError:  # refused before the first step: no folder it made is left behind
         run_dir.abandon(run_folder)
         raise
+    except RunEnded as ended:  # a --resume of a run that ended: its files stay as they are
+        from dlrmkit.parallel.dist import shutdown
+
+        if env.rank == 0:
+            print(ended, file=sys.stderr)
+        shutdown()
+        return 0
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
         print(f"validation rows: {trainer.val_source}")

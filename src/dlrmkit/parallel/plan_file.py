@@ -17,6 +17,7 @@ from dlrmkit.parallel.sharding import Shard
 MAX_SHARDS = 2_000_000  # about 0.5 GiB of plan and a few seconds of planning per million (the planner's bound too)
 MAX_PLAN_BYTES = 256 << 20  # a plan file of MAX_SHARDS shards (about 100 bytes each)
 MAX_WORLD_SIZE, MAX_ROWS, MAX_DIM = 1 << 16, 1 << 48, 1 << 16  # as the command line's limits
+MAX_BAG = 1 << 16  # ids per sample of one table (MLPerf's largest bag is 100)
 SHARD_FIELDS = ("rank", "row_start", "row_end", "col_start", "col_end")
 
 
@@ -51,7 +52,8 @@ def plan_fields(d: Any, source: str) -> dict[str, Any]:
             _int(t.get("rows"), 1, MAX_ROWS, source, f"{where} rows"),
             _int(t.get("dim"), 1, MAX_DIM, source, f"{where} dim"),
         )
-        tables.append(TablePlan(rows, dim, t["strategy"], shards))
+        bag = _int(t.get("bag", 1), 1, MAX_BAG, source, f"{where} bag")  # ids per sample: the costs' lookups
+        tables.append(TablePlan(rows, dim, t["strategy"], shards, bag))
     memory = d.get("device_memory")
     notes = d.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):

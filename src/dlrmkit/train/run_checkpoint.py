@@ -45,8 +45,14 @@ class TrainerState(Protocol):
     def check_loss(self) -> None: ...
 
 
-def save(trainer: TrainerState) -> str:
-    """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder."""
+class RunEnded(Exception):
+    """--resume found the final checkpoint of a run that ended: nothing to train or write."""
+
+
+def save(trainer: TrainerState, final: bool = False) -> str:
+    """A checkpoint of the trainer now, into --checkpoint-dir; returns its folder. `final`: the
+    end-of-run checkpoint, holding the model the run scored (best weights, temperature folded in),
+    which --resume does not train on."""
     cfg = trainer.cfg
     assert cfg.checkpoint.checkpoint_dir
     trainer.check_loss()  # never a checkpoint of weights a non-finite loss has updated
@@ -61,6 +67,7 @@ def save(trainer: TrainerState) -> str:
         samples_seen=trainer.samples_seen,
         lr_scale=trainer.schedule.scale,
         refit=trainer.refit is not None,
+        final=final,
         **loss_scale_fields(trainer.loss_scaler),
         **extras,
         dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
@@ -76,6 +83,22 @@ def save(trainer: TrainerState) -> str:
     )
     trainer.last_save_time, trainer.last_saved_step = time.monotonic(), trainer.step
     return path
+
+
+def ended(trainer: TrainerState, meta: dict) -> bool:
+    """A final checkpoint (this run's, on this data) ends the run --resume continues: the schedule
+    is the one it ran (it reached its end, or stopped early), or ends at or before its step.
+    A larger --max-steps or --epochs trains on from it."""
+    train, schedule = meta.get("train_config"), trainer.cfg.schedule
+    same = isinstance(train, dict) and (train.get("max_steps"), train.get("epochs")) == (schedule.max_steps, schedule.epochs)
+    step = meta.get("step")
+    return same or (isinstance(step, int) and step >= total_steps(trainer))
+
+
+def total_steps(trainer: TrainerState) -> int:
+    """The step the run's schedule ends at: --max-steps, else --epochs of the loader's batches."""
+    schedule = trainer.cfg.schedule
+    return schedule.max_steps if schedule.max_steps else len(trainer.loader) * schedule.epochs
 
 
 def fingerprint(trainer: TrainerState) -> str:
@@ -103,7 +126,7 @@ def save_final(trainer: TrainerState, hint: bool = True) -> None:
             )
         return
     t0 = time.monotonic()
-    path = save(trainer)
+    path = save(trainer, final=True)
     if trainer.dist.rank == 0:
         size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
         print(
@@ -186,6 +209,7 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     check_counters(trainer, path, meta)
     ckpt.restore_model_state(path, meta, trainer.model, trainer.optimizers, show=cfg.output.progress)
     trainer.step, trainer.epoch, trainer.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
+    trainer.last_saved_step = trainer.step  # the loaded checkpoint holds these weights: not saved again
     trainer.best_auc = float("nan") if meta.get("best_auc") is None else float(meta["best_auc"])
     trainer.skipped_nonfinite = meta.get("skipped_nonfinite", 0)
     saved_samples = meta.get("samples_seen")  # older checkpoints: every step a full batch
@@ -195,6 +219,12 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     trainer.schedule.scale = lr_scale(meta, f"{path}/{ckpt.MANIFEST}")
     restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
+    if meta.get("final") is True and ended(trainer, meta):
+        raise RunEnded(
+            f"--resume: the run ended at step {meta.get('step')}: {path} is its final checkpoint, the model it "
+            "scored (its figures: the run's metrics.json); nothing to resume (`dlrmkit evaluate --checkpoint "
+            f"{path}` scores it again; a larger --max-steps or --epochs trains on from it)"
+        )
     return path
 
 

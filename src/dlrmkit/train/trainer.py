@@ -449,7 +449,7 @@ class Trainer:
     def _fit(self, save: bool) -> dict[str, Any]:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
-        total = cfg.schedule.max_steps if cfg.schedule.max_steps else steps_per_epoch * cfg.schedule.epochs
+        total = run_checkpoint.total_steps(self)
         scales: dict[int, float] = {}
         if self.refit is not None:  # its run's epochs and decays, in steps of these rows
             total = round(self.refit.epochs * steps_per_epoch)
