@@ -108,10 +108,11 @@ def test_blend_trains_its_members_reads_the_test_rows_once_and_scores_as_one_mod
     assert r3.code == 0 and "blend member run 2/2: dlrm+wide, seed 0 (weight 1)" in r3.out, r3.out + r3.err
     doc = yaml.safe_load(open(tmp_path / "run3" / "checkpoints" / "blend.yaml"))
     assert [m["folder"] for m in doc["members"]] == ["regression-buckets", "dlrm-wide"]
-    # a blend is not resumed: one line, and its folder left as it is
+    # a blend is written at its run's end: --resume says the run ended, and leaves its folder as it is
     before = sorted(p.name for p in ck.iterdir())
     r = run_cli("train", "--data", tmp_path / "d", "--run-dir", run, "--resume", "--no-progress")
-    assert r.code == 2 and "holds a blend" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert r.code == 0 and r.out == "" and len(r.err.strip().splitlines()) == 1, r.err
+    assert "the run ended" in r.err and "holds its blend" in r.err, r.err
     assert sorted(p.name for p in ck.iterdir()) == before
 
 

@@ -139,16 +139,20 @@ def test_refit_without_validation_rows_is_refused_or_said(data, tmp_path):
     assert r.code == 2 and "--refit true acts on validation rows" in r.err and len(r.err.strip().splitlines()) == 1
 
 
-def test_a_refits_checkpoint_is_not_resumed_and_a_run_saving_along_the_way_keeps_its_selection(data, tmp_path):
+def test_a_refits_checkpoint_ends_its_run_and_a_run_saving_along_the_way_keeps_its_selection(data, tmp_path):
     common = ("--data", data / "val", "--preset", "tiny", "--epochs", "2", "--batch-size", "64",
               "--numerical-transform", "signed-log", "--refit", "true", "--no-progress")  # fmt: skip
     run = tmp_path / "run"
     r = run_cli("train", *common, "--run-dir", run)
     assert r.code == 0, r.err
-    before = sorted(p.name for p in (run / "checkpoints").iterdir())
-    r = run_cli("train", *common, "--run-dir", run, "--resume")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    r = run_cli("train", *common, "--run-dir", run, "--resume")  # the same command: the run ended
+    assert r.code == 0 and "the run ended" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    r = run_cli("train", *[c if c != "2" else "3" for c in common], "--run-dir", run, "--resume")  # a longer one
     assert r.code == 2 and "the checkpoint of a refit" in r.err and len(r.err.strip().splitlines()) == 1, r.err
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    assert {p: p.read_bytes() for p in before} == before and sorted(run.rglob("*")) == sorted(
+        p for p in run.rglob("*") if p in before or p.is_dir() or p.name.endswith(".lock")
+    )
     # checkpoints along the way are for --resume, which continues the selected model: no refit, said so
     r = run_cli("train", *common, "--run-dir", tmp_path / "along", "--checkpoint-every", "10")
     assert r.code == 0 and "refit: skipped (checkpoints along the way" in r.err, r.err

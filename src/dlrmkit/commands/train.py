@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from dlrmkit import cli_types as ct
 from dlrmkit.config import AUTO, TrainConfig
-from dlrmkit.errors import DlrmkitError, Interrupted
+from dlrmkit.errors import DlrmkitError, Interrupted, RunEnded
 from dlrmkit.options import add_options, option
 
 
@@ -87,10 +87,10 @@ def check_outputs(cfg: TrainConfig, config: str | None = None) -> None:
         raise DlrmkitError("--resume needs --checkpoint-dir (or the --run-dir of the run to continue)")
     from dlrmkit.train.blend import is_blend
 
-    if ck.resume and checkpoints and is_blend(checkpoints):  # its members are runs of their own
-        raise DlrmkitError(
-            f"--resume: {checkpoints} holds a blend (blend.yaml), which is not resumed; train it again into a "
-            "new --run-dir, or resume one member with its own --checkpoint-dir"
+    if ck.resume and checkpoints and is_blend(checkpoints):  # written at its end: the run ended
+        raise RunEnded(
+            f"--resume: the run ended: {checkpoints} holds its blend (blend.yaml), the model it scored (its figures: "
+            f"the run's metrics.json); nothing to resume (`dlrmkit evaluate --checkpoint {checkpoints}` scores it again)"
         )
     check_plan_file(cfg.parallel.plan)
     if not os.path.isdir(cfg.data):
@@ -178,6 +178,13 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, cfg, env)
     except KeyboardInterrupt:
         raise Interrupted(where_to_resume(cfg)) from None
+    except RunEnded as ended:  # --resume of a run that ended: nothing trained, scored or written
+        from dlrmkit.parallel.dist import shutdown
+
+        if env.rank == 0:
+            print(ended, file=sys.stderr)
+        shutdown()
+        return 0
 
 
 def where_to_resume(cfg: TrainConfig) -> str:
@@ -193,7 +200,6 @@ def where_to_resume(cfg: TrainConfig) -> str:
 
 def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
     from dlrmkit.train.trainer import Trainer
-    from dlrmkit.train.run_checkpoint import RunEnded
 
     from dlrmkit.train import run_dir
     from dlrmkit.options import given
@@ -235,13 +241,9 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
     except DlrmkitError:  # refused before the first step: no folder it made is left behind
         run_dir.abandon(run_folder)
         raise
-    except RunEnded as ended:  # a --resume of a run that ended: its files stay as they are
-        from dlrmkit.parallel.dist import shutdown
-
-        if env.rank == 0:
-            print(ended, file=sys.stderr)
-        shutdown()
-        return 0
+    except RunEnded:  # a --resume of a run that ended: its files stay as they are
+        run_dir.abandon(run_folder)
+        raise
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")
         print(f"validation rows: {trainer.val_source}")

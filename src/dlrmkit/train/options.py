@@ -178,7 +178,8 @@ class CheckpointOptions:
     resume: bool = option(
         False,
         "continue from the latest checkpoint in --checkpoint-dir (needed, or the --run-dir of the run "
-        "to continue), or start fresh when there is none; stderr says which",
+        "to continue), or start fresh when there is none; stderr says which. A run that ended (its final "
+        "checkpoint, with the same --max-steps/--epochs) is left as it is, saying so, exit 0",
     )
 
 

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import DlrmkitError, RunEnded
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.options import flatten
 
@@ -43,10 +43,6 @@ class TrainerState(Protocol):
     data_fingerprint: str | None
 
     def check_loss(self) -> None: ...
-
-
-class RunEnded(Exception):
-    """--resume found the final checkpoint of a run that ended: nothing to train or write."""
 
 
 def save(trainer: TrainerState, final: bool = False) -> str:
@@ -93,6 +89,15 @@ def ended(trainer: TrainerState, meta: dict) -> bool:
     same = isinstance(train, dict) and (train.get("max_steps"), train.get("epochs")) == (schedule.max_steps, schedule.epochs)
     step = meta.get("step")
     return same or (isinstance(step, int) and step >= total_steps(trainer))
+
+
+def run_ended(path: str, meta: dict, trains_on: bool) -> str:
+    """What --resume says of a run that ended (`trains_on`: a longer schedule would train on from it)."""
+    return (
+        f"--resume: the run ended at step {meta.get('step')}: {path} is its final checkpoint, the model it "
+        "scored (its figures: the run's metrics.json); nothing to resume (`dlrmkit evaluate --checkpoint "
+        f"{path}` scores it again{'; a larger --max-steps or --epochs trains on from it' if trains_on else ''})"
+    )
 
 
 def total_steps(trainer: TrainerState) -> int:
@@ -186,12 +191,6 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     path = ckpt.resolve_checkpoint(path)
     meta = verified if verified is not None else ckpt.verify_checkpoint(path, show=cfg.output.progress)
     saved = ckpt.model_config_of(path, meta)
-    if meta.get("refit") is not False and "refit" in meta:  # a refit's is the end of a finished run
-        raise DlrmkitError(
-            f"{path}: the checkpoint of a refit (--refit: the run's model trained again on its training and "
-            "validation rows once it had ended), which is not resumed; evaluate or predict with it, or train again "
-            "into a fresh --checkpoint-dir"
-        )
     data = meta.get("dataset")
     if isinstance(data, dict) and data.get("fingerprint") != fingerprint(trainer):
         raise DlrmkitError(
@@ -203,6 +202,14 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     if saved != trainer.model_cfg:  # after the dataset: the model keeps figures of its data
         raise DlrmkitError(f"{path}: checkpoint model does not match this run's model: {model_difference(saved, trainer.model_cfg)}; "
                            "resume with the run's own options (its config.yaml: --config RUN/config.yaml --resume)")  # fmt: skip
+    if meta.get("refit") is not False and "refit" in meta:  # a refit's is the end of a finished run
+        if meta.get("final") is True and ended(trainer, meta):
+            raise RunEnded(run_ended(path, meta, trains_on=False))
+        raise DlrmkitError(
+            f"{path}: the checkpoint of a refit (--refit: the run's model trained again on its training and "
+            "validation rows once it had ended), which is not resumed; evaluate or predict with it, or train again "
+            "into a fresh --checkpoint-dir"
+        )
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
@@ -220,11 +227,7 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     if meta.get("final") is True and ended(trainer, meta):
-        raise RunEnded(
-            f"--resume: the run ended at step {meta.get('step')}: {path} is its final checkpoint, the model it "
-            "scored (its figures: the run's metrics.json); nothing to resume (`dlrmkit evaluate --checkpoint "
-            f"{path}` scores it again; a larger --max-steps or --epochs trains on from it)"
-        )
+        raise RunEnded(run_ended(path, meta, trains_on=True))
     return path
 
 
