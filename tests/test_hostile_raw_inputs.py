@@ -42,6 +42,14 @@ def parquet_rows(root: Path) -> None:
     pq.write_table(table, root / "rows.parquet")
 
 
+def parquet_column_twice(root: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table([[1, 0], [1.5, 2.0], [3, 4], ["x", "y"], ["z", "w"]], names=["y", "a", "b", "c", "c"])
+    pq.write_table(table, root / "rows.parquet")
+
+
 def long_line(rel: str, prefix: bytes) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         with open(root / rel, "ab") as f:
@@ -113,6 +121,20 @@ PROBES = [
     Probe("preprocess-input-is-device", (*PP[:3], "/dev/null", *PP[4:], "--out", "{ws}/o"), "not a regular file"),
     # ---- options that would be silently ignored
     Probe("transcode-columns-with-header", (*TR, "--out", "{ws}/o", "--columns", "q,w,e,r"), "--no-header"),
+    # ---- names from the file quoted in the error: escaped, never sent to the terminal as they are
+    Probe(
+        "transcode-header-escape-sequence",
+        (*TR, "--out", "{ws}/o"),
+        "(has: y, a\\x00, b, \\x1b[2J\\x1b[31mc\\u202e)",
+        setup=write_bytes("rows.csv", "y,a\0,b,\x1b[2J\x1b[31mc\u202e\n1,2,3,x\n".encode()),
+    ),
+    # ---- a Parquet schema naming a column twice (was "internal error")
+    Probe(
+        "transcode-parquet-column-twice",
+        ("transcode", "--input", "{ws}/rows.parquet", *TR[3:], "--out", "{ws}/o"),
+        "rows.parquet: column 'c' appears twice in the Parquet schema",
+        setup=parquet_column_twice,
+    ),
     # ---- lines longer than any row: one line naming the byte, memory bounded
     Probe(
         "transcode-line-too-long",

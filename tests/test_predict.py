@@ -314,6 +314,38 @@ def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
     assert r.code == 2 and not (tmp_path / "s.csv").exists()
 
 
+@pytest.mark.parametrize(
+    "edit, phrase",
+    [
+        ({"categorical_columns": ["a"]}, "metadata.categorical_columns ['a'] are not its vocabulary's columns ['c']"),
+        ({"categorical_columns": "c"}, "metadata.categorical_columns must be a list of column names, not 'c'"),
+        ({"numerical_columns": ["a", "a"]}, "metadata.numerical_columns names 2 column(s), the dataset has 1"),
+        ({"numerical_columns": ["c"]}, "metadata names column 'c' twice"),
+        ({"label": None}, "metadata.label must name the label column, not None"),
+        ({"generator": 5}, "made by '5', not by preprocess/transcode"),
+    ],
+    ids=["not-the-vocabularys", "a-string", "numerical-more", "column-twice", "no-label", "generator"],
+)
+def test_a_datasets_column_record_that_disagrees_is_one_line(csv_model, tmp_path, edit, phrase):
+    """A transcoded dataset's metadata says which raw column feeds which feature: one that does not
+    fit the dataset is refused, never scored (a numerical column read as the category scored every
+    row; others ended in "internal error")."""
+    import shutil
+
+    import yaml
+
+    ds, ckpt = csv_model
+    shutil.copytree(ds, tmp_path / "ds")
+    doc = yaml.safe_load((tmp_path / "ds" / "feature_spec.yaml").read_text())
+    doc["metadata"].update(edit)
+    (tmp_path / "ds" / "feature_spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_rows(tmp_path / "rows.csv", 10)
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", tmp_path / "ds", "--input", tmp_path / "rows.csv")
+    assert r.code == 2 and r.out == "", (r.code, r.err)
+    (line,) = r.err.strip().splitlines()
+    assert phrase in line, line
+
+
 def test_rows_of_a_dataset_transcoded_with_label_values_are_read_with_them(tmp_path):
     write_rows(tmp_path / "train.csv", 300)
     words = tmp_path / "words.csv"  # the same rows, the label as words
@@ -337,3 +369,37 @@ def test_rows_of_a_dataset_transcoded_with_label_values_are_read_with_them(tmp_p
     spec.write_text(spec.read_text().replace("- 'no'", "- 'yes'"))
     r = run_cli("predict", "--checkpoint", ckpt, "--input", words, "--output", tmp_path / "u.csv")
     assert r.code == 2 and "metadata.label_values must be two different values" in r.err, r.err
+
+
+def test_rows_of_a_headerless_dataset_are_read_with_its_columns_and_delimiter(tmp_path):
+    """transcode records --no-header --columns and --delimiter; predict reads new rows the same way."""
+
+    def semicolons(src: Path, dst: Path) -> list[str]:
+        lines = src.read_text().splitlines()[1:]  # no header line
+        dst.write_text("\n".join(x.replace(",", ";") for x in lines) + "\n")
+        return lines
+
+    write_rows(tmp_path / "train.csv", 300)
+    lines = semicolons(tmp_path / "train.csv", tmp_path / "train.txt")
+    r = run_cli("transcode", "--input", tmp_path / "train.txt", "--out", tmp_path / "ds", "--label", "y",
+                "--no-header", "--columns", "y,a,c", "--delimiter", ";",
+                "--numerical", "a", "--categorical", "c", "--test-rows", "50")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "ds", *TRAIN, "--run-dir", tmp_path / "run")
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "run" / "checkpoints"
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "train.txt", "--output", tmp_path / "s.csv")
+    assert r.code == 0 and "rows read 300  scored 300  skipped 0" in r.out, r.out + r.err
+    _, got = read_scores(tmp_path / "s.csv")
+    assert got[:, 1].astype(int).tolist() == [int(x[0]) for x in lines]  # the first line is a row, not a header
+    np.testing.assert_allclose(got[-50:, 2], evaluate_probs(tmp_path / "ds", ckpt)[0], rtol=1e-5, atol=1e-7)
+    # rows without the label: the recorded columns less the label's
+    write_rows(tmp_path / "new.csv", 30, label=False)
+    semicolons(tmp_path / "new.csv", tmp_path / "new.txt")
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "new.txt", "--no-label")
+    assert r.code == 0 and "rows read 30  scored 30  skipped 0" in r.err, r.err
+    # the dataset's record of them is read as untrusted input
+    spec = tmp_path / "ds" / "feature_spec.yaml"
+    spec.write_text(spec.read_text().replace("delimiter: ;", "delimiter: ;;"))
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "train.txt", "--output", tmp_path / "u.csv")
+    assert r.code == 2 and "metadata.delimiter must be one character" in r.err, r.err

@@ -201,3 +201,14 @@ def test_a_val_mapping_is_read_with_the_mapping_fold_only(data):
     raw = val.read(0, len(val)).ids.astype(np.int64)
     trainer = trainer_of(data / "d")
     assert (trainer.val_set.read(0, len(val)).ids == np.where(raw < rows, raw, 0)).all()
+
+
+def test_bucket_boundaries_stay_increasing_where_float32_rounds_two_into_one():
+    """Large values (an hour stamp such as 14102212) have float64 quantiles between float32
+    neighbours: rounded, they meet a frequent value's boundary, and must be kept once."""
+    from dlrmkit.data.numerical_buckets import VALUE_ROWS, with_frequent_values
+
+    values = np.repeat(np.arange(14102100, 14102300, dtype=np.float32), VALUE_ROWS)
+    quantiles = np.array([14102212.4, 14102250.6])  # float64, as np.quantile gives them
+    b = with_frequent_values(quantiles, values, most=200)
+    assert all(u < v for u, v in zip(b, b[1:])) and 14102212.0 in b

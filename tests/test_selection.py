@@ -304,6 +304,30 @@ def test_baseline_matches_scikit_learn_and_train_prints_lift(tmp_path):
         assert "no lift printed" in line and "dlrmkit baseline --data" in line, line
 
 
+def test_a_baseline_json_that_is_not_one_prints_no_lift(dataset_copy):
+    """baseline.json comes with the dataset: one whose figures are not numbers, that is not a
+    regular file or is oversized gives no lift line; the run that reads it never fails or waits."""
+    from dlrmkit.commands.train import baseline_lift
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.data.fingerprint import dataset_fingerprint
+
+    data, path = str(dataset_copy), dataset_copy / "baseline.json"
+    fingerprint = dataset_fingerprint(FeatureSpec.from_yaml(data))
+    good = {"test_auc": 0.7, "refit_test_auc": 0.71, "dataset_fingerprint": fingerprint}
+    path.write_text(json.dumps(good))
+    assert "lift +0.2000 AUC" in baseline_lift(data, {"auc": 0.9})
+    for bad in ({"test_auc": "0.7"}, {"test_auc": True}, {"refit_test_auc": "0.71"}, {"refit_test_auc": [0.71]}):
+        path.write_text(json.dumps({**good, **bad}))
+        assert baseline_lift(data, {"auc": 0.9, "refit": True}) == "", bad  # was "internal error" for a string
+    path.write_text(json.dumps([good]))
+    assert baseline_lift(data, {"auc": 0.9}) == ""
+    path.write_text(json.dumps(good) + " " * (1 << 20))
+    assert baseline_lift(data, {"auc": 0.9}) == ""
+    path.unlink()
+    os.mkfifo(path)  # opening it used to block the end of the run forever
+    assert baseline_lift(data, {"auc": 0.9}) == ""
+
+
 def test_tune_maximizes_validation_auc(tmp_path):
     pytest.importorskip("optuna", reason="tune needs Optuna (the tune extra)")
     import optuna

@@ -366,3 +366,22 @@ def test_an_interrupted_run_says_what_it_leaves(tiny_data, tmp_path, monkeypatch
     r = run_cli(*common, "--run-dir", tmp_path / "b")
     assert r.code == 130 and r.err.strip().endswith("interrupted before any checkpoint was saved "
                                                     "(--checkpoint-every N saves along the way)"), r.err  # fmt: skip
+
+
+def test_large_raw_numerical_values_under_a_preset_are_noted(tiny_data, tmp_path):
+    """A preset feeds numerical values to the model as they are: values in the millions are said
+    before training, with the options that transform them (a diverged run says only NaN/Inf)."""
+    lines = ["y,hour,c"] + [f"{i % 3 % 2},{14102100 + i % 24},{'abc'[i % 3]}" for i in range(600)]
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    r = run_cli("transcode", "--input", tmp_path / "d.csv", "--out", tmp_path / "ds", "--label", "y",
+                "--numerical", "hour", "--categorical", "c", "--test-rows", "100")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "ds", "--preset", "tiny", "--max-steps", 1, "--no-progress",
+                "--run-dir", tmp_path / "a")  # fmt: skip
+    assert "note: numerical values up to 14,102,123 reach the model raw (--numerical-transform none" in r.out, r.out
+    r = run_cli("train", "--data", tmp_path / "ds", "--preset", "tiny", "--max-steps", 1, "--no-progress",
+                "--numerical-transform", "signed-log", "--standardize-numerical", "true", "--run-dir", tmp_path / "b")  # fmt: skip
+    assert r.code == 0 and "reach the model raw" not in r.out, r.out + r.err
+    r = run_cli("train", "--data", tiny_data, "--preset", "tiny", "--max-steps", 1, "--no-progress",
+                "--run-dir", tmp_path / "c")  # fmt: skip
+    assert r.code == 0 and "reach the model raw" not in r.out, r.out + r.err

@@ -305,3 +305,24 @@ def test_a_parquet_value_that_is_not_utf8_is_one_bad_row_as_in_a_text_file(tmp_p
     assert "skipped 1 (undecodable 1)" in r.out and "data row 4: undecodable in column c" in r.out, r.out
     vocab = Vocabulary.load(str(tmp_path / "o"))
     assert vocab.encode({"c": ["v0", "v1", "v2", "v3"]})[:, 0].tolist() != [0, 0, 0, 0]  # the bytes read as text
+
+
+def test_a_header_read_as_one_column_suggests_the_delimiter(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_text("y;a;b;color;city\n" + "\n".join(";".join(r) for r in csv_rows(20)) + "\n")
+    r = run_cli(*args(src, tmp_path / "o"))
+    assert r.code == 2 and not (tmp_path / "o").exists()
+    (line,) = r.err.strip().splitlines()
+    assert "(has: y;a;b;color;city); the header is one column: are its fields separated by ';' (--delimiter)?" in line
+    r = run_cli(*args(src, tmp_path / "o", "--delimiter", ";"))
+    assert r.code == 0, r.err
+
+
+def test_rows_split_by_a_quoted_delimiter_are_explained(tmp_path):
+    src = tmp_path / "ua.csv"
+    src.write_text('y,ua,city\n1,"Mozilla/5.0 (X11, Linux)",a\n0,"curl/8.0",b\n0,"Mozilla/5.0 (Mac, Intel)",a\n')
+    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--categorical", "ua,city")
+    assert r.code == 2 and not (tmp_path / "o").exists()
+    (line,) = r.err.strip().splitlines()
+    assert f"{src}:2: data row 1: wrong_field_count (4 fields, expected 3)" in line
+    assert "check --delimiter (quotes do not make one field of a value holding the delimiter)" in line

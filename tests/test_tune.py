@@ -96,6 +96,20 @@ def test_unknown_space_key_is_an_error(tiny_data, tmp_path):
     assert result.code == 2 and "unknown train option 'learning-rate'" in result.err
 
 
+@pytest.mark.parametrize("table", ["studies", "trials"])
+def test_a_storage_of_other_tables_is_one_line(tiny_data, tmp_path, table):
+    """An SQLite file that is not an Optuna study (a table of that name, other columns) is refused
+    in one line (it ended in "internal error", after optuna's multi-line warnings)."""
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as con:
+        con.execute(f"create table {table} (x int)")
+    url = f"sqlite:///{db}"
+    r = run_cli("tune", "--data", tiny_data, "--trials", 1, "--max-steps", 2, "--storage", url, "--out", tmp_path / "T")
+    assert r.code == 2, r.err
+    (line,) = r.err.strip().splitlines()
+    assert f"--storage {url}: not an Optuna study storage" in line, line
+
+
 def test_a_pruned_trial_is_named_with_why(tiny_data, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("lr: {type: categorical, choices: [100000.0]}\n")  # diverges: the trial ends early

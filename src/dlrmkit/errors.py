@@ -30,7 +30,10 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """`text` on one line, whitespace runs as one space and every other character that is not
+    printable (NUL, an escape sequence's ESC, a bidirectional override) written as its escape: a
+    message quotes names from hostile files, and a terminal must show it as it is, not obey it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(text).split()))
 
 
 def _allocation_failed(text: str) -> bool:

@@ -48,9 +48,16 @@ class PredictOptions:
         "rows without the label column (Criteo: 39 fields; CSV/TSV/Parquet: the dataset's label column absent)",
     )
     delimiter: str | None = option(
-        None, "CSV inputs: field delimiter (default: tab for .tsv, else comma)", parse=ct.single_char
+        None,
+        "CSV inputs: field delimiter (default: transcode's --delimiter, else tab for .tsv, else comma)",
+        parse=ct.single_char,
     )
-    columns: str | None = option(None, "CSV inputs without a header line: the column names, a,b,c", parse=ct.names)
+    columns: str | None = option(
+        None,
+        "CSV inputs without a header line: the column names, a,b,c (default: those transcode was given "
+        "with --no-header, less the label with --no-label)",
+        parse=ct.names,
+    )
     strict: bool = option(False, "stop at the first bad row (exit code 2)")
 
 
@@ -157,14 +164,14 @@ def _table_batches(
     from dlrmkit.untrusted import check_regular_input
 
     check_regular_input(path, "--input")
-    columns = [c for c in (args.columns or "").split(",") if c] or None
+    columns = [c for c in (args.columns or "").split(",") if c] or _recorded_columns(meta, args.no_label)
     opts = TranscodeOptions(
         inputs=[path],
         out="",
         label=None if args.no_label else meta["label"],
         numerical=list(meta.get("numerical_columns") or []),
         categorical=list(meta.get("categorical_columns") or []),
-        delimiter=args.delimiter,
+        delimiter=args.delimiter or _recorded_delimiter(meta),
         header=columns is None,
         columns=columns,
         log=str(meta.get("numerical_transform", "")).startswith("missing/negative"),
@@ -193,6 +200,54 @@ def _table_batches(
     report.empty_lines = tr.empty_lines
 
 
+def _check_columns_meta(meta: dict[str, Any], spec: Any, vocab: Any, where: str) -> None:
+    """A transcoded dataset's record of its raw columns, which say how a raw row becomes the
+    model's input: the label a name, each feature's column named once, as many numerical columns
+    as the dataset has numerical features and the categorical ones those of its vocabulary, in
+    its order (a list that disagrees would feed one column to several tables, or leave one out)."""
+    label, num, cat = meta.get("label"), meta.get("numerical_columns"), meta.get("categorical_columns")
+    if not isinstance(label, str) or not label:
+        raise DlrmkitError(f"{where}: metadata.label must name the label column, not {label!r:.80}")
+    for key, names in (("numerical_columns", num), ("categorical_columns", cat)):
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise DlrmkitError(f"{where}: metadata.{key} must be a list of column names, not {names!r:.80}")
+    if len(num) != len(spec.numerical_names):
+        raise DlrmkitError(
+            f"{where}: metadata.numerical_columns names {len(num)} column(s), the dataset has "
+            f"{len(spec.numerical_names)} numerical feature(s)"
+        )
+    if cat != vocab.columns:
+        raise DlrmkitError(
+            f"{where}: metadata.categorical_columns {cat!r:.80} are not its vocabulary's columns {vocab.columns!r:.80}"
+        )
+    every = [label, *num, *cat]
+    twice = next((n for n in every if every.count(n) > 1), None)
+    if twice is not None:
+        raise DlrmkitError(f"{where}: metadata names column {twice!r:.80} twice (label, numerical and categorical)")
+
+
+def _recorded_columns(meta: dict[str, Any], no_label: bool) -> list[str] | None:
+    """The column names transcode was given for files without a header line (--no-header
+    --columns), from the dataset's metadata, the label's left out with --no-label; None: the files
+    had a header line."""
+    v = meta.get("columns")
+    if v is None:
+        return None
+    if not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v) and len(set(v)) == len(v)):
+        raise DlrmkitError(f"feature_spec.yaml: metadata.columns must be a list of column names, not {v!r:.80}")
+    return [c for c in v if not (no_label and c == meta.get("label"))]
+
+
+def _recorded_delimiter(meta: dict[str, Any]) -> str | None:
+    """The field delimiter transcode was given (--delimiter), from the dataset's metadata; None: none given."""
+    v = meta.get("delimiter")
+    if v is None:
+        return None
+    if not (isinstance(v, str) and len(v) == 1 and v.isascii() and v not in '"\r\n'):
+        raise DlrmkitError(f"feature_spec.yaml: metadata.delimiter must be one character, not {v!r:.80}")
+    return v
+
+
 def _label_values(meta: dict[str, Any], path: str) -> tuple[str, str] | None:
     """The label's two values transcode read as 0 and 1 (--label-values), from the dataset's metadata."""
     v = meta.get("label_values")
@@ -218,9 +273,9 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     meta = spec.metadata or {}
     stored_as = spec.numerical_dtype
     generator = meta.get("generator", "")
-    if not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
+    if not isinstance(generator, str) or not generator.startswith(("dlrmkit preprocess criteo", "dlrmkit transcode")):
         raise DlrmkitError(
-            f"{data}: made by '{generator or 'unknown'}', not by preprocess/transcode, so there is "
+            f"{data}: made by {str(generator or 'unknown')!r:.80}, not by preprocess/transcode, so there is "
             f"no raw row format to read"
         )
     vocab = Vocabulary.load(data)
@@ -242,6 +297,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     if generator.startswith("dlrmkit preprocess criteo"):
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:
+        _check_columns_meta(meta, spec, vocab, os.path.join(data, "feature_spec.yaml"))
         source = _table_batches(path, vocab, meta, stored_as, args, report)
     with torch.no_grad():
         for rows, labels, dense, ids in source:

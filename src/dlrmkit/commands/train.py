@@ -250,6 +250,9 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
         idle = [shown.split()[0] for _, shown in selection_options_on(cfg)]
         if trainer.val_set is None and idle:  # e.g. too few train rows to hold any out
             print(f"note: {', '.join(idle)} select nothing without validation rows: the last weights are kept")
+        raw = raw_numerical_note(trainer)
+        if raw:
+            print(raw)
     run_dir.write_plan(run_folder, trainer)
     refitting = trainer.val_set is not None and refit_wanted(cfg, trainer.par is not None, trainer.dist.rank == 0)
     if refitting:  # the refit reads the test rows, once
@@ -275,6 +278,25 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
         trainer.par.close()
     shutdown()
     return 0
+
+
+def raw_numerical_note(trainer) -> str:
+    """A note where large numerical values reach the model as they are (a preset's recipe, not the
+    auto one, which transforms them): a run that then diverges says only that its loss is NaN/Inf."""
+    from dlrmkit.data.split_binary import RAW_NUMERICAL, numerical_scale
+
+    mc = trainer.model_cfg
+    if mc.numerical_transform != "none" or mc.numerical_mean is not None:
+        return ""
+    scale = numerical_scale(trainer.train_set)
+    if not scale > RAW_NUMERICAL:
+        return ""
+    seen = "beyond float16's range" if math.isinf(scale) else f"up to {scale:,.0f}"
+    return (
+        f"note: numerical values {seen} reach the model raw (--numerical-transform none, --standardize-numerical "
+        "false); --numerical-transform signed-log and --standardize-numerical true, as the auto recipe sets them, "
+        "keep such values from stalling or diverging the training"
+    )
 
 
 def finish(cfg: TrainConfig, run_folder, metrics: dict, rank: int = 0) -> int:

@@ -343,15 +343,25 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError(f"--storage {url}: cannot open ({type(exc).__name__}: {str(exc)[:100]})") from None
     sampler = optuna.samplers.TPESampler(seed=args.seed)
     pruner = optuna.pruners.NopPruner() if args.no_prune else optuna.pruners.MedianPruner(n_startup_trials=2)
-    study = optuna.create_study(
-        study_name=args.study,
-        storage=storage,
-        sampler=sampler,
-        pruner=pruner,
-        direction="maximize",
-        load_if_exists=True,
-    )
-    done = count_finished(study)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # its retry warnings on a database of other tables
+    try:  # the study and its trials read once: a database of other tables is one line
+        study = optuna.create_study(
+            study_name=args.study,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
+        )
+        done = count_finished(study)
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as exc:
+        raise DlrmkitError(
+            f"--storage {url}: not an Optuna study storage ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})"
+        ) from None
+    finally:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     todo = args.trials - done
     print(f"study '{args.study}' in {url}: {done} finished trials, running {max(todo, 0)} more")
     if todo > 0:

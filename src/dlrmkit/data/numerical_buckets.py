@@ -40,7 +40,8 @@ def with_frequent_values(quantiles: np.ndarray, values: np.ndarray, most: int) -
     frequent = np.flatnonzero(counts >= VALUE_ROWS)
     frequent = frequent[np.argsort(-counts[frequent], kind="stable")[:most]]
     after = distinct[np.minimum(frequent + 1, len(distinct) - 1)]
-    return np.unique(np.concatenate([quantiles, distinct[frequent], after])).astype(np.float32).tolist()
+    # float32 before unique: two float64 quantiles that round to one float32 are one boundary
+    return np.unique(np.concatenate([quantiles, distinct[frequent], after]).astype(np.float32)).tolist()
 
 
 def model_view(dataset: SplitBinaryDataset, cfg: Any) -> SplitBinaryDataset:

@@ -108,7 +108,11 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-        _check_columns(opts, path, needed, pf.schema_arrow.names, report)
+        names = pf.schema_arrow.names
+        twice = sorted({c for c in names if names.count(c) > 1 and c in needed})
+        if twice:  # Arrow cannot say which one a read means
+            raise DlrmkitError(f"{path}: column '{twice[0]}' appears twice in the Parquet schema")
+        _check_columns(opts, path, needed, names, report)
         row0 = 0
         try:
             for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
@@ -133,6 +137,9 @@ def _check_columns(
     missing = [c for c in needed if c not in names]
     if missing:
         hint = opts.missing_label_hint if opts.label in missing else ""
+        other = [d for d in ",;|\t" if len(names) == 1 and d in names[0]]  # one name: the delimiter is another
+        if other:
+            hint = f"; the header is one column: are its fields separated by {other[0]!r} (--delimiter)?"
         raise DlrmkitError(f"{path}: no column(s) {', '.join(missing)} (has: {_listing(names)}){hint}")
     if report is not None and report.file_index == 0:
         report.unused = [c for c in dict.fromkeys(names) if c not in needed]
@@ -410,7 +417,10 @@ def main_cause(opts: TranscodeOptions, report: Report) -> tuple[int, str, str, s
             else f"--label {col} must hold 0/1 (--label-values NEG,POS reads two other values): is it the click column?"
         )
     elif reason == "wrong_field_count":
-        advice = "the rows do not have the expected number of fields: check --delimiter"
+        advice = (
+            "the rows do not have the expected number of fields: check --delimiter (quotes do not make "
+            "one field of a value holding the delimiter)"
+        )
     else:
         advice = f"column {col} is not UTF-8 text"
     return n, reason, col, advice
@@ -488,6 +498,10 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             "source_files": [os.path.abspath(p) for p in opts.inputs],
             "label": opts.label,
             **({"label_values": list(opts.label_values)} if opts.label_values is not None else {}),
+            # the text format, for `predict` to read new rows as these were: a delimiter given, the
+            # column names of files without a header line
+            **({"delimiter": opts.delimiter} if opts.delimiter is not None else {}),
+            **({"columns": list(opts.columns or [])} if not opts.header else {}),
             "numerical_columns": opts.numerical,
             "categorical_columns": opts.categorical,
             "frequency_threshold": opts.frequency_threshold,
