@@ -141,6 +141,12 @@ def test_a_bad_test_file_stops_a_blend_before_anything_is_saved(dataset_copy, tm
     assert r.code == 2 and "row 17 has label 255" in r.err and len(r.err.strip().splitlines()) == 1, r.err
     assert not (run / "checkpoints" / "blend.yaml").exists()
     assert not list((run / "checkpoints").glob("*/step_*"))
+    # the run's log says it failed, and why: report says so, not "unfinished"
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert records and records[-1]["event"] == "failed" and "row 17 has label 255" in records[-1]["why"], records
+    assert run_cli("report", run).code == 0
+    text = (run / "report.md").read_text()
+    assert "status: failed: " in text and "row 17 has label 255" in text, text
 
 
 @pytest.fixture(scope="module")

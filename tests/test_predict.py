@@ -123,6 +123,13 @@ def test_predict_rows_without_label(criteo_model, tmp_path):
 
 
 @needs_criteo
+def test_kept_columns_of_criteo_rows_are_refused_in_one_line(criteo_model):
+    ds, ckpt, tail = criteo_model
+    r = run_cli("predict", "--checkpoint", ckpt, "--data", ds, "--input", tail, "--keep-columns", "id")
+    assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1, r.err
+    assert "--keep-columns: " in r.err and "Criteo TSV rows, whose fields have no names" in r.err, r.err
+
+
 def test_malformed_rows_are_counted_located_and_skipped(criteo_model, tmp_path):
     ds, ckpt, tail = criteo_model
     lines = tail.read_bytes().splitlines(keepends=True)[:40]
@@ -298,6 +305,61 @@ def test_transcoded_rows_without_the_label_column_are_scored_with_no_label(csv_m
     )
 
 
+def test_kept_columns_are_written_beside_each_probability_as_read(csv_model, tmp_path):
+    """--keep-columns carries raw columns (a request's own key) through to the output, as read and
+    quoted where CSV needs it, on the row they came from: bad rows skipped do not shift them."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ds, ckpt = csv_model
+    write_rows(tmp_path / "plain.csv", 30, start=1000)
+    lines = (tmp_path / "plain.csv").read_text().splitlines()
+    ids = [str(10**18 + 7 * i) for i in range(30)]  # past a float's exact integers: kept as text
+    notes = [f'say "{i}"' if i % 4 == 0 else f"n{i}" for i in range(30)]
+    rows = [f"{k},{x},{n}" for k, x, n in zip(ids, lines[1:], notes)]
+    rows[5] = rows[5].replace(",red", ",red,extra").replace(",green", ",green,extra").replace(",blue", ",blue,extra")
+    (tmp_path / "keyed.csv").write_text("\n".join(["id," + lines[0] + ",note", *rows]) + "\n")
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "plain.csv", "--output", tmp_path / "a.csv")
+    assert r.code == 0, r.err
+    _, want = read_scores(tmp_path / "a.csv")
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "keyed.csv", "--keep-columns", "id,note")
+    assert r.code == 0 and "scored 29  skipped 1" in r.err, r.err
+    got = list(csv.reader(r.out.splitlines()))
+    assert got[0] == ["row", "id", "note", "label", "probability"], got[0]
+    kept = [i for i in range(30) if i != 5]  # data row 6 has a field too many
+    assert [g[0] for g in got[1:]] == [str(i + 1) for i in kept]
+    assert [g[1] for g in got[1:]] == [ids[i] for i in kept] and [g[2] for g in got[1:]] == [notes[i] for i in kept]
+    assert '1000000000000000000,"say ""0""",' in r.out  # a quote doubled, the field quoted
+    np.testing.assert_allclose([float(g[4]) for g in got[1:]], want[kept, 2], rtol=1e-6)
+
+    # Parquet: a value holding a comma, a quote or a line break is one field; a missing one is empty
+    odd = ["a,b", 'q"q', "two\nlines", None, "plain"]
+    table = pa.table({
+        "id": pa.array([10**18 + 7 * i for i in range(30)], pa.int64()),
+        "y": [int(x.split(",")[0]) for x in lines[1:]],
+        "a": [float(x.split(",")[1]) for x in lines[1:]],
+        "c": [x.split(",")[2] for x in lines[1:]],
+        "note": [odd[i % 5] for i in range(30)],
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "keyed.parquet")
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "keyed.parquet", "--keep-columns", "note,id",
+                "--output", tmp_path / "p.csv")  # fmt: skip
+    assert r.code == 0, r.err
+    with open(tmp_path / "p.csv", newline="") as f:
+        got = list(csv.reader(f))
+    assert got[0] == ["row", "note", "id", "label", "probability"] and len(got) == 31
+    assert [g[1] for g in got[1:]] == [odd[i % 5] or "" for i in range(30)] and [g[2] for g in got[1:]] == ids
+    np.testing.assert_allclose([float(g[4]) for g in got[1:]], want[:, 2], rtol=1e-6)
+
+    # a column the input lacks, or one predict writes itself: one line, nothing written
+    for keep, said in (("id,nonesuch", "no column(s) nonesuch (has: id, y, a, c, note); --keep-columns"),
+                       ("probability", "--keep-columns: 'probability' is a column predict writes itself")):  # fmt: skip
+        r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "keyed.csv", "--keep-columns", keep)
+        assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and said in r.err, r.err
+
+
 def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
     ds, ckpt = csv_model
     bad = tmp_path / "bad.csv"
@@ -398,6 +460,11 @@ def test_rows_of_a_headerless_dataset_are_read_with_its_columns_and_delimiter(tm
     semicolons(tmp_path / "new.csv", tmp_path / "new.txt")
     r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "new.txt", "--no-label")
     assert r.code == 0 and "rows read 30  scored 30  skipped 0" in r.err, r.err
+    # kept columns are named by the recorded columns too, their values as read
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "new.txt", "--no-label", "--keep-columns", "a")
+    assert r.code == 0 and r.out.splitlines()[0] == "row,a,probability", r.err
+    raw = [x.split(",")[0] for x in (tmp_path / "new.csv").read_text().splitlines()[1:]]
+    assert [x.split(",")[1] for x in r.out.splitlines()[1:]] == raw
     # the dataset's record of them is read as untrusted input
     spec = tmp_path / "ds" / "feature_spec.yaml"
     spec.write_text(spec.read_text().replace("delimiter: ;", "delimiter: ;;"))

@@ -265,3 +265,55 @@ def test_report_reads_the_run_after_a_restart(tiny_data, tmp_path):
     earlier = next(i for i, r in enumerate(records) if r["event"] == "restart")
     assert f"the {earlier:,} log records before it (an attempt that saved none) are left out" in text, text
     assert "\n| 30 |" not in text and text.count("\n| 20 |") == 1, text
+
+
+def test_report_says_a_run_stopped_by_an_error_failed_and_why(tiny_data, tmp_path, monkeypatch):
+    """A run stopped by an error ends its log with one `failed` record holding the error's line,
+    and report says so; a log that just stops (a killed run) is still unfinished."""
+    monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-4")  # step 4's loss reads as NaN (a diverged step)
+    run = tmp_path / "run"
+    result = run_cli("train", "--data", tiny_data, "--preset", "tiny", "--no-progress", "--max-steps", 8,
+                     "--log-every", 2, "--run-dir", run)  # fmt: skip
+    assert result.code == 2 and "loss is nan at step 4" in result.err, result.err
+    records = log_records(run)
+    assert [r["event"] for r in records].count("failed") == 1 and records[-1]["event"] == "failed", records
+    assert records[-1]["why"] in result.err and records[-1]["step"] >= 4
+    assert run_cli("report", run).code == 0
+    text = (run / "report.md").read_text()
+    assert "status: failed: loss is nan at step 4; " in text and "unfinished" not in text, text
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))  # as a killed run leaves it
+    assert run_cli("report", run).code == 0
+    assert "status: unfinished (no end record)" in (run / "report.md").read_text()
+
+
+def test_report_says_an_interrupted_run_was_interrupted(tiny_data, tmp_path, cli_subprocess, monkeypatch):
+    monkeypatch.setenv("DLRMKIT_FAULT", "train:step-3@:SIGINT")  # Ctrl-C after step 3
+    run = tmp_path / "run"
+    result = cli_subprocess("train", "--data", tiny_data, "--preset", "tiny", "--no-progress", "--max-steps", 8,
+                            "--run-dir", run)  # fmt: skip
+    assert result.code == 130 and "interrupted" in result.err, result.err
+    last = log_records(run)[-1]
+    assert last["event"] == "interrupted" and last["step"] == 3, last
+    monkeypatch.delenv("DLRMKIT_FAULT")
+    assert run_cli("report", run).code == 0
+    assert "status: interrupted at step 3 (Ctrl-C)" in (run / "report.md").read_text()
+
+
+def test_report_shows_a_blends_one_evaluation_as_the_blends(finished_run, tmp_path):
+    """A blend's log holds one evaluation, of the blend, logged at no step of its own: its row in
+    the validation table says so instead of a step 0."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    member = {"name": "dlrm", "seed": 0, "weight": 1, "folder": "dlrm"}
+    score = {"mapping": "val", "auc": 0.75, "logloss": 0.5, "samples_seen": 2400, "time": 2.0}
+    records = [
+        {"event": "blend", "members": [member], "samples_seen": 2400, "time": 1.0},
+        {"event": "eval", "step": 0, **score},
+        {"event": "test", "step": 0, **score, "mapping": "test"},
+        {"event": "end", "auc": 0.75, "logloss": 0.5, "val_auc": 0.75, "val_logloss": 0.5, "steps": 24,
+         "blend": [member], "samples_seen": 2400, "time": 3.0},
+    ]  # fmt: skip
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert run_cli("report", run).code == 0
+    text = (run / "report.md").read_text()
+    assert "| (the blend) | 2400 | 0.7500 | 0.5000 |" in text and "| 0 |" not in text, text

@@ -125,3 +125,20 @@ def test_a_run_dir_holding_a_run_is_refused_naming_the_option_given(tiny_data, t
     one_line(result, f"--run-dir {run}: {run / 'checkpoints'} already holds checkpoints of another run",
              "pass --resume to continue it, or give a new or empty --run-dir")  # fmt: skip
     assert "--checkpoint-dir" not in result.err
+
+
+def test_a_run_that_failed_before_logging_anything_else_leaves_its_folder_reusable(tiny_data, tmp_path, monkeypatch):
+    """A run stopped at its first step logs only its `failed` record: like an empty log, the folder
+    takes a fresh run without --resume (one with other records is another run's, refused)."""
+    run = tmp_path / "run"
+    common = ("train", "--data", tiny_data, "--preset", "tiny", "--no-progress", "--max-steps", 3, "--run-dir", run)
+    monkeypatch.setenv("DLRMKIT_FAULT", "train:nan-loss-1")
+    assert run_cli(*common).code == 2
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in records] == ["failed"] and "loss is nan at step 1" in records[0]["why"], records
+    monkeypatch.delenv("DLRMKIT_FAULT")
+    result = run_cli(*common)
+    assert result.code == 0, result.err
+    events = [json.loads(line)["event"] for line in (run / "log.jsonl").read_text().splitlines()]
+    assert "failed" not in events and events[-1] == "end", events
+    one_line(run_cli(*common), f"--run-dir {run}", "of another run")  # its log and checkpoints

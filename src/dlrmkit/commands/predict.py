@@ -7,7 +7,9 @@ first), so memory never grows with the input.
 
 `--no-label` reads rows without the label column: Criteo rows of 39 fields, or CSV/TSV/Parquet
 rows that lack the dataset's label column (a label column present is then ignored); the output has
-no label column. Nothing is written until the first rows have been read and scored, so input that
+no label column. `--keep-columns` carries raw columns of CSV/TSV/Parquet rows (a request's own
+key, such as Avazu's `id`) into the output beside each probability, as read, so the scores join
+back to the requests. Nothing is written until the first rows have been read and scored, so input that
 fails at once (a missing column, no valid row) leaves standard output empty; --output is written
 whole or not at all."""
 
@@ -35,7 +37,9 @@ class PredictOptions:
         required=True,
     )
     output: str | None = option(
-        None, "CSV to write (columns row[,label],probability); default: standard output", parse=ct.path
+        None,
+        "CSV to write (columns row[,kept columns][,label],probability); default: standard output",
+        parse=ct.path,
     )
     data: str | None = option(
         None,
@@ -58,6 +62,13 @@ class PredictOptions:
         "with --no-header, less the label with --no-label)",
         parse=ct.names,
     )
+    keep_columns: str | None = option(
+        None,
+        "CSV/TSV/Parquet inputs: raw columns to write beside each probability, as read, a,b (e.g. a request's id, "
+        "to join the scores back; not for Criteo TSV, whose fields have no names)",
+        parse=ct.names,
+        metavar="COLS",
+    )
     strict: bool = option(False, "stop at the first bad row (exit code 2)")
 
 
@@ -67,11 +78,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Scored:
-    """One batch of scored rows: input positions (1-based), labels when the input has them, probabilities."""
+    """One batch of scored rows: input positions (1-based), labels when the input has them,
+    probabilities, and the --keep-columns values (text), one array per column."""
 
     rows: np.ndarray
     labels: np.ndarray | None
     probs: np.ndarray
+    kept: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -117,8 +130,9 @@ def dataset_dir(checkpoint: str, data: str | None) -> str:
 
 def _criteo_batches(
     path: str, vocab: Any, no_label: bool, strict: bool, report: PredictReport
-) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
-    """(rows, labels, dense float16, ids int64) per block of a Criteo TSV, via criteo.parse_block."""
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, list[Any]]]:
+    """(rows, labels, dense float16, ids int64, no kept columns) per block of a Criteo TSV, via
+    criteo.parse_block."""
     from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
     from dlrmkit.untrusted import check_regular_input
 
@@ -141,7 +155,7 @@ def _criteo_batches(
         report.rows_read += p.lines
         if len(rows):
             ids = np.stack([vocab.encode_column(t, p.cats[t], tables[t]) for t in range(NUM_CAT)], axis=1)
-            yield rows, None if no_label else p.labels, numerical_matrix(p.ints), ids
+            yield rows, None if no_label else p.labels, numerical_matrix(p.ints), ids, []
     report.skipped = {r: bad.counts[r] for r in REASONS}
     report.first_bad_rows = [f"{path}:{line}: {reason} ({detail})" for line, reason, detail in bad.first]
 
@@ -158,8 +172,9 @@ def unlabeled_shaped(block: bytes) -> int:
 
 def _table_batches(
     path: str, vocab: Any, meta: dict[str, Any], stored_as: Any, args: argparse.Namespace, report: PredictReport
-) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
-    """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean."""
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, list[Any]]]:
+    """Same for the CSV/TSV/Parquet input of a transcoded dataset, via transcode.iter_batches/clean,
+    with the --keep-columns values of the rows as text (Arrow string arrays)."""
     from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches
     from dlrmkit.untrusted import check_regular_input
 
@@ -178,13 +193,15 @@ def _table_batches(
         numerical_dtype=str(stored_as),  # out of range as the dataset's rows were
         missing_label_hint="; rows without the label column: add --no-label",
         label_values=_label_values(meta, path),
+        keep=kept_columns(args),
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
     seen = 0
     for t, rows in iter_batches(opts, path, tr):
         rows_out: list[np.ndarray] = []
-        labels, dense, cats = clean(opts, t, tr, path, rows, rows_out)
+        kept_out: list[list[Any]] = []
+        labels, dense, cats = clean(opts, t, tr, path, rows, rows_out, kept_out)
         if args.strict and sum(tr.skipped.values()) > seen:
             raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
         if len(labels):
@@ -193,11 +210,28 @@ def _table_batches(
                 if cats
                 else np.zeros((len(labels), 0), np.int64)
             )
-            yield rows_out[0], None if args.no_label else labels, dense, ids
+            yield rows_out[0], None if args.no_label else labels, dense, ids, kept_out[0]
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
     report.empty_lines = tr.empty_lines
+
+
+def kept_columns(args: argparse.Namespace) -> list[str]:
+    """The --keep-columns names, each once and none an output column of predict's own (row,
+    probability, and label where the output has it): the output's header names every column once."""
+    names = [c.strip() for c in (getattr(args, "keep_columns", None) or "").split(",") if c.strip()]
+    twice = next((c for c in names if names.count(c) > 1), None)
+    if twice is not None:
+        raise DlrmkitError(f"--keep-columns: {twice!r:.80} is named twice")
+    own = ["row", *([] if args.no_label else ["label"]), "probability"]
+    clash = next((c for c in names if c in own), None)
+    if clash is not None:
+        raise DlrmkitError(
+            f"--keep-columns: {clash!r} is a column predict writes itself ({', '.join(own)}); its scores would "
+            f"have two columns of that name"
+        )
+    return names
 
 
 def _check_columns_meta(meta: dict[str, Any], spec: Any, vocab: Any, where: str) -> None:
@@ -278,6 +312,13 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
             f"{data}: made by {str(generator or 'unknown')!r:.80}, not by preprocess/transcode, so there is "
             f"no raw row format to read"
         )
+    criteo = generator.startswith("dlrmkit preprocess criteo")
+    if criteo and getattr(args, "keep_columns", None):
+        raise DlrmkitError(
+            f"--keep-columns: {data} was made from Criteo TSV rows, whose fields have no names to keep; "
+            f"it applies to the CSV/TSV/Parquet rows of a transcoded dataset"
+        )
+    kept_columns(args)  # before the models are loaded
     vocab = Vocabulary.load(data)
 
     def check(cfg: Any) -> None:  # before the model is built
@@ -294,13 +335,13 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
         models, weights, scale = [load_single_process_model(checkpoint, check)], [1], 1.0
     for model, _ in models:
         model.eval()
-    if generator.startswith("dlrmkit preprocess criteo"):
+    if criteo:
         source = _criteo_batches(path, vocab, args.no_label, args.strict, report)
     else:
         _check_columns_meta(meta, spec, vocab, os.path.join(data, "feature_spec.yaml"))
         source = _table_batches(path, vocab, meta, stored_as, args, report)
     with torch.no_grad():
-        for rows, labels, dense, ids in source:
+        for rows, labels, dense, ids, kept in source:
             ids = np.asarray(ids, dtype=np.int64)
             views = [model_ids(cfg, ids, dense, stored_as) for _, cfg in models]
             for lo in range(0, len(rows), args.batch_size):
@@ -314,7 +355,8 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
                         f"manifest.json's model_config or its weights are not a trained model's); refused"
                     )
                 report.rows_scored += len(probs)
-                yield Scored(rows[sl], None if labels is None else labels[sl], probs)
+                kept_here = [k.slice(lo, len(probs)) for k in kept]
+                yield Scored(rows[sl], None if labels is None else labels[sl], probs, kept_here)
 
 
 def model_ids(cfg: Any, ids: np.ndarray, dense: np.ndarray, stored_as: Any) -> np.ndarray:
@@ -331,17 +373,38 @@ def model_ids(cfg: Any, ids: np.ndarray, dense: np.ndarray, stored_as: Any) -> n
     return ids
 
 
-def write_csv(batches: Iterator[Scored], out: TextIO) -> None:
-    """The scores as CSV; the header comes with the first scored rows, so nothing at all is written
-    when the input fails before any row is scored (the caller then reports the error)."""
-    header_done = False
+def csv_fields(values: Any) -> np.ndarray:
+    """Text values (an Arrow string array) as CSV fields, as an object array: a value holding a
+    comma, a double quote or a line break quoted, its quotes doubled (RFC 4180); others as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pa.array(values, pa.string()) if not isinstance(values, (pa.Array, pa.ChunkedArray)) else values
+    quoted = pc.binary_join_element_wise('"', pc.replace_substring(values, '"', '""'), '"', "")
+    needs = pc.match_substring_regex(values, '[",\r\n]')
+    return pc.if_else(needs, quoted, values).to_numpy(zero_copy_only=False)
+
+
+def write_csv(batches: Iterator[Scored], out: TextIO, keep: list[str] | None = None) -> None:
+    """The scores as CSV, `keep` (the --keep-columns names) after the row number; the header comes
+    with the first scored rows, so nothing at all is written when the input fails before any row is
+    scored (the caller then reports the error)."""
+    header_done, keep = False, list(keep or [])
     for b in batches:
         if not header_done:
-            out.write("row,label,probability\n" if b.labels is not None else "row,probability\n")
+            names = ["row", *csv_fields(keep), *(["label"] if b.labels is not None else []), "probability"]
+            out.write(",".join(names) + "\n")
             header_done = True
         cols = [b.rows] + ([b.labels.astype(np.int64)] if b.labels is not None else [])
-        table = np.column_stack([*cols, b.probs.astype(np.float64)])
-        np.savetxt(out, table, fmt=["%d"] * len(cols) + ["%.9g"], delimiter=",")
+        if not b.kept:
+            table = np.column_stack([*cols, b.probs.astype(np.float64)])
+            np.savetxt(out, table, fmt=["%d"] * len(cols) + ["%.9g"], delimiter=",")
+            continue
+        table = np.empty((len(b.probs), len(cols) + len(b.kept) + 1), dtype=object)  # numbers, then text
+        for j, col in enumerate([b.rows, *(csv_fields(k) for k in b.kept), *cols[1:], b.probs.astype(np.float64)]):
+            table[:, j] = col
+        fmt = ["%d", *["%s"] * len(b.kept), *["%d"] * (len(cols) - 1), "%.9g"]
+        np.savetxt(out, table, fmt=fmt, delimiter=",")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -366,11 +429,11 @@ def run(args: argparse.Namespace) -> int:
     batches = score(args.checkpoint, args.input, args, report)
     if output:
         with atomic_write(output) as f:  # a failed run leaves no partial CSV (and the old one intact)
-            write_csv(batches, f)
+            write_csv(batches, f, kept_columns(args))
             if not report.rows_scored:
                 raise report.no_valid_rows(args.input, args.no_label)
     else:
-        write_csv(batches, sys.stdout)
+        write_csv(batches, sys.stdout, kept_columns(args))
         if not report.rows_scored:
             raise report.no_valid_rows(args.input, args.no_label)
     n_skipped = sum(report.skipped.values())

@@ -1,6 +1,7 @@
-"""Plots and a Markdown summary of a run folder (written by `dlrmkit train`): train loss, the
-validation AUC and log loss of each evaluation against samples seen, throughput over time, and the
-one final test score; optionally TensorBoard scalars. Each score is labelled by the mapping it was
+"""Plots and a Markdown summary of a run folder (written by `dlrmkit train`): how the run ended
+(finished, failed and why, interrupted, or unfinished), train loss, the validation AUC and log loss
+of each evaluation against samples seen, throughput over time, and the one final test score;
+optionally TensorBoard scalars. Each score is labelled by the mapping it was
 computed on, so validation scores are never shown as test scores."""
 
 from __future__ import annotations
@@ -177,10 +178,13 @@ def reliability_plot(records: list[dict[str, Any]], out: str) -> list[str]:
     return [path]
 
 
-def _eval_table(rows: list[dict[str, Any]], name: str) -> list[str]:
+def _eval_table(rows: list[dict[str, Any]], name: str, blend: bool = False) -> list[str]:
+    """A mapping's evaluations, one row each; a blend's one evaluation is the blend's (it has no
+    step of its own: its samples seen are its members' together)."""
     lines = ["", f"| step | samples seen | {name} AUC | {name} log loss |", "|---:|---:|---:|---:|"]
     return lines + [
-        f"| {_text(r.get('step', ''), 40)} | {_text(r.get('samples_seen', ''), 40)} | {_num(r.get('auc'))} | "
+        f"| {'(the blend)' if blend else _text(r.get('step', ''), 40)} | {_text(r.get('samples_seen', ''), 40)} | "
+        f"{_num(r.get('auc'))} | "
         f"{_num(r.get('logloss'))} |"
         for r in rows
     ]
@@ -195,6 +199,20 @@ def seed_of(member: dict[str, Any]) -> str:
     if member.get("fold") is not None:
         return f", fold {_text(member['fold'])}"
     return "" if member.get("seed") is None else f", seed {_text(member['seed'])}"
+
+
+def status(records: list[dict[str, Any]]) -> str:
+    """How the run ended, by its log's last end, `failed` or `interrupted` record: one that records
+    follow (a --resume went on after it) or none at all is a run still going, or killed."""
+    last = next((r for r in reversed(records) if r.get("event") in ("end", "failed", "interrupted")), None)
+    if last is None or (last.get("event") != "end" and last is not records[-1]):
+        return "unfinished (no end record)"
+    if last["event"] == "end":
+        return "finished"
+    if last["event"] == "interrupted":
+        at = f" at step {_text(last['step'], 40)}" if finite(last.get("step")) else ""
+        return f"interrupted{at} (Ctrl-C)"
+    return f"failed: {_text(last.get('why', 'no reason recorded'), 500)}"
 
 
 def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str], earlier: int = 0) -> str:
@@ -227,9 +245,7 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             f"- data: `{_text(cfg.get('data'))}`, preset `{_text(cfg.get('preset'), 40)}`, batch "
             f"{_text(cfg.get('batch-size'), 40)}, lr {_text(cfg.get('lr'), 40)}, optimizer {_text(cfg.get('optimizer'), 40)}"
         )
-    lines.append(
-        f"- started {_text(info.get('started'), 60)}; status: {'finished' if end else 'unfinished (no end record)'}"
-    )
+    lines.append(f"- started {_text(info.get('started'), 60)}; status: {status(records)}")
     if earlier:
         lines.append(f"- restarted from step 0 by a --resume that found no checkpoint: the {earlier:,} log records "
                      "before it (an attempt that saved none) are left out")  # fmt: skip
@@ -281,7 +297,7 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
                      "and a finite row count), not plotted")  # fmt: skip
     for m in eval_mappings(records):
         lines += ["", f"Evaluations during training, on the {mapping_name(m)} rows:"]
-        lines += _eval_table(_on(records, m), mapping_name(m))
+        lines += _eval_table(_on(records, m), mapping_name(m), blend is not None or bool(end and end.get("blend")))
     if pngs:
         lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
     lines.append("")

@@ -47,6 +47,7 @@ class TranscodeOptions:
     numerical_dtype: str = "float32"  # how numerical columns are stored: float32, or float16 (half the bytes)
     missing_label_hint: str = ""  # appended to the error when the label column is missing
     label_values: tuple[str, str] | None = None  # the label's values read as 0 and 1; None: 0/1 as numbers
+    keep: list[str] = field(default_factory=list)  # columns read as text only, carried to the output (predict)
 
 
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
@@ -126,8 +127,10 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
 
 
 def _needed(opts: TranscodeOptions) -> list[str]:
-    """The columns read: the label (when there is one), then the numerical and categorical ones."""
-    return list(dict.fromkeys([*([opts.label] if opts.label is not None else []), *opts.numerical, *opts.categorical]))
+    """The columns read: the label (when there is one), the numerical and categorical ones, then
+    those kept as text (`keep`)."""
+    label = [opts.label] if opts.label is not None else []
+    return list(dict.fromkeys([*label, *opts.numerical, *opts.categorical, *opts.keep]))
 
 
 def _check_columns(
@@ -137,6 +140,8 @@ def _check_columns(
     missing = [c for c in needed if c not in names]
     if missing:
         hint = opts.missing_label_hint if opts.label in missing else ""
+        if set(missing) <= set(opts.keep) - {opts.label, *opts.numerical, *opts.categorical}:
+            hint = "; --keep-columns names columns of the input rows"
         other = [d for d in ",;|\t" if len(names) == 1 and d in names[0]]  # one name: the delimiter is another
         if other:
             hint = f"; the header is one column: are its fields separated by {other[0]!r} (--delimiter)?"
@@ -284,6 +289,7 @@ def clean(
     path: str,
     rows: np.ndarray,
     rows_out: list[np.ndarray] | None = None,
+    kept_out: list[list[pa.Array]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
     """Valid rows only: labels (bool; all False without a label column), numerical
     (opts.numerical_dtype) and categorical string columns. `rows` holds each row's 1-based data-row
@@ -291,7 +297,8 @@ def clean(
     a bad number, or a number the storage dtype cannot hold (|x| > 65504 for float16, 3.4e38 for
     float32, after the transform; never stored as infinity); it is located by the first column
     failing that check, with the column's value.
-    `rows_out` (for `predict`) receives the data-row numbers of the valid rows."""
+    `rows_out` (for `predict`) receives the data-row numbers of the valid rows, `kept_out` the
+    valid rows' values of the `keep` columns, as text (a missing Parquet value as "")."""
     text, utf8 = {}, {}
     for c in _needed(opts):
         arr, ok = _as_text(t.column(c).combine_chunks())
@@ -366,6 +373,8 @@ def clean(
         rows_out.append(rows[good])
     dense = stored[good]
     mask = pa.array(good)
+    if kept_out is not None:
+        kept_out.append([pc.fill_null(text[c].filter(mask), "") for c in opts.keep])
     cats = [to_string_array(text[c].filter(mask)) for c in opts.categorical]
     return lab_val[good] == 1, dense, cats
 

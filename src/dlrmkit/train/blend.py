@@ -365,7 +365,25 @@ def train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> d
     --refit, each member once, after the weights and temperature are fitted on its fold runs
     (refit_folds), and the blend is the refitted members'. Returns the run's
     metrics; `run` is the run folder (dlrmkit.train.run_dir.RunDir). `members` is emptied: its
-    runs take the search's trained runs over, and a refit lets each go once it is refitted."""
+    runs take the search's trained runs over, and a refit lets each go once it is refitted.
+    A run stopped by an error ends the run's log with a `failed` record (each member run's own log
+    too, where it stopped in one), by Ctrl-C with an `interrupted` one (run_log.stop_record)."""
+    try:
+        return _train_blend(cfg, run, members)
+    except (Exception, KeyboardInterrupt) as exc:
+        from dlrmkit.train.run_log import append_record, log_line, stop_record
+
+        record = stop_record(exc, cfg.parallel.collective_timeout)
+        if record is not None:
+            try:
+                ck = run.checkpoint_dir if cfg.checkpoint.final_checkpoint else None
+                append_record(run.log_jsonl, log_line({**record, "time": time.time()}), (ck, run.path))
+            except (DlrmkitError, OSError):  # the error that stopped the run is the one reported
+                pass
+        raise
+
+
+def _train_blend(cfg: Any, run: Any, members: list[tuple[Member, Any, Any]]) -> dict[str, Any]:
     from dataclasses import asdict
 
     from dlrmkit.atomic_io import write_json

@@ -102,13 +102,29 @@ def check_run_dir(path: str | None) -> None:
         )
 
 
+def only_stopped(path: str) -> bool:
+    """The log holds nothing but how its run stopped (run_log.stop_record): a run that failed or was
+    interrupted before it logged anything else, which left nothing to continue."""
+    import json
+
+    if os.path.getsize(path) > 16 << 10:  # a stop record is a few hundred bytes
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError, RecursionError):
+        return False
+    return bool(records) and all(isinstance(r, dict) and r.get("event") in ("failed", "interrupted") for r in records)
+
+
 def check_fresh_log(path: str | None, option: str, folder: str | None = None) -> None:
     """A run without --resume must not append to another run's log: two runs' records (steps from
     1 again, two `end` records) would mix in one file, and `report` would read them as one run.
     Refused, as another run's checkpoints are (dlrmkit.checkpoint.dirs.check_fresh_directory);
-    the file is never deleted. An empty log (a run that stopped before its first record) is reused,
-    and a stream the caller opened (/dev/stdout, /dev/fd/N: e.g. `>> file`) is the caller's."""
-    if not path or not os.path.isfile(path) or os.path.getsize(path) == 0:
+    the file is never deleted. An empty log, or one holding only the `failed` or `interrupted`
+    record of a run that stopped before its first other record, is reused, and a stream the caller
+    opened (/dev/stdout, /dev/fd/N: e.g. `>> file`) is the caller's."""
+    if not path or not os.path.isfile(path) or os.path.getsize(path) == 0 or only_stopped(path):
         return
     if os.path.abspath(path).startswith(("/dev/std", "/dev/fd/", "/proc/")):
         return

@@ -37,6 +37,25 @@ def log_line(record: dict[str, Any]) -> str:
     return json.dumps(strict_json(record), allow_nan=False) + "\n"
 
 
+def stop_record(exc: BaseException, collective_timeout: float) -> dict[str, Any] | None:
+    """The record a run that stopped on `exc` ends its log with, so that `report` says how it
+    ended rather than "unfinished": `interrupted` for Ctrl-C; `failed`, with the one line the
+    command prints (`why`), for an error the command reports as one (bad input, a NaN/Inf loss, a
+    full disk, too little memory, a lost peer). None for anything else (a bug's traceback, or
+    another tool's control flow, such as a tune trial pruned), whose log stays without an end."""
+    from dlrmkit.errors import describe_error
+    from dlrmkit.faults import collective_failure
+
+    if isinstance(exc, KeyboardInterrupt):
+        return {"event": "interrupted"}
+    why = collective_failure(exc, collective_timeout) if isinstance(exc, RuntimeError) else None
+    if why is None:
+        why, code = describe_error(exc)
+        if code != 2:
+            return None
+    return {"event": "failed", "why": why}
+
+
 def read_log(path: str) -> list[dict[str, Any]]:
     """The JSON-lines log; each record an object whose known numeric fields are numbers a float
     holds (null, as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a

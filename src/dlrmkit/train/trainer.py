@@ -27,7 +27,7 @@ from dlrmkit.precision import LossScaler, autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model
-from dlrmkit.train.run_log import append_record, log_line
+from dlrmkit.train.run_log import append_record, log_line, stop_record
 from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
 from dlrmkit.data.numerical_buckets import quantile_boundaries
 from dlrmkit.faults import fault_point, nan_loss_injected
@@ -359,6 +359,16 @@ class Trainer:
             else:
                 self.kept_log.append(record)
 
+    def log_stop(self, exc: BaseException) -> None:
+        """A `failed` (or `interrupted`) record for a run that `exc` stopped (run_log.stop_record);
+        never raises: the error that stopped the run is the one reported."""
+        record = stop_record(exc, self.cfg.parallel.collective_timeout)
+        if record is not None:
+            try:
+                self.log({"event": record.pop("event"), "step": self.step, **record})
+            except (DlrmkitError, OSError):
+                pass
+
     def write_log(self, lines: str) -> None:
         try:  # a full disk (or --log-jsonl /dev/full) is one line naming the log
             os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
@@ -442,6 +452,9 @@ class Trainer:
         self._bar: tqdm | None = None
         try:
             return self._fit(save)
+        except (Exception, KeyboardInterrupt) as exc:
+            self.log_stop(exc)
+            raise
         finally:
             if self._bar is not None:
                 self._bar.close()  # so an error message starts on its own line
