@@ -50,6 +50,27 @@ def parquet_column_twice(root: Path) -> None:
     pq.write_table(table, root / "rows.parquet")
 
 
+def compressed(rel: str, to: str, fmt: str) -> Callable[[Path], None]:
+    """`to`: the file `rel` compressed as `fmt` (a format the standard library writes), or only
+    that format's first bytes before the text (zstd)."""
+
+    def setup(root: Path) -> None:
+        import bz2
+        import gzip
+        import lzma
+        import zipfile
+
+        data = (root / rel).read_bytes()
+        if fmt == "zip":
+            with zipfile.ZipFile(root / to, "w") as z:
+                z.writestr(rel, data)
+            return
+        write = {"bzip2": bz2.compress, "xz": lzma.compress, "gzip": gzip.compress}.get(fmt)
+        (root / to).write_bytes(write(data) if write else b"\x28\xb5\x2f\xfd" + data)
+
+    return setup
+
+
 def long_line(rel: str, prefix: bytes) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         with open(root / rel, "ab") as f:
@@ -128,6 +149,44 @@ PROBES = [
         "(has: y, a\\x00, b, \\x1b[2J\\x1b[31mc\\u202e)",
         setup=write_bytes("rows.csv", "y,a\0,b,\x1b[2J\x1b[31mc\u202e\n1,2,3,x\n".encode()),
     ),
+    # ---- a blank first line is no header (its names were none: "no column(s) y, a (has: )")
+    Probe(
+        "transcode-header-blank",
+        (*TR, "--out", "{ws}/o"),
+        "rows.csv:1: the header line is blank (line 3 is the first that is not); the column names must be on line 1",
+        setup=write_bytes("rows.csv", b"\n\ny,a,b,c\n1,2,3,x\n"),
+    ),
+    # ---- compressed files of formats not read, named by their first bytes (were "header line is not UTF-8")
+    Probe(
+        "transcode-input-bzip2",
+        ("transcode", "--input", "{ws}/rows.csv.bz2", *TR[3:], "--out", "{ws}/o"),
+        "rows.csv.bz2: holds bzip2-compressed data; text input is read plain or gzip-compressed (named .gz)",
+        setup=compressed("rows.csv", "rows.csv.bz2", "bzip2"),
+    ),
+    Probe(
+        "transcode-input-zip",
+        ("transcode", "--input", "{ws}/rows.zip", *TR[3:], "--out", "{ws}/o"),
+        "rows.zip: holds zip-compressed data",
+        setup=compressed("rows.csv", "rows.zip", "zip"),
+    ),
+    Probe(
+        "transcode-input-gzip-not-named-gz",
+        ("transcode", "--input", "{ws}/packed.csv", *TR[3:], "--out", "{ws}/o"),
+        "packed.csv: holds gzip-compressed data; gzip input is read from a file named .gz: rename it",
+        setup=compressed("rows.csv", "packed.csv", "gzip"),
+    ),
+    Probe(
+        "preprocess-input-xz",
+        (*PP[:3], "{ws}/rows.tsv.xz", *PP[4:], "--out", "{ws}/o"),
+        "rows.tsv.xz: holds xz-compressed data",
+        setup=compressed("rows.tsv", "rows.tsv.xz", "xz"),
+    ),
+    Probe(
+        "preprocess-input-zstd-named-gz",
+        (*PP[:3], "{ws}/rows.tsv.gz", *PP[4:], "--out", "{ws}/o"),
+        "rows.tsv.gz: holds zstd-compressed data",
+        setup=compressed("rows.tsv", "rows.tsv.gz", "zstd"),
+    ),
     # ---- a Parquet schema naming a column twice (was "internal error")
     Probe(
         "transcode-parquet-column-twice",
@@ -186,6 +245,17 @@ ACCEPTED = [
         ("transcode", "--input", "{ws}/rows.parquet", *TR[3:], "--out", "{ws}/o"),
         summarized("rows read 5  written 3  skipped 2 (bad_label 1, bad_number 1)"),
         setup=parquet_rows,
+    ),
+    Accepted(  # a header whose first name begins as bzip2 data does ("BZh") is text
+        "transcode-header-bzh",
+        ("transcode", "--input", "{ws}/bzh.csv", *TR[3:], "--out", "{ws}/o"),
+        transcoded(40),
+        setup=lambda root: (root / "bzh.csv").write_text(
+            "".join(
+                ("BZh9," if i == 0 else "0,") + line
+                for i, line in enumerate((root / "rows.csv").read_text().splitlines(True))
+            )
+        ),
     ),
     Accepted(  # a file's type from its suffix in any case
         "transcode-upper-case-suffix",

@@ -376,6 +376,32 @@ def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
     assert r.code == 2 and not (tmp_path / "s.csv").exists()
 
 
+def test_a_blank_header_or_a_compressed_input_is_one_line(csv_model, criteo_model, tmp_path):
+    """Rows read as transcode reads them: a blank first line is no header, and a compressed file
+    of a format not read is named by its first bytes, for CSV and Criteo rows alike (they were
+    "no column(s) y, a, c (has: )" and "the header line is not UTF-8", or every row bad)."""
+    import bz2
+
+    _, ckpt = csv_model
+    write_rows(tmp_path / "rows.csv", 10)
+    blank = tmp_path / "blank.csv"
+    blank.write_bytes(b"\n" + (tmp_path / "rows.csv").read_bytes())
+    packed = tmp_path / "rows.csv.bz2"
+    packed.write_bytes(bz2.compress((tmp_path / "rows.csv").read_bytes()))
+    _, criteo_ckpt, tail = criteo_model
+    criteo = tmp_path / "tail.tsv.bz2"
+    criteo.write_bytes(bz2.compress(tail.read_bytes()))
+    for checkpoint, path, phrase in (
+        (ckpt, blank, f"{blank}:1: the header line is blank (line 2 is the first that is not)"),
+        (ckpt, packed, f"{packed}: holds bzip2-compressed data; text input is read plain or gzip-compressed"),
+        (criteo_ckpt, criteo, f"{criteo}: holds bzip2-compressed data"),
+    ):
+        r = run_cli("predict", "--checkpoint", checkpoint, "--input", path)
+        assert r.code == 2 and r.out == "", r.err
+        (line,) = r.err.strip().splitlines()
+        assert phrase in line, line
+
+
 @pytest.mark.parametrize(
     "edit, phrase",
     [

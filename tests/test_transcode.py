@@ -326,3 +326,17 @@ def test_rows_split_by_a_quoted_delimiter_are_explained(tmp_path):
     (line,) = r.err.strip().splitlines()
     assert f"{src}:2: data row 1: wrong_field_count (4 fields, expected 3)" in line
     assert "check --delimiter (quotes do not make one field of a value holding the delimiter)" in line
+
+
+def test_an_empty_column_name_is_shown_quoted(tmp_path):
+    """A header with a trailing delimiter has a last column without a name: the line naming the
+    columns not used, and an error listing the header's names, show it as '' (it was nothing)."""
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b,color,city,\n" + "\n".join(",".join(r) + "," for r in csv_rows(20)) + "\n")
+    r = run_cli(*args(src, tmp_path / "o"))
+    assert r.code == 0, r.err
+    assert "columns not used: '' (name them in --numerical or --categorical to use them)" in r.out, r.out
+    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o2", "--label", "y", "--numerical", "z")
+    assert r.code == 2
+    (line,) = r.err.strip().splitlines()
+    assert "no column(s) z (has: y, a, b, color, city, '')" in line, line

@@ -110,6 +110,89 @@ def test_a_storage_of_other_tables_is_one_line(tiny_data, tmp_path, table):
     assert f"--storage {url}: not an Optuna study storage" in line, line
 
 
+def shared_study(db, **attrs):
+    """A study storage holding one complete trial with these user attributes, as another process
+    sharing --storage (or a crafted file) could leave it."""
+    import optuna
+
+    study = optuna.create_study(study_name="dlrmkit", storage=f"sqlite:///{db}", direction="maximize")
+    dist = {"lr": optuna.distributions.FloatDistribution(0.01, 1.0)}
+    study.add_trial(optuna.trial.create_trial(params={"lr": 0.1}, distributions=dist, value=0.7, user_attrs=attrs))
+
+
+@pytest.mark.parametrize(
+    "attrs, phrase",
+    [
+        ({"train_options": {"lr": "abc"}}, "user attribute 'train_options': option 'lr': invalid value 'abc'"),
+        ({"train_options": {"run_dir": "/etc"}}, "user attribute 'train_options': 'run-dir' says where the run writes"),
+        ({"train_options": {"bogus": 1}}, "user attribute 'train_options': unknown train option 'bogus'"),
+        ({"train_options": ["lr"]}, "user attribute 'train_options': must be a mapping of option: value, not list"),
+        (
+            {"train_options": {"shuffle": "yes"}},
+            "user attribute 'train_options': option 'no-shuffle' must be true or false, got 'yes'",
+        ),
+        ({}, "user attribute 'train_options' is missing"),
+        ({"train_options": {"lr": 0.1}, "test_auc": "high"}, "user attribute 'test_auc' is 'high', not a number"),
+        (
+            {"train_options": {"lr": 0.1}, "test_auc": 0.5, "test_logloss": [1]},
+            "user attribute 'test_logloss' is '[1]', not a number",
+        ),
+    ],
+    ids=["bad-value", "output-option", "unknown-option", "a-list", "switch-text", "missing", "auc-text", "logloss"],
+)
+def test_a_shared_studys_best_trial_is_checked_as_its_config_file_would_be(tiny_data, tmp_path, attrs, phrase):
+    """The best trial's train options become best.yaml, checked as `train --config` checks it, and
+    its test figures are printed: a trial not as tune records them is one line naming the trial
+    and the attribute, and no best.yaml (written unchecked, or "internal error" on printing)."""
+    db, out = tmp_path / "shared.db", tmp_path / "T"
+    shared_study(db, **attrs)
+    r = run_cli("tune", "--data", tiny_data, "--trials", 1, "--storage", f"sqlite:///{db}", "--out", out)
+    assert r.code == 2, (r.err, r.out)
+    (line,) = r.err.strip().splitlines()
+    assert f"--storage sqlite:///{db}: trial 0: {phrase}" in line, line
+    assert not (out / "best.yaml").exists()
+
+
+def test_a_shared_studys_trial_that_passes_is_written_as_it_trained(tiny_data, tmp_path):
+    db, out = tmp_path / "shared.db", tmp_path / "T"
+    shared_study(db, train_options={"data": str(tiny_data), "lr": 0.1, "shuffle": False}, test_auc=float("nan"))
+    r = run_cli("tune", "--data", tiny_data, "--trials", 1, "--storage", f"sqlite:///{db}", "--out", out)
+    assert r.code == 0, r.err
+    assert "best trial 0: test AUC nan, test logloss nan" in r.out  # a one-class test set's AUC
+    assert yaml.safe_load((out / "best.yaml").read_text()) == {"data": str(tiny_data), "no-shuffle": True, "lr": 0.1}
+
+
+def test_a_study_tune_cannot_use_is_one_line(tiny_data, tmp_path):
+    """A study of the name that minimizes (another tool's), a trial row Optuna cannot read, and a
+    pruned trial's reason holding an escape sequence (printed escaped)."""
+    import optuna
+
+    other = tmp_path / "other.db"
+    optuna.create_study(study_name="dlrmkit", storage=f"sqlite:///{other}", direction="minimize")
+    argv = ("tune", "--data", tiny_data, "--trials", 1, "--out", tmp_path / "T")
+    r = run_cli(*argv, "--storage", f"sqlite:///{other}")
+    assert r.code == 2 and "study 'dlrmkit' has direction(s) minimize; a tune study maximizes" in r.err, r.err
+    db = tmp_path / "shared.db"
+    shared_study(db, train_options={"lr": 0.1}, pruned="diverged\x1b[2J")
+    with sqlite3.connect(db) as con:
+        con.execute("update trials set state = 'PRUNED'")
+    r = run_cli(*argv, "--storage", f"sqlite:///{db}")
+    assert r.code == 0 and "trial 0 pruned: diverged\\x1b[2J\n" in r.out, r.out
+    with sqlite3.connect(db) as con:
+        con.execute("update trials set state = 'UNHEARD'")
+    r = run_cli(*argv, "--storage", f"sqlite:///{db}")
+    assert r.code == 2, r.err
+    (line,) = r.err.strip().splitlines()
+    assert "study 'dlrmkit' holds a trial Optuna cannot read (LookupError: 'UNHEARD' is not" in line, line
+
+    from dlrmkit.commands.tune import best_table
+
+    study = optuna.create_study(direction="maximize")  # a drawn value's text, escaped in the table too
+    dist = {"preset": optuna.distributions.CategoricalDistribution(["tiny\x1b[2J"])}
+    study.add_trial(optuna.trial.create_trial(params={"preset": "tiny\x1b[2J"}, distributions=dist, value=0.7))
+    assert "tiny\\x1b[2J" in best_table(study) and "\x1b" not in best_table(study)
+
+
 def test_a_pruned_trial_is_named_with_why(tiny_data, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("lr: {type: categorical, choices: [100000.0]}\n")  # diverges: the trial ends early

@@ -29,7 +29,7 @@ class Interrupted(KeyboardInterrupt):
         self.detail = detail
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """`text` on one line, whitespace runs as one space and every other character that is not
     printable (NUL, an escape sequence's ESC, a bidirectional override) written as its escape: a
     message quotes names from hostile files, and a terminal must show it as it is, not obey it."""
@@ -46,26 +46,26 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
     input and for the environment's faults (a full disk, a read-only or missing file, a file that
     does not parse), 1 for a bug, with how to see its traceback."""
     if isinstance(exc, DlrmkitError):
-        return _one_line(str(exc)), 2
+        return one_line(str(exc)), 2
     if isinstance(exc, OSError) and (exc.errno is not None or exc.filename):
         where = exc.filename if exc.filename is not None else ""
         other = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
         text = exc.strerror or type(exc).__name__
-        return _one_line(f"{where}{other}: {text}" if where else text), 2
+        return one_line(f"{where}{other}: {text}" if where else text), 2
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and _allocation_failed(str(exc))):
         return "out of memory; use a smaller --batch-size or dataset, or a machine with more memory", 2
     if isinstance(exc, json.JSONDecodeError):
-        return _one_line(f"invalid JSON at line {exc.lineno} ({exc.msg})"), 2
+        return one_line(f"invalid JSON at line {exc.lineno} ({exc.msg})"), 2
     try:
         import yaml
 
         if isinstance(exc, yaml.YAMLError):
             mark = getattr(exc, "problem_mark", None)
             where = f"{mark.name}: line {mark.line + 1}: " if mark is not None else ""
-            return _one_line(f"{where}invalid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"), 2
+            return one_line(f"{where}invalid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"), 2
     except ImportError:
         pass
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return _one_line(
+    return one_line(
         f"internal error {type(exc).__name__}: {first} (run with DLRMKIT_DEBUG=1 for the traceback, and report it)"
     ), 1

@@ -318,7 +318,7 @@ def to_mapping(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     for name, s in by_name.items():
         if name in values:
             v = values[name]
-            if s.kind == "switch" and s.option.negate and v is not None:
+            if s.kind == "switch" and s.option.negate and isinstance(v, bool):  # another value: refused on reading
                 v = not v
             out[s.key] = list(v) if isinstance(v, tuple) else v
     return out

@@ -133,11 +133,13 @@ def _criteo_batches(
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, list[Any]]]:
     """(rows, labels, dense float16, ids int64, no kept columns) per block of a Criteo TSV, via
     criteo.parse_block."""
-    from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, iter_blocks, numerical_matrix, parse_block
+    from dlrmkit.data.criteo_tsv import NUM_CAT, REASONS, Bad, Task, check_compression, iter_blocks
+    from dlrmkit.data.criteo_tsv import numerical_matrix, parse_block
     from dlrmkit.untrusted import check_regular_input
 
     check_regular_input(path, "--input")
-    task = Task(0, path, 0, None if path.endswith(".gz") else os.path.getsize(path), False)
+    check_compression(path)
+    task = Task(0, path, 0, None if path.lower().endswith(".gz") else os.path.getsize(path), False)
     tables = [vocab.id_table(t) for t in range(NUM_CAT)]
     bad, line0 = Bad(), 1
     for block in iter_blocks(task):

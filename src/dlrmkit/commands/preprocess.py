@@ -79,7 +79,7 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         print(f"  bad row: {pos}")
     unused = report.get("unused_columns") or []
     if unused:  # a column left out by mistake would otherwise go unnoticed
-        names = [str(n) if str(n).isprintable() else repr(n) for n in unused[:20]]
+        names = [str(n) if str(n).isprintable() and str(n) else repr(str(n)) for n in unused[:20]]  # '': empty
         shown = ", ".join(names) + (f", ... ({len(unused):,} in all)" if len(unused) > 20 else "")
         print(f"columns not used: {shown} (name them in --numerical or --categorical to use them)")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from dlrmkit import cli_types as ct
 from dlrmkit.atomic_io import atomic_path, check_not_inside, check_output_dir, make_dirs
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import DlrmkitError, one_line
 from dlrmkit.options import add_options, option
 from dlrmkit.untrusted import MiB, load_yaml
 
@@ -260,7 +260,27 @@ def _applied(trial: Any, name: str) -> str:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    return f"{v:.4g}" if isinstance(v, float) else one_line(str(v))  # a shared study's text, escaped
+
+
+def best_record(trial: Any, url: str) -> tuple[dict[str, Any], float | None, float]:
+    """(train options, test AUC or None, test logloss) the best trial recorded, checked: a study
+    storage may be shared, so its trials come from elsewhere. The options are checked as
+    `train --config` checks the best.yaml written of them; the figures are numbers (NaN too)."""
+    from dlrmkit.train.config_file import check_dumped
+
+    where = f"--storage {url}: trial {trial.number}: user attribute"
+    if "train_options" not in trial.user_attrs:
+        raise DlrmkitError(f"{where} 'train_options' is missing (a trial dlrmkit tune did not run)")
+    trained = trial.user_attrs["train_options"]
+    check_dumped(f"{where} 'train_options'", trained)
+    figures = []
+    for name in ("test_auc", "test_logloss"):
+        v = trial.user_attrs.get(name, float("nan") if name == "test_logloss" else None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise DlrmkitError(f"{where} '{name}' is {str(v)[:40]!r}, not a number")
+        figures.append(v)
+    return trained, figures[0], figures[1]
 
 
 def write_plots(study: Any, out: str) -> list[str]:
@@ -360,8 +380,16 @@ def run(args: argparse.Namespace) -> int:
         raise DlrmkitError(
             f"--storage {url}: not an Optuna study storage ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})"
         ) from None
+    except (AssertionError, ValueError, LookupError, TypeError) as exc:  # rows Optuna did not write so
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}" if str(exc) else type(exc).__name__
+        raise DlrmkitError(f"--storage {url}: study '{args.study}' holds a trial Optuna cannot read ({why})") from None
     finally:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if [d.name for d in study.directions] != ["MAXIMIZE"]:  # a study of the name made by another tool
+        raise DlrmkitError(
+            f"--storage {url}: study '{args.study}' has direction(s) {', '.join(d.name.lower() for d in study.directions)}; "
+            "a tune study maximizes validation AUC (give another --study)"
+        )
     todo = args.trials - done
     print(f"study '{args.study}' in {url}: {done} finished trials, running {max(todo, 0)} more")
     if todo > 0:
@@ -378,20 +406,20 @@ def run(args: argparse.Namespace) -> int:
         )
     for t in study.trials:  # the trials that ended early, each with why (--no-prune keeps all)
         if t.state.name == "PRUNED":
-            print(f"trial {t.number} pruned: {t.user_attrs.get('pruned', 'stopped by the pruner')}")
+            print(one_line(f"trial {t.number} pruned: {t.user_attrs.get('pruned', 'stopped by the pruner')}"))
     print(best_table(study))
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if complete:
         best = max(complete, key=lambda t: t.value)
         from dlrmkit.train.config_file import dump_config
 
+        trained, test, test_logloss = best_record(best, url)
         path = os.path.join(out, "best.yaml")
-        dump_config(best.user_attrs.get("train_options", {}), path)
+        dump_config(trained, path)
         print(f"best trial {best.number}: val AUC {best.value:.4f}; config {path} (dlrmkit train --config {path})")
-        test = best.user_attrs.get("test_auc")
         if test is not None:
             print(
-                f"best trial {best.number}: test AUC {test:.4f}, test logloss {best.user_attrs.get('test_logloss', float('nan')):.4f} "
+                f"best trial {best.number}: test AUC {test:.4f}, test logloss {test_logloss:.4f} "
                 "(scored once, after selection on validation)"
             )
     for path in write_plots(study, out):

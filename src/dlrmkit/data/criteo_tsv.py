@@ -92,6 +92,36 @@ def check_input_file(path: str) -> int:
     return size
 
 
+# formats recognized by their first bytes, to name one that is not read (text is plain or gzip, .gz)
+MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),  # then a block size digit and a block or end-of-stream magic: checked below
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"PK\x05\x06", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
+
+
+def check_compression(path: str) -> None:
+    """A text input is plain, or gzip named .gz: a file of another compressed format (or a gzip
+    named otherwise) is one line naming its format, not a header or rows of undecodable bytes."""
+    with open(path, "rb") as f:
+        head = f.read(10)
+    kind = next((name for magic, name in MAGIC if head.startswith(magic)), None)
+    if kind == "bzip2" and not (head[3:4].isdigit() and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90")):
+        kind = None  # text that starts with "BZh"
+    if kind is None or (kind == "gzip" and path.lower().endswith(".gz")):
+        return
+    if kind == "gzip":
+        raise DlrmkitError(f"{path}: holds gzip-compressed data; gzip input is read from a file named .gz: rename it")
+    raise DlrmkitError(
+        f"{path}: holds {kind}-compressed data; text input is read plain or gzip-compressed (named .gz): "
+        "decompress it, or recompress it with gzip"
+    )
+
+
 def plan_tasks(inputs: list[str], test_files: list[str], task_bytes: int) -> list[Task]:
     """Byte-range tasks that start and end on line boundaries (a .gz file is one task)."""
     check_distinct([("--input", p) for p in inputs] + [("--test-files", p) for p in test_files])
@@ -99,6 +129,7 @@ def plan_tasks(inputs: list[str], test_files: list[str], task_bytes: int) -> lis
     for paths, is_test in ((inputs, False), (test_files, True)):
         for path in paths:
             size = check_input_file(path)
+            check_compression(path)
             if path.lower().endswith(".gz"):
                 tasks.append(Task(len(tasks), path, 0, None, is_test))
                 continue

@@ -180,15 +180,22 @@ def _plain(col: pa.Array) -> pa.Array:
 
 def _listing(names: list[str], most: int = 20) -> str:
     """Column names for a one-line message: a header that is really a whole file stays short."""
-    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names[:most]]
+    shown = [(n if len(n) <= 40 else n[:37] + "...") or "''" for n in names[:most]]  # '': an empty name
     return ", ".join(shown) + (f", ... ({len(names):,} in all)" if len(names) > most else "")
 
 
-def _header(path: str, first: bytes, delim: bytes) -> list[str]:
+def _header(path: str, block: bytes, delim: bytes) -> list[str]:
+    """The column names on the first line of `block` (the file's first block)."""
+    first = block[: block.index(b"\n") + 1]
     try:
         text = first.rstrip(b"\r\n").decode("utf-8").removeprefix("\ufeff")  # a byte order mark is not a name
     except UnicodeDecodeError:
         raise DlrmkitError(f"{path}:1: the header line is not UTF-8 text") from None
+    if not text.strip():  # else every name is '' and the error would list none
+        rest = block.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\n")
+        line = block[: len(block) - len(rest)].count(b"\n") + 1
+        where = f" (line {line} is the first that is not)" if rest else ""
+        raise DlrmkitError(f"{path}:1: the header line is blank{where}; the column names must be on line 1")
     return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
 
 
@@ -198,8 +205,9 @@ def _text_batches(
     """Delimited text, split into lines and fields without quote handling: a field's surrounding
     quotes are removed later, and a stray quote is an ordinary character, so it can never join
     lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
-    from dlrmkit.data.criteo_tsv import Task, iter_blocks
+    from dlrmkit.data.criteo_tsv import Task, check_compression, iter_blocks
 
+    check_compression(path)
     delim = (opts.delimiter or ("\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ",")).encode()
     task = Task(0, path, 0, None if path.lower().endswith(".gz") else os.path.getsize(path), False)
     names = list(opts.columns) if not opts.header else None
@@ -210,9 +218,8 @@ def _text_batches(
         if b"\r" in block:
             block = block.replace(b"\r\n", b"\n")
         if names is None:
-            cut = block.index(b"\n") + 1
-            names = _header(path, block[:cut], delim)
-            block = block[cut:]
+            names = _header(path, block, delim)
+            block = block[block.index(b"\n") + 1 :]
             twice = sorted({c for c in names if names.count(c) > 1 and c in needed})
             if twice:
                 raise DlrmkitError(f"{path}:1: column '{twice[0]}' appears twice in the header")

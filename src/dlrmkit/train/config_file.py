@@ -14,7 +14,7 @@ import yaml
 
 from dlrmkit.config import TrainConfig
 from dlrmkit.errors import DlrmkitError
-from dlrmkit.options import flatten, from_mapping, given, specs, to_mapping
+from dlrmkit.options import flatten, from_mapping, given, spec_map, specs, to_mapping
 from dlrmkit.train.options import OUTPUT_PATHS
 from dlrmkit.untrusted import MiB, load_yaml
 
@@ -29,17 +29,33 @@ def load_config(path: str) -> dict[str, Any]:
     data = load_yaml(path, "config file", MAX_CONFIG)  # bounded: size, nesting, alias expansion
     if data is None:
         return {}
+    return check_config(path, data)
+
+
+def check_config(where: str, data: Any) -> dict[str, Any]:
+    """A config file's mapping (flag keys) as {TrainConfig option (flat name): checked value}."""
     if not isinstance(data, dict):
-        raise DlrmkitError(f"{path}: a config file must be a mapping of option: value")
-    values = from_mapping(path, TrainConfig, data, "train")
+        raise DlrmkitError(f"{where}: a config file must be a mapping of option: value")
+    values = from_mapping(where, TrainConfig, data, "train")
     for name in OUTPUT_OPTIONS:
         if values.get(name) is not None:  # a null (as dump_config writes an unset field) says nothing
             flag = name.replace("_", "-")
             raise DlrmkitError(
-                f"{path}: '{flag}' says where the run writes; give --{flag} on the command line "
+                f"{where}: '{flag}' says where the run writes; give --{flag} on the command line "
                 "(a config file never chooses which files are written)"
             )
     return values
+
+
+def check_dumped(where: str, values: Any) -> None:
+    """{option (flat name): value} from elsewhere (a shared tune study's trial), checked as the
+    file `dump_config` writes of it is checked when `--config` reads it back."""
+    if not isinstance(values, dict):
+        raise DlrmkitError(f"{where}: must be a mapping of option: value, not {type(values).__name__}")
+    unknown = [k for k in values if k not in spec_map(TrainConfig)]
+    if unknown:
+        raise DlrmkitError(f"{where}: unknown train option {str(unknown[0])[:60]!r}")
+    check_config(where, to_mapping(TrainConfig, values))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
