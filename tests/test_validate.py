@@ -113,3 +113,30 @@ def test_validate_names_each_table_by_the_column_transcode_made_it_from(tmp_path
     nvidia = nvidia_dataset(tmp_path / "n", {"train": 256, "test": 64})
     r = run_cli("validate", "--data", nvidia)
     assert r.code == 0 and "(column" not in r.out, r.out
+
+
+def test_validate_gives_each_tables_share_of_test_ids_new_to_training_and_names_a_time_stamp(tmp_path):
+    """A column whose test values no training row holds (a time stamp, a row id) reads as id 0 on
+    every test row: validate gives each table that share and a note names the column."""
+    rows = ["y,ts,city"] + [f"{i % 2},{14102100 + i // 10},c{i % 7}" for i in range(400)]
+    (tmp_path / "x.csv").write_text("\n".join(rows) + "\n")
+    r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+                "--categorical", "ts,city", "--test-rows", "100")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("validate", "--data", tmp_path / "d")
+    assert r.code == 0, r.err
+    shares = {ln.split()[-1]: float(ln.split()[-3]) for ln in r.out.splitlines() if ln.strip().startswith("cat_")}
+    assert shares == {"ts)": 1.0, "city)": 0.0}, r.out
+    notes = [ln for ln in r.out.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "(column ts): 100% of the test rows' ids are new" in notes[0], r.out
+
+
+def test_ids_new_to_training_are_counted_alike_from_a_mask_or_sorted_ids():
+    from dlrmkit.commands.validate import SeenIds
+
+    ids = np.array([0, 1, 2, 5, 10, 9, 9])
+    mask = np.zeros(11, bool)
+    mask[[0, 1, 5, 9]] = True
+    assert SeenIds(mask, None).new(ids) == 3  # 0 (the unknown value), 2, 10
+    assert SeenIds(None, np.array([0, 1, 5, 9])).new(ids) == 3
+    assert SeenIds(None, np.zeros(0, np.int64)).new(ids) == 7

@@ -1,6 +1,10 @@
 """Check every file of a dataset against its FeatureSpec (sizes, dtypes, ids < cardinality,
 labels in {0, 1}) and print a summary: rows per mapping, click rate, and per table its
-cardinality and the share of lookups that hit its top 1% of ids."""
+cardinality, the share of lookups that hit its top 1% of ids, and the share of the test rows'
+lookups the training rows never made (or id 0, the value a vocabulary does not hold: an unseen
+or rare value of a transcoded or preprocessed dataset). A table whose test ids are mostly new is
+a time stamp or a row id the model cannot learn from: a note names a table whose test ids are
+nearly all new."""
 
 from __future__ import annotations
 
@@ -53,10 +57,38 @@ class IdCounts:
         self.counts = np.bincount(inv, weights=counts, minlength=len(self.ids)).astype(np.int64)
         self.pending = []
 
+    def seen(self) -> "SeenIds":
+        """The ids counted so far, to ask of others whether they are among them."""
+        if self.dense is None:
+            self._merge()
+            return SeenIds(None, self.ids.copy())
+        return SeenIds(self.dense > 0, None)
+
     def sorted_counts(self) -> np.ndarray:
         if self.dense is None:
             self._merge()
         return np.sort(self.dense if self.dense is not None else self.counts)[::-1]
+
+
+@dataclass
+class SeenIds:
+    """The ids one mapping's rows hold: a mask over the ids (dense) or the sorted ids (sparse)."""
+
+    mask: np.ndarray | None
+    ids: np.ndarray | None
+
+    def new(self, ids: np.ndarray) -> int:
+        """How many of `ids` are not among them, or are id 0 (the unknown value)."""
+        ids = ids.astype(np.int64)
+        if self.mask is not None:
+            known = self.mask[ids]
+        else:
+            at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
+            known = self.ids[at] == ids if len(self.ids) else np.zeros(len(ids), bool)
+        return int(np.count_nonzero(~known | (ids == 0)))
+
+
+MOSTLY_NEW = 0.95  # a table whose test lookups are nearly all new to training gets a note (a user id: 0.75 on kdd12)
 
 
 def check_rows(spec, datasets: dict) -> None:
@@ -81,7 +113,9 @@ def validate(path: str) -> dict:
     datasets = {TRAIN: train, **({VAL: val} if val is not None else {}), TEST: test}
     check_rows(spec, datasets)
     hist = [IdCounts(c, sum(len(d) for d in datasets.values())) for c in cards]
-    for name, ds in datasets.items():
+    seen: list[SeenIds] = []  # the training rows' ids per table, once the train mapping is read
+    new, lookups = np.zeros(len(cards), np.int64), np.zeros(len(cards), np.int64)  # the test rows'
+    for name, ds in datasets.items():  # the train mapping first
         clicks = 0
         for start in range(0, ds.rows, CHUNK):
             end = min(start + CHUNK, ds.rows)
@@ -90,7 +124,13 @@ def validate(path: str) -> dict:
             batch = ds.read(start, end, check_ids=True)
             clicks += int(np.count_nonzero(batch.labels))
             for t in range(len(cards)):  # a multi-hot table's columns: every id of its bags
-                hist[t].add(batch.ids[:, ds.id_columns[t] : ds.id_columns[t + 1]].reshape(-1))
+                ids = batch.ids[:, ds.id_columns[t] : ds.id_columns[t + 1]].reshape(-1)
+                hist[t].add(ids)
+                if name == TEST:
+                    new[t] += seen[t].new(ids)
+                    lookups[t] += len(ids)
+        if name == TRAIN:
+            seen = [h.seen() for h in hist]
         summary["mappings"][name] = {"rows": ds.rows, "click_rate": clicks / ds.rows if ds.rows else None}
     columns = source_columns(spec)
     for t, (name, c) in enumerate(zip(spec.categorical_names, cards)):
@@ -99,7 +139,8 @@ def validate(path: str) -> dict:
         total = counts.sum()
         summary["tables"].append(
             {"name": name, "column": columns[t] if columns else None, "cardinality": c,
-             "top1pct_share": float(counts[:k].sum() / total) if total else 0.0}
+             "top1pct_share": float(counts[:k].sum() / total) if total else 0.0,
+             "test_new_share": float(new[t] / lookups[t]) if lookups[t] else None}
         )  # fmt: skip
     return summary
 
@@ -120,8 +161,18 @@ def run(args: argparse.Namespace) -> int:
     for name, m in s["mappings"].items():
         rate = f"{m['click_rate']:.4f}" if m["click_rate"] is not None else "n/a"
         print(f"  {name}: {m['rows']:,} rows, click rate {rate}")
-    print(f"  {'table':<14}{'cardinality':>14}{'top-1% ids share':>20}")
+    print(f"  {'table':<14}{'cardinality':>14}{'top-1% ids share':>20}{'test ids new':>15}")
     for t in s["tables"]:
         column = f"  (column {t['column']})" if t["column"] is not None else ""
-        print(f"  {t['name']:<14}{t['cardinality']:>14,}{t['top1pct_share']:>20.3f}{column}")
+        fresh = "n/a" if t["test_new_share"] is None else f"{t['test_new_share']:.3f}"
+        print(f"  {t['name']:<14}{t['cardinality']:>14,}{t['top1pct_share']:>20.3f}{fresh:>15}{column}")
+    print("  (test ids new: the test rows' lookups of an id no training row holds, or of id 0, the unknown value)")
+    for t in s["tables"]:
+        if t["test_new_share"] is not None and t["test_new_share"] > MOSTLY_NEW:
+            name = t["name"] + (f" (column {t['column']})" if t["column"] is not None else "")
+            print(
+                f"note: {name}: {t['test_new_share']:.0%} of the test rows' ids are new to the training rows "
+                "(a time stamp or a row id?): the model learns nothing there that it can use on new rows; "
+                "leave the column out, or derive a coarser one from it (an hour of the day)"
+            )
     return 0
