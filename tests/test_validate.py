@@ -117,12 +117,15 @@ def test_validate_names_each_table_by_the_column_transcode_made_it_from(tmp_path
 
 def test_validate_gives_each_tables_share_of_test_ids_new_to_training_and_names_a_time_stamp(tmp_path):
     """A column whose test values no training row holds (a time stamp, a row id) reads as id 0 on
-    every test row: validate gives each table that share and a note names the column."""
+    every test row: validate gives each table that share, and a note names the column (transcode's
+    too)."""
     rows = ["y,ts,city"] + [f"{i % 2},{14102100 + i // 10},c{i % 7}" for i in range(400)]
     (tmp_path / "x.csv").write_text("\n".join(rows) + "\n")
     r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
                 "--categorical", "ts,city", "--test-rows", "100")  # fmt: skip
     assert r.code == 0, r.err
+    notes = [ln for ln in r.out.splitlines() if ln.startswith("note:")]  # transcode says so too
+    assert len(notes) == 1 and "column ts: 100% of the test rows' ids are new" in notes[0], r.out
     r = run_cli("validate", "--data", tmp_path / "d")
     assert r.code == 0, r.err
     shares = {ln.split()[-1]: float(ln.split()[-3]) for ln in r.out.splitlines() if ln.strip().startswith("cat_")}

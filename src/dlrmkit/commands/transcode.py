@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import DlrmkitError, one_line
 from dlrmkit.options import add_options, option
 
 
@@ -121,4 +121,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}"
     )
+    from dlrmkit.commands.validate import MOSTLY_NEW, new_ids_note, unknown_in_test
+
+    for column, share in zip(opts.categorical, unknown_in_test(args.out)):
+        if share > MOSTLY_NEW:  # its values the vocabulary of the training rows does not hold
+            print(new_ids_note(f"column {one_line(column)}", share))
     return 0

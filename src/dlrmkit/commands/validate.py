@@ -169,10 +169,27 @@ def run(args: argparse.Namespace) -> int:
     print("  (test ids new: the test rows' lookups of an id no training row holds, or of id 0, the unknown value)")
     for t in s["tables"]:
         if t["test_new_share"] is not None and t["test_new_share"] > MOSTLY_NEW:
-            name = t["name"] + (f" (column {t['column']})" if t["column"] is not None else "")
-            print(
-                f"note: {name}: {t['test_new_share']:.0%} of the test rows' ids are new to the training rows "
-                "(a time stamp or a row id?): the model learns nothing there that it can use on new rows; "
-                "leave the column out, or derive a coarser one from it (an hour of the day)"
-            )
+            print(new_ids_note(t["name"] + (f" (column {t['column']})" if t["column"] is not None else ""), t["test_new_share"]))
     return 0
+
+
+def new_ids_note(table: str, share: float) -> str:
+    return (
+        f"note: {table}: {share:.0%} of the test rows' ids are new to the training rows (a time stamp or a row "
+        "id?): the model learns nothing there that it can use on new rows; leave the column out, or derive a "
+        "coarser one from it (an hour of the day)"
+    )
+
+
+def unknown_in_test(path: str) -> list[float]:
+    """Per table, the share of the test rows' lookups of id 0: in a dataset whose vocabulary holds
+    the training rows' values (transcode, preprocess), the values it does not hold. Reads the test
+    mapping's ids only."""
+    spec, _, test = open_dataset(path)
+    zeros = np.zeros(len(spec.cardinalities), np.int64)
+    for start in range(0, test.rows, CHUNK):
+        ids = test.read(start, min(start + CHUNK, test.rows), check_ids=False).ids
+        for t in range(len(zeros)):
+            zeros[t] += np.count_nonzero(ids[:, test.id_columns[t] : test.id_columns[t + 1]] == 0)
+    per_table = np.diff(np.asarray(test.id_columns)) * test.rows
+    return [float(z / n) if n else 0.0 for z, n in zip(zeros, per_table)]
