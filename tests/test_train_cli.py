@@ -172,6 +172,17 @@ def test_resume_of_a_finished_run_writes_nothing_and_names_its_final_checkpoint(
     assert (ckpt / "latest").read_text() == "step_12"
 
 
+def test_resume_of_a_run_whose_last_step_was_saved_along_the_way_writes_nothing(tiny_data, tmp_path):
+    """--checkpoint-every saving the last step makes that checkpoint the run's final one (it is
+    not saved twice): --resume with the run's schedule does not score or log the run again."""
+    ckpt = tmp_path / "C"
+    train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10, "--checkpoint-every", 5)
+    files = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    again = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 10, "--checkpoint-every", 5, "--resume")
+    assert again.out == "", again.out
+    assert "the run ended at step 10" in again.err.strip().splitlines()[-1], again.err
+    assert {p: p.read_bytes() for p in files} == files  # no second test score in the log
+
 def test_resume_without_checkpoint_starts_fresh(tiny_data, tmp_path):
     m = tmp_path / "m.json"
     train(tiny_data, "--checkpoint-dir", tmp_path / "C", "--resume", "--max-steps", 5, "--metrics-json", m)

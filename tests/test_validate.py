@@ -143,3 +143,15 @@ def test_ids_new_to_training_are_counted_alike_from_a_mask_or_sorted_ids():
     assert SeenIds(mask, None).new(ids) == 3  # 0 (the unknown value), 2, 10
     assert SeenIds(None, np.array([0, 1, 5, 9])).new(ids) == 3
     assert SeenIds(None, np.zeros(0, np.int64)).new(ids) == 7
+
+
+def test_id_0_is_new_only_where_it_is_a_vocabularys_unknown_value(tmp_path):
+    """In a dataset transcode or preprocess did not make (NVIDIA's, synth's), id 0 is an id like any
+    other: test rows all of id 0, which the training rows hold, are not new, and get no note."""
+    d = nvidia_dataset(tmp_path / "nv", {"train": 300, "test": 100})
+    np.zeros(100, np.int8).tofile(d / "test" / "cat_0.bin")
+    r = run_cli("validate", "--data", d)
+    assert r.code == 0, r.err
+    shares = {ln.split()[0]: float(ln.split()[-1]) for ln in r.out.splitlines() if ln.strip().startswith("cat_")}
+    assert shares["cat_0.bin"] == 0.0 and "note: cat_0.bin" not in r.out, r.out
+    assert "(test ids new: the test rows' lookups of an id no training row holds)" in r.out, r.out

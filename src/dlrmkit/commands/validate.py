@@ -57,12 +57,13 @@ class IdCounts:
         self.counts = np.bincount(inv, weights=counts, minlength=len(self.ids)).astype(np.int64)
         self.pending = []
 
-    def seen(self) -> "SeenIds":
-        """The ids counted so far, to ask of others whether they are among them."""
+    def seen(self, zero_unknown: bool = True) -> "SeenIds":
+        """The ids counted so far, to ask of others whether they are among them (`zero_unknown`:
+        id 0 is the vocabulary's unknown value, new wherever it occurs)."""
         if self.dense is None:
             self._merge()
-            return SeenIds(None, self.ids.copy())
-        return SeenIds(self.dense > 0, None)
+            return SeenIds(None, self.ids.copy(), zero_unknown)
+        return SeenIds(self.dense > 0, None, zero_unknown)
 
     def sorted_counts(self) -> np.ndarray:
         if self.dense is None:
@@ -72,20 +73,29 @@ class IdCounts:
 
 @dataclass
 class SeenIds:
-    """The ids one mapping's rows hold: a mask over the ids (dense) or the sorted ids (sparse)."""
+    """The ids one mapping's rows hold: a mask over the ids (dense) or the sorted ids (sparse).
+    `zero_unknown`: id 0 is the unknown value (a dataset `transcode` or `preprocess` made, whose
+    vocabulary maps an unseen or rare value there); elsewhere (synth, NVIDIA's) an id like any other."""
 
     mask: np.ndarray | None
     ids: np.ndarray | None
+    zero_unknown: bool = True
 
     def new(self, ids: np.ndarray) -> int:
-        """How many of `ids` are not among them, or are id 0 (the unknown value)."""
+        """How many of `ids` are not among them, or are id 0 (the unknown value, with `zero_unknown`)."""
         ids = ids.astype(np.int64)
         if self.mask is not None:
             known = self.mask[ids]
         else:
             at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
             known = self.ids[at] == ids if len(self.ids) else np.zeros(len(ids), bool)
-        return int(np.count_nonzero(~known | (ids == 0)))
+        return int(np.count_nonzero(~known | (ids == 0) if self.zero_unknown else ~known))
+
+
+def zero_unknown(spec) -> bool:
+    """Whether id 0 is the unknown value of the dataset's vocabulary (made by transcode or preprocess)."""
+    generator = (spec.metadata or {}).get("generator")
+    return isinstance(generator, str) and generator.startswith(("dlrmkit transcode", "dlrmkit preprocess"))
 
 
 MOSTLY_NEW = 0.95  # a table whose test lookups are nearly all new to training gets a note (a user id: 0.75 on kdd12)
@@ -108,7 +118,7 @@ def validate(path: str) -> dict:
     """Read every row once (chunked, memory-mapped); raise DatasetError at the first bad value."""
     spec, train, test = open_dataset(path)
     cards = spec.cardinalities
-    summary: dict = {"mappings": {}, "tables": []}
+    summary: dict = {"mappings": {}, "tables": [], "zero_unknown": zero_unknown(spec)}
     val = open_val(spec)
     datasets = {TRAIN: train, **({VAL: val} if val is not None else {}), TEST: test}
     check_rows(spec, datasets)
@@ -130,7 +140,7 @@ def validate(path: str) -> dict:
                     new[t] += seen[t].new(ids)
                     lookups[t] += len(ids)
         if name == TRAIN:
-            seen = [h.seen() for h in hist]
+            seen = [h.seen(summary["zero_unknown"]) for h in hist]
         summary["mappings"][name] = {"rows": ds.rows, "click_rate": clicks / ds.rows if ds.rows else None}
     columns = source_columns(spec)
     for t, (name, c) in enumerate(zip(spec.categorical_names, cards)):
@@ -166,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
         column = f"  (column {t['column']})" if t["column"] is not None else ""
         fresh = "n/a" if t["test_new_share"] is None else f"{t['test_new_share']:.3f}"
         print(f"  {t['name']:<14}{t['cardinality']:>14,}{t['top1pct_share']:>20.3f}{fresh:>15}{column}")
-    print("  (test ids new: the test rows' lookups of an id no training row holds, or of id 0, the unknown value)")
+    unknown = ", or of id 0, the unknown value" if s["zero_unknown"] else ""
+    print(f"  (test ids new: the test rows' lookups of an id no training row holds{unknown})")
     for t in s["tables"]:
         if t["test_new_share"] is not None and t["test_new_share"] > MOSTLY_NEW:
             print(new_ids_note(t["name"] + (f" (column {t['column']})" if t["column"] is not None else ""), t["test_new_share"]))

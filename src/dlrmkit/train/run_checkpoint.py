@@ -5,6 +5,7 @@ storage (DCP files, manifest, checksums); the training loop only says when."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -124,6 +125,7 @@ def save_final(trainer: TrainerState, hint: bool = True) -> None:
         return
     if trainer.last_saved_step == trainer.step:  # saved along the way at this very step: said, not saved twice
         if trainer.dist.rank == 0:
+            mark_final(os.path.join(cfg.checkpoint.checkpoint_dir, f"step_{trainer.step}"))
             print(
                 f"saved checkpoint {ckpt.latest_checkpoint(cfg.checkpoint.checkpoint_dir)} (at the last step, "
                 "by --checkpoint-every/--checkpoint-every-seconds: the run's final checkpoint)",
@@ -139,6 +141,23 @@ def save_final(trainer: TrainerState, hint: bool = True) -> None:
             + ("; --no-final-checkpoint skips it)" if hint else ")"),
             file=sys.stderr,
         )
+
+
+def mark_final(path: str) -> None:
+    """The checkpoint at `path`, saved along the way at the run's last step with the weights the run
+    scored, recorded as its final one (its manifest's `final`), as a final save would have: --resume
+    then leaves the run as it ended."""
+    from dlrmkit.atomic_io import atomic_write
+
+    manifest = os.path.join(path, ckpt.MANIFEST)
+    with open(manifest, encoding="utf-8") as f:
+        meta = json.load(f)
+    if meta.get("final") is True:
+        return
+    with atomic_write(manifest) as f:
+        json.dump({**meta, "final": True}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def run_id(trainer: TrainerState) -> str:
