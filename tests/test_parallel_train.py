@@ -76,6 +76,48 @@ def test_bf16_wire_under_torchrun_tracks_single(tiny_data, single, tmp_path):
     assert m["logloss"] != single["logloss"], "the wire rounds: not bit for bit"
 
 
+def test_calibration_and_unreached_parameters_under_torchrun_match_single(tiny_data, tmp_path):
+    """--calibration temperature under torchrun: every rank fits the temperature on all ranks'
+    validation logits and folds it into its own weights (the wide column only in the column slice
+    that holds it); the test rows' ECE is reported as in one process. With --deep false the MLPs
+    get no gradient: AdamW's weight decay leaves them, and no optimizer state is made for them,
+    on every rank as in one process."""
+    import torch
+
+    from dlrmkit.checkpoint.save_load import load_logical_state
+
+    args = [*ARGS, "--calibration", "temperature", "--deep", "false", "--fm", "true", "--wide", "true"]
+    args += ["--optimizer", "adamw", "--dense-weight-decay", "0.1"]
+    single = train_one_process(tiny_data, [*args, "--checkpoint-dir", str(tmp_path / "c1")], tmp_path / "m1.json")
+    out = tmp_path / "m2.json"
+    proc = torchrun(
+        2, "-m", "dlrmkit", "train", "--data", tiny_data, *args, "--sharding", "column_wise",
+        "--checkpoint-dir", tmp_path / "c2", "--metrics-json", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert single["temperature"] != 1.0
+    for key in ("temperature", "val_logloss", "logloss", "ece"):
+        assert m[key] == pytest.approx(single[key], rel=1e-5), key
+    one, two = load_logical_state(str(tmp_path / "c1")), load_logical_state(str(tmp_path / "c2"))
+    names = {k for k in one[0] if not k.startswith("rng.")}
+    assert names == {k for k in two[0] if not k.startswith("rng.")}
+    for k in names:
+        torch.testing.assert_close(two[0][k], one[0][k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_dropout_under_torchrun_trains_and_says_its_masks_are_each_ranks(tiny_data, tmp_path):
+    """As under DistributedDataParallel, each rank draws dropout masks for its own rows: the run
+    trains, and rank 0 says once that it matches one process in distribution, not step for step."""
+    out = tmp_path / "m.json"
+    proc = torchrun(2, "-m", "dlrmkit", "train", "--data", tiny_data, *ARGS, "--dropout", "0.2",
+                    "--metrics-json", out)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("note: --dropout 0.2 under torchrun: each rank draws its own dropout masks") == 1
+    m = json.loads(out.read_text())
+    assert m["world_size"] == 2 and m["steps"] == 6 and 0 < m["train_loss"] < 10
+
+
 def test_two_nodes_c10d(tiny_data, single, tmp_path):
     port = free_port()
     out = tmp_path / "m.json"

@@ -232,8 +232,8 @@ def test_report_md_holds_a_logs_text_on_its_own_lines(finished_run, tmp_path):
 
 
 def test_report_leaves_out_a_calibration_error_the_run_has_not_got(finished_run, tmp_path):
-    """A torchrun run's test record holds no reliability table, so no calibration error: the
-    summary leaves it out rather than printing 'n/a'; a one-process run's is shown."""
+    """A test record without a reliability table (an older torchrun run's) has no calibration
+    error: the summary leaves it out rather than printing 'n/a'; a run's that has it is shown."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
 

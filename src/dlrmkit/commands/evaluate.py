@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.data.split_binary import SplitBinaryDataset
     from dlrmkit.checkpoint.save_load import load_single_process_model
-    from dlrmkit.train.evaluation import evaluate_model
+    from dlrmkit.train.evaluation import evaluate_model, scores
     from dlrmkit.commands.train import check_plan_file
 
     from dlrmkit.parallel.dist import launched_by_torchrun
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         from dlrmkit.checkpoint.save_load import load_parallel_model
 
         model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
-        metrics = par.evaluate(model_view(dataset, cfg), args.batch_size)
+        metrics = scores(*par.predict(model_view(dataset, cfg), args.batch_size))
     else:
         model, cfg = load_single_process_model(args.checkpoint, check)
         # --min-id-count, --numerical-buckets: the rows as training read them

@@ -8,7 +8,9 @@ produces their gradients. A reader holds three cases:
    other collectives (`extra`: the loss sum, the replicated tables' gradients): on a CPU each
    collective costs a round of thread wake-ups on every rank, so the step pays one;
 3. `wait()` waits for all, points every parameter's `.grad` at its sum and returns `extra`'s
-   results.
+   results. A parameter the loss does not reach (the MLPs with `--deep false`) has no gradient on
+   any rank (every rank runs the same model): it sums zeros and keeps no `.grad`, so its optimizer
+   leaves it as one process does.
 
 With overlap off no hook starts anything: every bucket goes in case 2."""
 
@@ -76,7 +78,8 @@ class GradBuckets:
             results = request.wait()
             params = [p for b in buckets for p in self.buckets[b]]
             for p, total in zip(params, results):
-                p.grad = total.view_as(p)
+                if p.grad is not None:  # None: the loss does not reach it, here as on every rank
+                    p.grad = total.view_as(p)
             extra = results[n:]
         self.requests, self.ready = [], [0] * len(self.buckets)
         return extra

@@ -304,15 +304,15 @@ class TrainerParallel(HybridParallel):
         }
 
     @torch.no_grad()
-    def evaluate(self, dataset, batch_size: int) -> dict[str, float]:
-        """AUC and log loss over the whole test set: each rank predicts its slice of every
-        batch, then all ranks gather all predictions."""
+    def predict(self, dataset, batch_size: int, logits: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Click probabilities (`logits`: the logits before the sigmoid) and labels of the whole
+        dataset: each rank predicts its slice of every batch, then all ranks gather all of them
+        (rank by rank: every row once, not in the dataset's order)."""
         from dlrmkit.parallel.loader import DistBatchLoader
-        from dlrmkit.metrics import log_loss, roc_auc
 
         was = self.model.training
         self.model.eval()
-        probs, labels = [], []
+        out, labels = [], []
         for batch in DistBatchLoader(
             dataset,
             batch_size,
@@ -323,10 +323,10 @@ class TrainerParallel(HybridParallel):
             self.ctx.cpu_group,
         ).epoch(0):
             dense = batch.dense.to(self.ctx.device, non_blocking=True)
-            probs.append(torch.sigmoid(self.model(dense, batch.ids).float()).cpu().numpy())
+            z = self.model(dense, batch.ids).float()
+            out.append((z if logits else torch.sigmoid(z)).cpu().numpy())
             labels.append(batch.labels.numpy())
         self.model.train(was)
-        p = np.concatenate(probs) if probs else np.empty(0)
+        p = np.concatenate(out) if out else np.empty(0)
         l = np.concatenate(labels) if labels else np.empty(0)
-        p, l = gather_predictions(p, l, self.ctx.cpu_group)
-        return {"auc": roc_auc(l, p), "logloss": log_loss(l, p)}
+        return gather_predictions(p, l, self.ctx.cpu_group)

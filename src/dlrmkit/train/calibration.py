@@ -1,7 +1,8 @@
 """Calibrated click probabilities: one temperature T fitted on the validation rows after model
 selection (Guo et al., 2017: minimize the log loss of sigmoid(logit / T), the ranking and so the
 AUC unchanged), folded into the model's last weights (the top MLP's output layer, the wide
-column of every table and the numerical linear term, the FM weight), so a checkpoint, `evaluate`,
+column of every table, or under torchrun of each shard holding it, the numerical linear term,
+the FM weight), so a checkpoint, `evaluate`,
 `predict` and `export` carry it with nothing else to read. And the measures of calibration:
 expected calibration error and the reliability table `dlrmkit report` plots."""
 
@@ -62,9 +63,10 @@ def fold_scale(model: torch.nn.Module, a: float) -> None:
         last = [m for m in model.top_mlp if isinstance(m, torch.nn.Linear)][-1]
         last.weight.mul_(a)
         last.bias.mul_(a)
-    if cfg.wide:
-        for table in model.embeddings.parameters():
-            table[:, -1].mul_(a)
+    if cfg.wide:  # the tables' last column: under torchrun, in the shards (column slices) that hold it
+        for piece in model.embeddings.logical_shards():
+            if piece.weight is not None and piece.col_end == cfg.table_dim:
+                piece.data[:, -1].mul_(a)
         if model.linear is not None:
             model.linear.weight.mul_(a)
             model.linear.bias.mul_(a)
@@ -78,9 +80,20 @@ def kept_scale(z: np.ndarray, y: np.ndarray) -> float:
     return a if log_loss_of_logits(a * z, y) < log_loss_of_logits(z, y) else 1.0
 
 
-def calibrate(model: torch.nn.Module, val_set, batch_size: int, move=None) -> dict[str, Any]:
-    """Fit the temperature on `val_set` and fold it into `model`; returns what was done."""
-    z, y = logits_of(model, val_set, batch_size, move)
+def val_logits(trainer) -> tuple[np.ndarray, np.ndarray]:
+    """The trainer's validation logits and labels (under torchrun every rank's, gathered)."""
+    from dlrmkit.precision import autocast
+
+    batch_size = trainer.cfg.selection.eval_batch_size
+    with autocast(trainer.cfg.device.precision, trainer.device.type):
+        if trainer.par is not None:
+            return trainer.par.predict(trainer.val_set, batch_size, logits=True)
+        return logits_of(trainer.model, trainer.val_set, batch_size, trainer.move)
+
+
+def calibrate(model: torch.nn.Module, z: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """Fit the temperature on the validation logits `z` (labels `y`) and fold it into `model`;
+    returns what was done."""
     a = kept_scale(z, y)
     before, after = log_loss_of_logits(z, y), log_loss_of_logits(a * z, y)
     fold_scale(model, a)
@@ -121,8 +134,6 @@ def skipped(trainer) -> str | None:
     return (
         "no validation rows"
         if trainer.val_set is None
-        else "one process only"
-        if trainer.par is not None
         else "split-SGD keeps bf16 halves of the weights"
         if trainer.cfg.optimizer.optimizer == "split-sgd"
         else None
@@ -131,19 +142,17 @@ def skipped(trainer) -> str | None:
 
 def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
     """--calibration temperature at the end of a run: fit on the trainer's validation rows, fold,
-    log it; returns the validation metrics of the calibrated model. One process only (under
-    torchrun the wide column lies in shards): there, and without validation rows, it says so."""
+    log it; returns the validation metrics of the calibrated model. Under torchrun every rank
+    fits the same temperature on all ranks' logits and folds it into its own weights. Without
+    validation rows it says so."""
     import sys
-
-    from dlrmkit.precision import autocast
 
     why = skipped(trainer)
     if why is not None:
         if trainer.dist.rank == 0:
             print(f"calibration: skipped ({why}); temperature 1", file=sys.stderr)
         return val
-    with autocast(trainer.cfg.device.precision, trainer.device.type):
-        fitted = calibrate(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
+    fitted = calibrate(trainer.model, *val_logits(trainer))
     trainer.temperature = fitted["temperature"]
     trainer.log({"event": "calibration", "step": trainer.step, "mapping": "val", **fitted})
     return {**val, "logloss": fitted["val_logloss_after"]}

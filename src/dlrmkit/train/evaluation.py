@@ -57,9 +57,15 @@ def evaluate_model(
     bins: bool = False,
 ) -> dict:
     """AUC, log loss and expected calibration error; `bins`: the reliability table too."""
+    probs, labels = predict(model, dataset, batch_size, move, progress)
+    return scores(probs, labels, bins)
+
+
+def scores(probs: np.ndarray, labels: np.ndarray, bins: bool = False) -> dict:
+    """AUC, log loss and expected calibration error of click probabilities (in any row order:
+    under torchrun, every rank's); `bins`: the reliability table too."""
     from dlrmkit.train.calibration import expected_calibration_error, reliability
 
-    probs, labels = predict(model, dataset, batch_size, move, progress)
     out = {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs)}
     if np.isnan(probs).any():  # a model that scores NaN has no calibration bins (nor a log loss)
         return {**out, "ece": float("nan"), **({"reliability": []} if bins else {})}

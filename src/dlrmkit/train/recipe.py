@@ -138,7 +138,7 @@ def choose(spec: FeatureSpec, train: SplitBinaryDataset) -> Recipe:
             r.values["standardize_numerical"] = True
             r.reasons.append("numerical inputs standardized with the training rows' mean and deviation")
         r.values["calibration"] = "temperature"
-        r.reasons.append("one temperature fitted on the validation rows after training (one process)")
+        r.reasons.append("one temperature fitted on the validation rows after training")
     else:
         r = Recipe(
             "large-data",

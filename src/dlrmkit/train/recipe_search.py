@@ -266,13 +266,11 @@ def logits_after_temperature(trainer: Any) -> tuple[np.ndarray | None, np.ndarra
     where the run would fit none. Each row's log loss of these settles near-ties, so that a
     confident model is not passed over for a miscalibration the temperature removes, and says
     whether a candidate's log loss is clearly worse (`clearly_worse`); a blend averages them."""
-    from dlrmkit.precision import autocast
-    from dlrmkit.train.calibration import kept_scale, logits_of, skipped
+    from dlrmkit.train.calibration import kept_scale, skipped, val_logits
 
     if skipped(trainer) is not None:
         return None, None
-    with autocast(trainer.cfg.device.precision, trainer.device.type):
-        z, y = logits_of(trainer.model, trainer.val_set, trainer.cfg.selection.eval_batch_size, trainer.move)
+    z, y = val_logits(trainer)
     return (kept_scale(z, y) * z).astype(np.float32), y
 
 

@@ -26,7 +26,7 @@ from dlrmkit.optim.build import build_optimizers
 from dlrmkit.precision import LossScaler, autocast
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
-from dlrmkit.train.evaluation import evaluate_model
+from dlrmkit.train.evaluation import evaluate_model, scores
 from dlrmkit.train.run_log import append_record, log_line, stop_record
 from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
 from dlrmkit.data.numerical_buckets import quantile_boundaries
@@ -150,6 +150,13 @@ class Trainer:
             self.wide_init = start_from_regression(self.model, self.train_set, self.val_set, cfg, c)
 
         check_batch_per_rank(cfg.schedule.batch_size, torchrun_env().world_size)  # before any collective
+        if self.model_cfg.dropout and launched_by_torchrun() and torchrun_env().rank == 0:
+            # as under DistributedDataParallel: said, so that a run beside one process's is not read as a fault
+            print(
+                f"note: --dropout {self.model_cfg.dropout:g} under torchrun: each rank draws its own dropout masks "
+                "for its rows, so the run matches one process's in distribution, not step for step",
+                file=sys.stderr,
+            )
         self.dist, self.par, self.plan = setup_parallel(
             self.model,
             cfg.parallel,
@@ -379,7 +386,7 @@ class Trainer:
     def score(self, dataset: SplitBinaryDataset, bins: bool = False) -> dict[str, float]:
         with autocast(self.cfg.device.precision, self.device.type):
             return (
-                self.par.evaluate(dataset, self.cfg.selection.eval_batch_size)
+                scores(*self.par.predict(dataset, self.cfg.selection.eval_batch_size), bins)
                 if self.par
                 else evaluate_model(
                     self.model, dataset, self.cfg.selection.eval_batch_size, self.move, self.eval_progress, bins
