@@ -274,7 +274,7 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
             )
     final = test or end
     if final and ("auc" in final or "logloss" in final):
-        # none under torchrun (its test record has no reliability table): left out, not 'n/a'
+        # none in a log written before runs under torchrun had one: left out, not 'n/a'
         ece = f", expected calibration error {_num(final['ece'])}" if final.get("ece") is not None else ""
         lines.append(
             f"- test AUC {_num(final.get('auc'))}, log loss {_num(final.get('logloss'))}{ece} "
