@@ -162,8 +162,10 @@ def test_first_format_still_loads_identically(ck, original):
             "optimizer_scalars",
         ),
         (lambda m: m.update(run_id="../x"), "field 'run_id'"),
+        (lambda m: m.update(recent_losses=[0.5, "x"]), "field 'recent_losses'"),
     ],
-    ids=["epoch-2^62", "epoch-past-epochs", "batch-past-epoch", "step-bool", "auc-7.5", "scalar-null", "run-id"],
+    ids=["epoch-2^62", "epoch-past-epochs", "batch-past-epoch", "step-bool", "auc-7.5", "scalar-null", "run-id",
+         "recent-losses-text"],  # fmt: skip
 )
 def test_resume_refuses_counters_out_of_range(tiny_data, trained, tmp_path, change, needle):
     c = tmp_path / "C"

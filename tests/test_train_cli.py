@@ -321,6 +321,8 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(tiny_data, tmp_pat
     assert differing == [], f"optimizer or RNG state differs after resume: {differing}"
     assert read_json(mi)["auc"] == read_json(ms)["auc"]
     assert read_json(mi)["steps"] == read_json(ms)["steps"] == 60
+    # the logged train loss is the mean of the last 100 steps: the checkpoint keeps the window's losses
+    assert read_json(mi)["train_loss"] == read_json(ms)["train_loss"]
 
 
 def test_checkpoint_every_keeps_two_latest(tiny_data, tmp_path):

@@ -6,6 +6,7 @@ storage (DCP files, manifest, checksums); the training loop only says when."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -38,6 +39,7 @@ class TrainerState(Protocol):
     schedule: Any  # dlrmkit.optim.schedule.LRSchedule: its plateau scale is saved
     refit: Any  # dlrmkit.train.refit.Refit, or None: a refit's checkpoints say so, and are not resumed
     loss_scaler: Any  # dlrmkit.precision.LossScaler (fp16), or None: its scale is saved
+    losses: Any  # dlrmkit.train.train_loss.TrainLoss: the logged mean's window is saved
     run_id: str | None
     last_saved_step: int
     last_save_time: float
@@ -63,6 +65,7 @@ def save(trainer: TrainerState, final: bool = False) -> str:
         skipped_nonfinite=trainer.skipped_nonfinite,
         samples_seen=trainer.samples_seen,
         lr_scale=trainer.schedule.scale,
+        recent_losses=trainer.losses.recent_values(),  # checked finite just above
         refit=trainer.refit is not None,
         final=final,
         **loss_scale_fields(trainer.loss_scaler),
@@ -243,6 +246,7 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
         int(saved_samples) if isinstance(saved_samples, int) else trainer.step * cfg.schedule.batch_size
     )
     trainer.schedule.scale = lr_scale(meta, f"{path}/{ckpt.MANIFEST}")
+    trainer.losses.restore(recent_losses(meta, f"{path}/{ckpt.MANIFEST}"))
     restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
     if meta.get("final") is True and ended(trainer, meta):
@@ -272,6 +276,17 @@ def lr_scale(meta: dict, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise DlrmkitError(f"{where}: field 'lr_scale' is {value!r}, not a number in (0, 1]; refused")
     return float(value)
+
+
+def recent_losses(meta: dict, where: str) -> list[float]:
+    """The training losses of the logged mean's window a checkpoint kept (older checkpoints: none),
+    checked: a list of at most 100,000 finite numbers, else refused naming the field."""
+    values = meta.get("recent_losses", [])
+    if not isinstance(values, list) or len(values) > 100_000 or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    ):
+        raise DlrmkitError(f"{where}: field 'recent_losses' is not a list of finite numbers; refused")
+    return [float(v) for v in values]
 
 
 def loss_scale_fields(scaler: Any) -> dict[str, Any]:

@@ -76,6 +76,16 @@ class TrainLoss:
         if bad is not None:
             raise nonfinite_error(bad[1], bad[0], checkpoint_dir)
 
+    def recent_values(self) -> list[float]:
+        """The losses of the logged mean's window, oldest first (a checkpoint keeps them, so a
+        resumed run logs the mean an uninterrupted one would); one host sync."""
+        return torch.stack(list(self.recent)).reshape(-1).tolist() if self.recent else []
+
+    def restore(self, values: list[float]) -> None:
+        """The window a checkpoint kept (recent_values), before any loss of this process."""
+        self.recent.clear()
+        self.recent.extend(torch.tensor(v, dtype=torch.float32) for v in values[-(self.recent.maxlen or 0) :])
+
     def mean(self) -> float:
         """Mean of the recent losses (float64, as numpy sums them); one host sync. NaN when none."""
         if not self.recent:
