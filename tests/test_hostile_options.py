@@ -50,6 +50,14 @@ PROBES = [
     Option("init-scale-2-63", (*T, "--embedding-init-scale", str(2**63)), "--embedding-init-scale"),
     Option("synth-scale-1e30", ("synth", "--out", "{ws}/x", "--scale", "1e30"), "--scale"),
     Option("baseline-c-1e30", ("baseline", "--data", "{ws}/data", "--c", "1e30"), "--c"),
+    # a C this small made L-BFGS overflow: NaN weights, whose scores were still printed as an AUC
+    Option("baseline-c-1e-200", ("baseline", "--data", "{ws}/data", "--c", "1e-200"), "--c: must be >= 1e-09"),
+    Option("baseline-c-grid-item-1e-200", ("baseline", "--data", "{ws}/data", "--c-grid", "1,1e-200"), "--c-grid"),
+    Option(
+        "baseline-c-with-c-grid",
+        ("baseline", "--data", "{ws}/data", "--c", "1", "--c-grid", "0.1,1"),
+        "--c-grid applies without --c",
+    ),
     Option("tune-budget-1e30", (*TUNE, "--budget", "1e30"), "--budget"),
     Option("backend-unknown", (*T, "--backend", "carrier-pigeon"), "--backend"),
     Option("workers-beyond-cpus", (*PP[:-2], "--out", "{ws}/o", "--workers", str(ct.MAX_WORKERS + 1)), "--workers"),
@@ -86,6 +94,12 @@ PROBES = [
     Option("preprocess-out-empty", (*PP, "--out", ""), "--out: a path cannot be empty"),
     Option("transcode-out-blank", (*TC, "--out", "  "), "--out: a path cannot be empty"),
     Option("metrics-json-empty", (*T, "--metrics-json", ""), "--metrics-json: a path cannot be empty"),
+    # `-` is standard output to every file output: a folder output made a folder named '-'
+    Option("report-out-dash", ("report", "{ws}/run", "--out", "-"), "--out -: a folder is needed, not standard output"),
+    Option(
+        "synth-out-dash", ("synth", "--out", "-", "--cardinalities", "3", "--rows", "5"), "--out -: a folder is needed"
+    ),
+    Option("run-dir-dash", (*T[:6], "--run-dir", "-"), "--run-dir -: a folder is needed"),
     Option("run-dir-newline", (*T[:6], "--run-dir", "{ws}/a\nb"), "control character"),
     Option("plan-json-tab", (*PLAN, "--json", "{ws}/a\tb"), "control character"),
     Option("metrics-json-too-long", (*T, "--metrics-json", "{ws}/" + "/".join(["d" * 200] * 25)), "bytes long"),
@@ -148,6 +162,20 @@ PROBES = [
     Option("local-rank-garbage", T, "LOCAL_RANK", env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "zz"}),
     Option("master-port-garbage", T, "MASTER_PORT", env={"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "http"}),
     Option("bench-rank-garbage", B, "RANK='-'", env={"RANK": "-", "WORLD_SIZE": "2"}),
+    # ---- a one-process command started by torchrun on 2 ranks (each rank ran it whole: the second
+    # writer's lock error, or predict's rows twice on standard output)
+    Option(
+        "predict-on-two-ranks",
+        ("predict", "--checkpoint", CK, "--input", "{ws}/rows.csv", "--output", "{ws}/p.csv"),
+        "predict runs in one process, and torchrun started 2 ranks",
+        env={"RANK": "0", "WORLD_SIZE": "2"},
+    ),
+    Option(
+        "export-on-two-ranks",
+        ("export", "--checkpoint", CK, "--out", "{ws}/m.pt"),
+        "export runs in one process",
+        env={"RANK": "1", "WORLD_SIZE": "2"},
+    ),
     Option(
         "fault-unknown-signal",
         T,

@@ -115,6 +115,41 @@ def test_train_evaluate_and_predict_fold_rare_ids_alike(data, tmp_path):
     assert len(probs) == 1200 and np.isfinite(probs).all()
 
 
+def test_an_exported_model_reads_the_datasets_rows_as_evaluate_does(data, tmp_path):
+    """TorchScript and ONNX exports take the rows as stored: rare ids folded to 0 and bucket ids
+    appended inside the graph (they once wanted the bucket columns, and read a rare id's row of
+    the next table)."""
+    import torch
+
+    from dlrmkit.commands.export import load_model
+    from dlrmkit.data.numerical_buckets import model_view
+
+    r = run_cli(
+        "train", "--data", data / "d", "--run-dir", tmp_path / "run", "--checkpoint-dir", tmp_path / "c",
+        "--no-progress", "--min-id-count", "2", "--numerical-buckets", "8", "--search-budget", "0", "--max-steps", "20",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    model, cfg = load_model(str(tmp_path / "c"))
+    _, train, _ = open_dataset(str(data / "d"))  # the training rows: their rare users stay in the vocabulary
+    raw, view = train.read(0, 400), model_view(train, cfg).read(0, 400)
+    assert (raw.ids[:, 1] >= cfg.table_sizes[1]).any()  # rare users the model has no row for
+    with torch.no_grad():
+        want = model(torch.from_numpy(view.dense.astype(np.float32)), torch.from_numpy(view.ids.astype(np.int64)))
+    dense, ids = torch.from_numpy(raw.dense.astype(np.float32)), torch.from_numpy(raw.ids.astype(np.int64))
+    assert (
+        run_cli("export", "--checkpoint", tmp_path / "c", "--out", tmp_path / "m.ts", "--format", "torchscript").code
+        == 0
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.load(str(tmp_path / "m.ts"))(dense, ids), want)
+    ort = pytest.importorskip("onnxruntime", reason="running the ONNX model needs onnxruntime")
+    r = run_cli("export", "--checkpoint", tmp_path / "c", "--out", tmp_path / "m.onnx", "--format", "onnx")
+    assert r.code == 0, r.err
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_min_id_count_below_one_is_refused_in_one_line(data, tmp_path):
     r = run_cli("train", "--data", data / "d", "--run-dir", tmp_path / "r", "--min-id-count", "0")
     assert r.code == 2 and "--min-id-count" in r.err

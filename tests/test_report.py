@@ -249,6 +249,25 @@ def test_report_leaves_out_a_calibration_error_the_run_has_not_got(finished_run,
     assert "test AUC" in text() and "calibration error" not in text(), text()
 
 
+def test_report_of_a_torchrun_run_repeats_it_under_torchrun(finished_run, tmp_path):
+    """A run on 2 ranks (its end record's world_size) is repeated with torchrun on 2 ranks: its
+    config.yaml may hold a --plan, which one process refuses ("Repeat it: `dlrmkit train ...`")."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    records = [{**r, "world_size": 2} if r["event"] == "end" else r for r in log_records(run)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    config = run / "config.yaml"
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert f"Repeat it (2 ranks): `torchrun --nproc_per_node=2 -m dlrmkit train --config {config}`" in lines
+    assert run_cli("report", finished_run, "--out", tmp_path / "one").code == 0  # one process: as it was
+    assert (
+        f"Repeat it: `dlrmkit train --config {finished_run / 'config.yaml'}`"
+        in (tmp_path / "one" / "report.md").read_text()
+    )
+
+
 def test_report_reads_the_run_after_a_restart(tiny_data, tmp_path):
     """An attempt that saved no checkpoint, then --resume, which finds none and starts over at
     step 0, appending to the log: report plots and tables the run after the restart, and says how

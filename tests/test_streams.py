@@ -51,6 +51,29 @@ def test_metrics_json_dash_writes_json_to_standard_output(transcoded, tmp_path):
     assert os.listdir(tmp_path) == []  # no file named '-', no lock
 
 
+@pytest.mark.parametrize(
+    "argv, key",
+    [
+        (("plan", "--tables", "1000x8,50x8", "--world-size", "2"), "tables"),
+        (
+            ("bench", "--steps", "1", "--windows", "1", "--warmup", "0", "--batch-size", "16", "--no-compile"),
+            "samples_per_s",
+        ),
+        (("baseline", "--data", "{data}", "--max-iter", "5", "--c", "1", "--out"), "test_auc"),
+    ],
+    ids=["plan", "bench", "baseline"],
+)
+def test_json_dash_is_the_whole_standard_output(argv, key, tiny_data, tmp_path):
+    """`plan --json -`, `bench --json -` and `baseline --out -`: standard output is the JSON alone,
+    the words on stderr (the plan's table, the figures and baseline's "wrote -" came first on
+    standard output, which then did not parse)."""
+    argv = [str(tiny_data) if a == "{data}" else a for a in argv]
+    r = run_cli(*argv, *(["-"] if argv[-1] == "--out" else ["--json", "-"]), cwd=tmp_path)
+    assert r.code == 0, r.err
+    assert key in json.loads(r.out) and r.err.strip()
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.skipif(not os.path.islink("/dev/stdout"), reason="/dev/stdout is not the usual link here")
 def test_dev_stdout_is_written_not_replaced(transcoded, tmp_path):  # noqa: F811
     ds, c, csv = transcoded

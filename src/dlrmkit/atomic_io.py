@@ -165,6 +165,8 @@ def check_output_dir(path: str | None, what: str, allow_root: bool = False) -> N
     `allow_root` (the parent of an output, checked for writing)."""
     if not path:
         return
+    if path == "-":  # standard output elsewhere: never a folder of that name made in its place
+        raise DlrmkitError(f"{what} -: a folder is needed, not standard output (write ./- for a folder named '-')")
     _check_pseudo(path, what)
     _check_link(path, what, follow=True)
     if not allow_root and os.path.abspath(path) == os.path.abspath(os.sep):
@@ -348,11 +350,32 @@ def output_text(path: str) -> Iterator[IO[Any]]:
     if is_stdout(path):
         import sys
 
-        yield sys.stdout
-        sys.stdout.flush()
+        stream = _json_stdout[-1] if _json_stdout else sys.stdout
+        yield stream
+        stream.flush()
         return
     with atomic_write(path) as f:
         yield f
+
+
+_json_stdout: list[IO[Any]] = []  # the standard output text_to_stderr set aside for the JSON
+
+
+@contextlib.contextmanager
+def text_to_stderr(json_out: str | None) -> Iterator[None]:
+    """With `--json -` (or /dev/stdout), standard output is the JSON: what the command prints
+    meanwhile goes to stderr, so the output parses (write_json still writes standard output)."""
+    if not is_stdout(json_out):
+        yield
+        return
+    import sys
+
+    _json_stdout.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_stdout.pop()
 
 
 def write_json(path: str, obj: Any, indent: int | None = 2) -> None:

@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         from dlrmkit.faults import check_environment
 
         check_environment()  # a malformed DLRMKIT_FAULT is one line before any work
+        from dlrmkit.parallel.options import refuse_one_process_command_under_torchrun
+
+        refuse_one_process_command_under_torchrun(args.command)
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a reader gone before the last buffered line is seen here, not at exit
         return code

@@ -24,12 +24,17 @@ from dlrmkit.train.baseline_result import RESULT_FILE
 from dlrmkit.train.regression import C_COARSE, C_GRID, fit
 
 
+# C below this regularizes so hard that L-BFGS overflows (1e-200: NaN weights, whose scores still
+# gave an AUC); at 1e-9 every weight is already 0
+c_value = ct.float_range(1e-9, ct.MAX_FLOAT)
+
+
 def c_values(text: str) -> list[float]:
-    """'0.1,1,10' -> [0.1, 1.0, 10.0]: at most 20 values, each positive and finite."""
+    """'0.1,1,10' -> [0.1, 1.0, 10.0]: at most 20 values, each in c_value's range."""
     items = [x.strip() for x in str(text).split(",")]
     if not 1 <= len(items) <= 20:
         raise argparse.ArgumentTypeError(f"give 1 to 20 comma-separated values, got {len(items)}")
-    return [ct.positive_float(x) for x in items]
+    return [c_value(x) for x in items]
 
 
 @dataclass
@@ -49,7 +54,7 @@ class BaselineOptions:
     c: float | None = option(
         None,
         "inverse L2 strength, as scikit-learn's C (default: chosen on the validation rows from --c-grid)",
-        parse=ct.positive_float,
+        parse=c_value,
     )
     c_grid: list[float] | None = option(
         None,
@@ -67,6 +72,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import text_to_stderr
+
+    if args.c is not None and args.c_grid is not None:
+        raise DlrmkitError("--c-grid applies without --c (a given C is not chosen): give one of them")
+    with text_to_stderr(args.out):  # `--out -`: standard output is the JSON, the figures in words go to stderr
+        return fit_and_write(args)
+
+
+def fit_and_write(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import is_stdout
+
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     out = args.out or os.path.join(args.data, RESULT_FILE)
@@ -95,5 +111,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if out != "none":
         write_json(out, result)  # temporary name, then renamed; NaN as null
-        print(f"wrote {out}")
+        if not is_stdout(out):
+            print(f"wrote {out}")
     return 0

@@ -188,6 +188,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import text_to_stderr
+
+    with text_to_stderr(args.json):  # `--json -`: standard output is the JSON, the figures in words go to stderr
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_distinct, check_output_file
     from dlrmkit.parallel.options import refuse_outside_torchrun, torchrun_env
 

@@ -1,6 +1,8 @@
 """Write a trained checkpoint as one file for serving: `pt` (state dict + model config, loads
 into dlrmkit's DLRM), `torchscript` (traced; runs with torch alone) or `onnx`. The exported
-model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click logits [B]."""
+model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click logits [B]: the
+dataset's rows as stored, so a TorchScript or ONNX model trained with --min-id-count or
+--numerical-buckets folds the rare ids to 0 and appends the bucket ids itself, as the readers do."""
 
 from __future__ import annotations
 
@@ -39,13 +41,48 @@ def load_model(checkpoint: str):
     return model.eval(), cfg
 
 
-def example_inputs(cfg, batch: int = 4):
+def example_inputs(cfg, batch: int = 4, served: bool = False):
+    """Random (dense, ids) for the model; `served`: for `served_model`, without the bucket tables."""
     import torch
 
     g = torch.Generator().manual_seed(0)
     dense = torch.randn(batch, cfg.num_numerical, generator=g)
-    ids = torch.stack([torch.randint(0, n, (batch,), generator=g) for n in cfg.table_sizes], dim=1)
+    tables = cfg.table_sizes[: len(cfg.table_sizes) - len(cfg.numerical_buckets or [])] if served else cfg.table_sizes
+    ids = torch.stack([torch.randint(0, n, (batch,), generator=g) for n in tables], dim=1)
     return dense, ids
+
+
+def served_model(model, cfg):
+    """`model` reading the dataset's rows as stored (data/numerical_buckets.py `model_view`): ids
+    a --min-id-count model has no row for read as 0, and one bucket id per numerical feature
+    appended (--numerical-buckets: the number of its boundaries at or below the value). Without
+    either, the model itself."""
+    import torch
+
+    if cfg.min_id_count <= 1 and not cfg.numerical_buckets:
+        return model
+
+    class Served(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            own = len(cfg.table_sizes) - len(cfg.numerical_buckets or [])
+            self.register_buffer("rows", torch.tensor(cfg.table_sizes[:own], dtype=torch.int64))
+            for j, b in enumerate(cfg.numerical_buckets or []):
+                self.register_buffer(f"bounds_{j}", torch.tensor(b, dtype=torch.float32))
+
+        def forward(self, dense, ids):
+            if cfg.min_id_count > 1:
+                ids = torch.where(ids < self.rows, ids, torch.zeros_like(ids))
+            if cfg.numerical_buckets:
+                x = dense.float()
+                bucket = [
+                    (x[:, j : j + 1] >= getattr(self, f"bounds_{j}")).sum(1) for j in range(len(cfg.numerical_buckets))
+                ]
+                ids = torch.cat([ids, torch.stack(bucket, 1).to(ids.dtype)], 1)
+            return self.model(dense, ids)
+
+    return Served().eval()
 
 
 def export(checkpoint: str, out: str, fmt: str) -> str:
@@ -64,13 +101,13 @@ def export(checkpoint: str, out: str, fmt: str) -> str:
             torch.save({"model_config": asdict(cfg), "model": model.state_dict()}, tmp)
         elif fmt == "torchscript":
             with torch.no_grad():
-                traced = torch.jit.trace(model, example_inputs(cfg), check_trace=False)
+                traced = torch.jit.trace(served_model(model, cfg), example_inputs(cfg, served=True), check_trace=False)
             traced.save(tmp)
         else:
             with torch.no_grad():
                 torch.onnx.export(
-                    model,
-                    example_inputs(cfg),
+                    served_model(model, cfg),
+                    example_inputs(cfg, served=True),
                     tmp,
                     input_names=["dense", "ids"],
                     output_names=["logits"],

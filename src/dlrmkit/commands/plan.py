@@ -189,6 +189,13 @@ def table_shapes(args: argparse.Namespace) -> tuple[list[int], int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlrmkit.atomic_io import text_to_stderr
+
+    with text_to_stderr(args.json):  # `--json -`: standard output is the JSON, the plan in words goes to stderr
+        return plan_run(args)
+
+
+def plan_run(args: argparse.Namespace) -> int:
     from dlrmkit.atomic_io import check_not_inside, check_output_file
     from dlrmkit.config import TrainConfig, table_state_per_row, table_state_per_weight
     from dlrmkit.optim.names import resolve_embedding_optimizer

@@ -301,7 +301,12 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     if pngs:
         lines += [""] + [f"![{os.path.basename(p)[:-4]}]({os.path.basename(p)})" for p in pngs]
     lines.append("")
-    lines.append(f"Repeat it: `dlrmkit train --config {os.path.join(run, 'config.yaml')}`")
+    world = end.get("world_size") if end else None
+    if isinstance(world, int) and not isinstance(world, bool) and world > 1:  # its config.yaml may hold a --plan
+        lines.append(f"Repeat it ({world} ranks): `torchrun --nproc_per_node={world} -m dlrmkit train --config "
+                     f"{os.path.join(run, 'config.yaml')}`")  # fmt: skip
+    else:
+        lines.append(f"Repeat it: `dlrmkit train --config {os.path.join(run, 'config.yaml')}`")
     return "\n".join(lines) + "\n"
 
 

@@ -71,6 +71,23 @@ def check_batch_per_rank(batch_size: int, world_size: int) -> None:
         )
 
 
+RANKED_COMMANDS = ("train", "evaluate", "bench")  # the commands that run one job over torchrun's ranks
+
+
+def refuse_one_process_command_under_torchrun(command: str) -> None:
+    """Any other command started by torchrun on N > 1 ranks would run N times over the same
+    outputs (the second writer's lock error, or N copies of predict's rows on standard output):
+    one line on every rank, before any work."""
+    if command in RANKED_COMMANDS or not launched_by_torchrun():
+        return
+    world = torchrun_env().world_size
+    if world > 1:
+        raise DlrmkitError(
+            f"{command} runs in one process, and torchrun started {world} ranks: run `dlrmkit {command} ...` "
+            f"without torchrun (under torchrun: {', '.join(RANKED_COMMANDS)})"
+        )
+
+
 def refuse_outside_torchrun(options: Iterable[tuple[str, bool]]) -> None:
     """An option that acts only under torchrun would do nothing in one process: the first one set
     there is one line. `options`: (the option as given, e.g. "--sharding row_wise", whether it
