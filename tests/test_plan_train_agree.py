@@ -3,13 +3,16 @@ rank matches what a torchrun job then holds for its tables and their optimizer s
 
 from __future__ import annotations
 
+import csv
 import json
 
+import numpy as np
 import pytest
 
 from dlrmkit.data.synthetic import generate
 from dlrmkit.data.synthetic_shapes import config_for_tables
 from dlrmkit.parallel.plan import ShardingPlan
+from helpers import run_cli
 from parallel_util import torchrun
 
 
@@ -156,3 +159,67 @@ def test_row_wise_adagrad_tables_are_cut_into_row_ranges_and_train_as_one_proces
     proc = torchrun(2, *run, "--plan", columns, "--no-final-checkpoint")
     assert proc.returncode != 0 and f"{columns}: table 0 is cut into column slices" in proc.stderr
     assert "steps 2" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def log_data(tmp_path_factory):
+    """A transcoded click log (ids numbered by count, as --min-id-count needs): a category, a
+    user seen once in half the rows, two numerical features."""
+    root = tmp_path_factory.mktemp("log")
+    rng = np.random.default_rng(0)
+    with open(root / "log.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "x", "z", "a", "u"])
+        for i in range(1200):
+            a = int(rng.integers(0, 8))
+            y = int(rng.random() < 1 / (1 + np.exp(-(a - 3.5) / 2)))
+            u = f"u{i}" if rng.random() < 0.5 else f"v{int(rng.integers(0, 40))}"
+            w.writerow([y, int(rng.integers(0, 5000)), round(float(rng.random()), 3), f"a{a}", u])
+    r = run_cli(
+        "transcode", "--input", root / "log.csv", "--out", root / "d", "--label", "y", "--numerical", "x,z",
+        "--categorical", "a,u", "--test-rows", "200", "--val-rows", "200",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    return root / "d"
+
+
+def test_plan_data_plans_the_tables_the_model_options_make(cli, log_data, tmp_path):
+    """--numerical-buckets adds a table per numerical feature, --min-id-count keeps the frequent
+    ids, --wide a column: plan sizes them as train does (data/model_tables.py)."""
+    plain, shaped = tmp_path / "plain.json", tmp_path / "shaped.json"
+    assert cli("plan", "--data", log_data, "--world-size", "2", "--min-id-count", "1", "--json", plain).code == 0
+    r = cli(
+        "plan", "--data", log_data, "--world-size", "2", "--numerical-buckets", "4", "--min-id-count", "2",
+        "--wide", "false", "--json", shaped,
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert "ids seen 2+ times kept, 2 bucket tables (--numerical-buckets 4)" in r.out
+    before = [(t.rows, t.dim) for t in ShardingPlan.load(str(plain)).tables]
+    after = [(t.rows, t.dim) for t in ShardingPlan.load(str(shaped)).tables]
+    assert before[0][1] == 9 and len(after) == len(before) + 2  # the recipe's wide term: dim 8 + 1
+    assert after[0] == (before[0][0], 8) and after[1][0] < before[1][0] // 2  # users: mostly seen once
+    r = cli("plan", "--tables", "1000x16", "--numerical-buckets", "4", "--world-size", "2")
+    assert r.code == 2 and "--numerical-buckets applies with --data" in r.err
+
+
+@pytest.mark.multirank
+def test_a_plan_of_bucket_tables_and_kept_ids_trains_as_one_process(cli, log_data, tmp_path):
+    """`plan --data D OPTIONS --json p.json`, then `torchrun train --data D OPTIONS --plan p.json`:
+    the planned tables are the model's, sharded one per rank, and the run equals one process's."""
+    shape = ["--numerical-buckets", "4", "--min-id-count", "2"]
+    plan_json = tmp_path / "plan.json"
+    r = cli("plan", "--data", log_data, "--world-size", "2", *shape, "--sharding", "table_wise", "--json", plan_json)
+    assert r.code == 0, r.err
+    run = ["-m", "dlrmkit", "train", "--data", log_data, *shape, "--search-budget", "0", "--no-shuffle"]
+    run += ["--max-steps", "3", "--no-progress", "--no-final-checkpoint"]
+    one, two, out = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "run"
+    assert cli(*run[2:], "--metrics-json", one).code == 0
+    proc = torchrun(2, *run, "--plan", plan_json, "--metrics-json", two, "--run-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = ShardingPlan.load(str(plan_json))
+    used = ShardingPlan.from_dict(json.loads((out / "plan.json").read_text())["sharding_plan"])
+    assert planned.to_dict() == used.to_dict() and len(used.tables) == 4
+    assert {s.rank for tp in used.tables for s in tp.shards} == {0, 1}
+    m, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert m["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
+    assert m["val_auc"] == pytest.approx(single["val_auc"], abs=1e-5)

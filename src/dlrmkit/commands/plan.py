@@ -91,6 +91,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "help": "as train's: tables' optimizer (adagrad: one value per weight, rowwise-adagrad: one per row)"
             },
             "sharding": {"help": "auto (default), table_wise, column_wise, row_wise, data_parallel"},
+            # the options that change train's tables: planned as train builds them (data/model_tables.py)
+            "wide": {
+                "help": "with --data: as train's --wide, a first-order weight per id: one more column in every table"
+            },
+            "min_id_count": {
+                "help": "with --data: as train's, the tables keep the ids seen K or more times in the training rows"
+            },
+            "numerical_buckets": {
+                "help": "with --data: as train's, one more table per numerical feature (its N quantile buckets)"
+            },
         },
     )
     add_simulate_arguments(p)
@@ -111,14 +121,18 @@ def check_legacy(args: argparse.Namespace) -> None:
         raise DlrmkitError(f"unknown --preset '{args.preset}' (choose from: {', '.join(PRESETS)}){hint}")
     if not (args.data or args.tables_preset or args.tables):
         raise DlrmkitError("give --data, --tables-preset or --tables")
-    if args.embedding_dim is not None and args.data is None:
-        raise DlrmkitError("--embedding-dim applies with --data (--tables gives ROWSxDIM, --tables-preset its own)")
+    if args.data is None:
+        for name in ("embedding_dim", "wide", "min_id_count", "numerical_buckets"):
+            if getattr(args, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                raise DlrmkitError(f"{flag} applies with --data (--tables gives ROWSxDIM, --tables-preset its own)")
 
 
 def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object]:
     """(table sizes, dim, resolved TrainConfig) exactly as `train --data` resolves them: the same
     preset (`auto`: the recipe chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
     from dlrmkit.config import AUTO, TrainConfig, resolve_run
+    from dlrmkit.data.model_tables import model_tables
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.options import spec_map
     from dlrmkit.train import recipe
@@ -133,16 +147,17 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
         "embedding_optimizer": args.embedding_optimizer,
         "embedding_dim": args.embedding_dim,
         "sharding": args.sharding,
+        "wide": args.wide,
+        "min_id_count": args.min_id_count,
+        "numerical_buckets": args.numerical_buckets,
     }
     if chosen["preset"] == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
     cfg = TrainConfig.of(**{k: v for k, v in chosen.items() if v is not None})
-    tables = spec.cardinalities
-    if (cfg.model.min_id_count or 1) > 1:  # the tables train keeps (data/id_counts.py)
-        from dlrmkit.data.id_counts import frequent_rows
-
-        tables = frequent_rows(train, cfg.model.min_id_count)
-    cfg, model = resolve_run(cfg, tables, train.num_numerical)
+    # the tables train builds: kept ids (--min-id-count), bucket tables (--numerical-buckets)
+    tables = model_tables(args.data, train, cfg.model.min_id_count, cfg.model.numerical_buckets)
+    args.bucket_tables = len(tables.buckets or [])
+    cfg, model = resolve_run(cfg, tables.sizes, train.num_numerical)
     args.cross = (model.dcn_layers, model.dcn_rank) if model.interaction == "dcn" else None
     return model.table_sizes, model.table_dim, cfg
 
@@ -156,7 +171,7 @@ def multi_hot_shape(args: argparse.Namespace) -> tuple[list[int] | None, tuple[i
     if args.data:
         from dlrmkit.data.feature_spec import FeatureSpec
 
-        bags = FeatureSpec.from_yaml(args.data).hotness
+        bags = list(FeatureSpec.from_yaml(args.data).hotness) + [1] * getattr(args, "bucket_tables", 0)
         return (bags if any(k != 1 for k in bags) else None), getattr(args, "cross", None)
     return None, None
 
@@ -254,6 +269,10 @@ def plan_run(args: argparse.Namespace) -> int:
     if args.data:
         emb = resolve_embedding_optimizer(cfg.optimizer.optimizer, cfg.optimizer.embedding_optimizer)
         width = f" (table width {dim} with the wide term)" if dim != cfg.model.embedding_dim else ""
+        if (cfg.model.min_id_count or 1) > 1:
+            width += f", ids seen {cfg.model.min_id_count}+ times kept"
+        if getattr(args, "bucket_tables", 0):
+            width += f", {args.bucket_tables} bucket tables (--numerical-buckets {cfg.model.numerical_buckets})"
         print(
             f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
             f"{cfg.model.embedding_dim}{width}, "

@@ -28,8 +28,8 @@ from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.train import run_checkpoint
 from dlrmkit.train.evaluation import evaluate_model, scores
 from dlrmkit.train.run_log import append_record, log_line, stop_record
-from dlrmkit.data.id_counts import frequent_rows, id_counts, known_ids
-from dlrmkit.data.numerical_buckets import quantile_boundaries
+from dlrmkit.data.id_counts import known_ids
+from dlrmkit.data.model_tables import model_tables
 from dlrmkit.faults import fault_point, nan_loss_injected
 from dlrmkit.train.calibration import calibrate_run, fold_scale
 from dlrmkit.train.regression import numerical_stats, start_from_regression
@@ -83,11 +83,13 @@ class Trainer:
         # the figures the model keeps from the data (kept ids, bucket boundaries, numerical mean and
         # deviation) are label-free and taken over the whole train mapping, as the vocabulary is:
         # the same for any --val-fraction, so a resumed run rebuilds the model it saved
+        # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py); the table
+        # sizes are `plan --data`'s too (data/model_tables.py)
         mapping = self.train_set
-        tables, counts, min_count = self.spec.cardinalities, None, cfg.model.min_id_count or 1
+        min_count = cfg.model.min_id_count or 1
+        planned = model_tables(cfg.data, mapping, min_count, cfg.model.numerical_buckets)
+        tables, counts, buckets = planned.rows, planned.counts, planned.buckets
         if min_count > 1:
-            counts = id_counts(self.train_set)
-            tables = frequent_rows(self.train_set, min_count, counts)
             self.train_set, self.test_set = self.train_set.fold_ids(tables), self.test_set.fold_ids(tables)
         # model selection reads the validation rows only; the test mapping is scored once, at the end
         fold = fold_of(cfg)  # --folds: one fold of the train (and val) mappings' rows validates
@@ -101,7 +103,7 @@ class Trainer:
             # training rows saw fewer than --min-id-count times reads as 0 there too, though the
             # whole mapping's counts (which include these rows) keep it
             self.val_set = self.val_set.fold_unknown(known_ids(counts, self.val_set, min_count))
-        if self.val_set is not None and tables != self.spec.cardinalities:
+        if self.val_set is not None and tables != list(self.spec.cardinalities):
             self.val_set = self.val_set.fold_ids(tables)
         check_both_labels(cfg.data, self.train_set, self.val_set, self.val_source)
         self.refit = refit
@@ -110,18 +112,10 @@ class Trainer:
                 raise DlrmkitError(f"{cfg.data}: a refit needs the validation rows its run selected on")
             self.train_set, self.val_set = self.train_set.joined(self.val_set), None
             self.val_source = f"none: a refit on the training and validation rows ({len(self.train_set):,})"
-        buckets = None  # --numerical-buckets: boundaries from the training rows (data/numerical_buckets.py)
-        if (cfg.model.numerical_buckets or 0) > 0 and self.train_set.num_numerical:
-            buckets = quantile_boundaries(mapping, cfg.model.numerical_buckets)
+        if buckets is not None:
             self.train_set, self.test_set = self.train_set.with_buckets(buckets), self.test_set.with_buckets(buckets)
             self.val_set = self.val_set.with_buckets(buckets) if self.val_set is not None else None
-            tables = [*tables, *(len(b) + 1 for b in buckets)]
-        if not tables:
-            raise DlrmkitError(
-                f"{cfg.data}: no categorical features, so the model has no table to look up: give "
-                "--numerical-buckets N (each numerical feature also read as a category), or transcode some "
-                "columns as --categorical"
-            )
+            tables = planned.sizes
         if self.val_set is None and cfg.selection.target_auc is not None:
             raise DlrmkitError("--target-auc needs validation rows (a val mapping, or --val-fraction > 0)")
         # one resolution for train and `plan --data` (dlrmkit.config.resolve_run)
