@@ -62,6 +62,8 @@ PROBES = [
     Option("backend-unknown", (*T, "--backend", "carrier-pigeon"), "--backend"),
     Option("workers-beyond-cpus", (*PP[:-2], "--out", "{ws}/o", "--workers", str(ct.MAX_WORKERS + 1)), "--workers"),
     Option("threads-beyond-cpus", (*B, "--threads", str(ct.MAX_THREADS + 1)), "--threads"),
+    Option("train-threads-0", (*T, "--threads", "0"), "--threads: must be >= 1, got 0"),
+    Option("bench-threads-0", (*B, "--threads", "0"), "--threads: must be >= 1, got 0"),
     Option("synth-preset-empty", ("synth", "--out", "{ws}/x", "--preset", ""), "--preset: cannot be empty"),
     Option("tune-preset-unknown", (*TUNE, "--out", "{ws}/t", "--preset", "enormous"), "unknown preset 'enormous'"),
     Option(

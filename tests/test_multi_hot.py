@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import tracemalloc
 
@@ -246,3 +247,16 @@ def test_numerical_values_keep_the_source_dtype(tmp_path):
     _, out, _ = open_dataset(str(tmp_path / "m"))
     a, b = src.read(0, len(src)).dense, out.read(0, len(out)).dense
     assert a.dtype == b.dtype == np.float32 and np.array_equal(a, b) and a[0, 0] == 70_001.0
+
+
+def test_a_checkpoint_without_bag_sizes_resumes_on_its_dataset(multi_hot, tmp_path):
+    """Checkpoints written before model_config recorded `hotness` resume on the same dataset."""
+    run = ("train", "--data", multi_hot, "--no-progress", "--search-budget", 0, "--checkpoint-dir", tmp_path / "C")
+    assert run_cli(*run, "--max-steps", 2, "--run-dir", tmp_path / "R1").code == 0
+    manifest = tmp_path / "C" / "step_2" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    assert doc["model_config"].pop("hotness") == SIZES
+    manifest.write_text(json.dumps(doc))
+    r = run_cli(*run, "--max-steps", 4, "--resume", "--run-dir", tmp_path / "R2")
+    assert r.code == 0, r.err
+    assert "resumed from" in r.err

@@ -70,6 +70,13 @@ def test_evaluate_and_bench_refuse_torchrun_only_options(tiny_data, tmp_path):
         assert r.code == 2 and f"{' '.join(flags)} takes effect under torchrun only" in one_line(r.err)
 
 
+def test_bench_no_cuda_graphs_on_the_cpu_is_refused():
+    r = run_cli("bench", "--steps", "1", "--windows", "1", "--device", "cpu", "--no-cuda-graphs")
+    assert r.code == 2 and one_line(r.err).endswith(
+        "--no-cuda-graphs needs --device cuda (on the CPU no step is captured in CUDA graphs)"
+    )
+
+
 def test_resume_and_target_auc_say_what_they_did(tiny_data, tmp_path):
     c, run = tmp_path / "C", ("train", "--data", tiny_data, "--batch-size", "64", "--no-progress", "--search-budget", "0")
     r = run_cli(*run, "--max-steps", "3", "--checkpoint-dir", c, "--resume", "--run-dir", tmp_path / "R1")

@@ -47,7 +47,10 @@ def resolve_checkpoint(path: str) -> str:
         return path
     found = latest_checkpoint(path) if os.path.isdir(path) else None
     if found is None:
-        raise DlrmkitError(f"{path}: no checkpoint there (expected {MANIFEST} or a '{LATEST}' pointer)")
+        inner = os.path.join(path, "checkpoints")  # a run folder's (train --run-dir)
+        held = any(os.path.lexists(os.path.join(inner, name)) for name in (MANIFEST, LATEST))
+        hint = f"; a run folder? its checkpoints are in {inner}" if os.path.isdir(path) and held else ""
+        raise DlrmkitError(f"{path}: no checkpoint there (expected {MANIFEST} or a '{LATEST}' pointer){hint}")
     return found
 
 

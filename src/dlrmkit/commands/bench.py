@@ -133,7 +133,8 @@ class BenchOptions:
     )
     cuda_graphs: bool = option(
         True,
-        "with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on)",
+        "with --device cuda: capture the bottom and top MLPs in CUDA graphs after warm-up (default on; "
+        "--no-cuda-graphs on the CPU: an error)",
         paired=True,
     )
     overlap: bool = option(
@@ -232,6 +233,8 @@ def measure(args: argparse.Namespace) -> int:
     cpu_only = parallel or wants_baselines or profiling or getattr(args, "embedding_backend", "native") == "fbgemm"
     device = torch.device("cpu") if cpu_only and args.device == "auto" else dev.resolve_device(args.device)
     gpu.check_device_options(device, parallel, wants_baselines, profiling)
+    if device.type != "cuda" and not args.cuda_graphs:  # it would change nothing
+        raise DlrmkitError("--no-cuda-graphs needs --device cuda (on the CPU no step is captured in CUDA graphs)")
     cfg = BENCH_MODELS[args.model]
     model = DLRM(cfg)
     model.reset_parameters(args.seed)

@@ -2,7 +2,9 @@
 into dlrmkit's DLRM), `torchscript` (traced; runs with torch alone) or `onnx`. The exported
 model maps (dense float32 [B, num_numerical], ids int64 [B, tables]) to click logits [B]: the
 dataset's rows as stored, so a TorchScript or ONNX model trained with --min-id-count or
---numerical-buckets folds the rare ids to 0 and appends the bucket ids itself, as the readers do."""
+--numerical-buckets folds the rare ids to 0 and appends the bucket ids itself, as the readers do,
+and one trained on a multi-hot dataset reads ids [B, sum of its bag sizes] (each table's bag side
+by side) and sum-pools each bag, as training did."""
 
 from __future__ import annotations
 
@@ -47,27 +49,36 @@ def example_inputs(cfg, batch: int = 4, served: bool = False):
 
     g = torch.Generator().manual_seed(0)
     dense = torch.randn(batch, cfg.num_numerical, generator=g)
-    tables = cfg.table_sizes[: len(cfg.table_sizes) - len(cfg.numerical_buckets or [])] if served else cfg.table_sizes
-    ids = torch.stack([torch.randint(0, n, (batch,), generator=g) for n in tables], dim=1)
+    own = len(cfg.table_sizes) - len(cfg.numerical_buckets or []) if served else len(cfg.table_sizes)
+    hotness = cfg.hotness or [1] * len(cfg.table_sizes)  # a multi-hot model's: each table's bag side by side
+    ids = torch.cat([torch.randint(0, n, (batch, k), generator=g) for n, k in zip(cfg.table_sizes[:own], hotness)], 1)
     return dense, ids
 
 
 def served_model(model, cfg):
     """`model` reading the dataset's rows as stored (data/numerical_buckets.py `model_view`): ids
     a --min-id-count model has no row for read as 0, and one bucket id per numerical feature
-    appended (--numerical-buckets: the number of its boundaries at or below the value). Without
-    either, the model itself."""
+    appended (--numerical-buckets: the number of its boundaries at or below the value); a
+    multi-hot model's ids [B, sum of its bag sizes] sum-pooled bag by bag, as its JaggedIds are in
+    training. Without any of these, the model itself."""
     import torch
+    import torch.nn.functional as F
 
-    if cfg.min_id_count <= 1 and not cfg.numerical_buckets:
+    if cfg.min_id_count <= 1 and not cfg.numerical_buckets and cfg.hotness is None:
         return model
+    hotness = cfg.hotness or [1] * len(cfg.table_sizes)
+    bounds = [sum(hotness[:t]) for t in range(len(hotness) + 1)]  # table t: id columns [bounds[t], bounds[t+1])
 
     class Served(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
             own = len(cfg.table_sizes) - len(cfg.numerical_buckets or [])
-            self.register_buffer("rows", torch.tensor(cfg.table_sizes[:own], dtype=torch.int64))
+            rows = torch.tensor(cfg.table_sizes[:own], dtype=torch.int64)
+            self.register_buffer("rows", rows.repeat_interleave(torch.tensor(hotness[:own])))  # per id column
+            if cfg.hotness is not None:  # row of each column's table in the (one) fused weight
+                table = model.embeddings.tables[0]
+                self.register_buffer("starts", table.row_offsets.repeat_interleave(torch.tensor(hotness)))
             for j, b in enumerate(cfg.numerical_buckets or []):
                 self.register_buffer(f"bounds_{j}", torch.tensor(b, dtype=torch.float32))
 
@@ -80,7 +91,11 @@ def served_model(model, cfg):
                     (x[:, j : j + 1] >= getattr(self, f"bounds_{j}")).sum(1) for j in range(len(cfg.numerical_buckets))
                 ]
                 ids = torch.cat([ids, torch.stack(bucket, 1).to(ids.dtype)], 1)
-            return self.model(dense, ids)
+            if cfg.hotness is None:
+                return self.model(dense, ids)
+            rows = F.embedding(ids + self.starts, self.model.embeddings.tables[0].weight)  # [B, ids, dim]
+            pooled = [rows[:, a:b].sum(1) for a, b in zip(bounds, bounds[1:])]
+            return self.model.score(dense, torch.stack(pooled, 1))
 
     return Served().eval()
 

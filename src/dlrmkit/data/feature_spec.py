@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from dlrmkit.errors import DatasetError, DlrmkitError
+from dlrmkit.model.config import MAX_HOTNESS
 from dlrmkit.untrusted import load_yaml
 
 SPEC_FILE = "feature_spec.yaml"
@@ -23,7 +24,6 @@ CATEGORICAL, NUMERICAL, LABEL = "categorical", "numerical", "label"
 TRAIN, TEST = "train", "test"
 VAL = "val"  # optional validation mapping (model selection reads it; NVIDIA's readers ignore it)
 SPLIT_BINARY = "split_binary"
-MAX_HOTNESS = 1 << 16  # ids per bag of a multi-hot feature (MLPerf DCNv2's largest: 100)
 MAX_SPEC_BYTES = 8 << 20  # a Criteo spec is ~10 KB; each byte is parsed in Python
 # dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
 # the machine's byte order. Anything else (object, strings, structured, big-endian) is refused:

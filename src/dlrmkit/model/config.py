@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 INTERACTIONS = ("dot", "cat", "dcn")
 DCN_STRUCTURES = ("stacked", "parallel")
 MAX_DCN_LAYERS, MAX_DCN_RANK = 64, 1 << 16
+MAX_HOTNESS = 1 << 16  # ids per bag of a multi-hot feature (MLPerf DCNv2's largest: 100)
 
 
 def _int_in(value, lo: int, hi: int) -> bool:
@@ -56,6 +57,9 @@ class ModelConfig:
     # --numerical-buckets: per numerical feature, the boundaries of its buckets; the last
     # len(numerical_buckets) tables are the bucket tables (data/numerical_buckets.py)
     numerical_buckets: list[list[float]] | None = None
+    # a multi-hot dataset's bag size of each table (its fixed-size bags, sum-pooled; the bucket
+    # tables' 1): what `export` reads, ids [B, sum of the sizes]. None: one id per table
+    hotness: list[int] | None = None
 
     @property
     def parallel_cross(self) -> bool:
@@ -111,6 +115,11 @@ class ModelConfig:
                     "numerical_buckets must hold, per numerical feature, increasing finite boundaries whose "
                     "bucket counts are the last table sizes"
                 )
+        h = self.hotness
+        if h is not None and not (
+            isinstance(h, list) and len(h) == len(self.table_sizes) and all(_int_in(k, 1, MAX_HOTNESS) for k in h)
+        ):
+            raise DlrmkitError(f"hotness must hold one integer in [1, {MAX_HOTNESS}] per table, or be unset")
         if self.numerical_transform not in ("none", "signed-log"):
             raise DlrmkitError(f"unknown numerical transform '{self.numerical_transform}' (choose none or signed-log)")
         if not isinstance(self.fm, bool) or not isinstance(self.deep, bool):

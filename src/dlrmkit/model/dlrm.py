@@ -73,11 +73,14 @@ class DLRM(nn.Module):
 
     def forward(self, dense: torch.Tensor, ids: Ids) -> torch.Tensor:
         """Click logits [B] for numerical features [B, F] and categorical ids."""
+        return self.score(dense, self.embeddings(ids))
+
+    def score(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        """Click logits [B] for numerical features [B, F] and the pooled embeddings [B, T, table_dim]."""
         if self.cfg.numerical_transform == "signed-log":
             dense = signed_log(dense)
         if self.cfg.numerical_mean is not None:
             dense = (dense.float() - self.numerical_mean) / self.numerical_std
-        pooled = self.embeddings(ids)
         emb = pooled[..., :-1] if self.cfg.wide else pooled
         out = None
         if self.cfg.deep:

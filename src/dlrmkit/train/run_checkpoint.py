@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Protocol
 
 from dlrmkit.errors import DlrmkitError, RunEnded
@@ -221,6 +222,8 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
             f"(fingerprint {fingerprint(trainer)[:12]}); resume with the same --data or start a "
             f"fresh --checkpoint-dir"
         )
+    if saved.hotness is None and isinstance(data, dict):  # older checkpoints: bag sizes of this (same) dataset
+        saved = replace(saved, hotness=trainer.model_cfg.hotness)
     if saved != trainer.model_cfg:  # after the dataset: the model keeps figures of its data
         raise DlrmkitError(f"{path}: checkpoint model does not match this run's model: {model_difference(saved, trainer.model_cfg)}; "
                            "resume with the run's own options (its config.yaml: --config RUN/config.yaml --resume)")  # fmt: skip

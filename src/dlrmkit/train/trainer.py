@@ -123,6 +123,8 @@ class Trainer:
         cfg = self.cfg
         if buckets is not None:
             self.model_cfg = replace(self.model_cfg, numerical_buckets=buckets)
+        if self.train_set.multi_hot:  # the bag sizes its ids come in (what an exported model reads)
+            self.model_cfg = replace(self.model_cfg, hotness=list(self.train_set.hotness))
         if cfg.model.standardize_numerical and self.train_set.num_numerical:  # the training rows' figures
             signed = self.model_cfg.numerical_transform == "signed-log"
             mean, std = numerical_stats(mapping, cfg.selection.eval_batch_size, signed)
