@@ -112,3 +112,33 @@ def test_a_run_folder_as_checkpoint_names_its_checkpoints(tiny_data, tiny_run, t
         assert lines[0].endswith(f"{tiny_run}: no checkpoint there (expected manifest.json or a 'latest' pointer); "
                                  f"a run folder? its checkpoints are in {tiny_run / 'checkpoints'}")  # fmt: skip
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_model_of_numerical_columns_only_exports(tmp_path):
+    """A dataset without categorical columns trains on bucket tables alone (the recipe's
+    --numerical-buckets): its TorchScript export reads ids [B, 0] and appends the bucket ids
+    itself, scoring the test rows as `evaluate` does."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 2))
+    y = (x[:, 0] + rng.normal(size=600) > 0).astype(int)
+    csv = tmp_path / "num.csv"
+    csv.write_text("label,a,b\n" + "".join(f"{l},{a:.4f},{b:.4f}\n" for l, (a, b) in zip(y, x)))
+    data = tmp_path / "num"
+    assert run_cli("transcode", "--input", csv, "--out", data, "--label", "label", "--numerical", "a,b",
+                   "--test-rows", 100).code == 0  # fmt: skip
+    r = run_cli("train", "--data", data, "--max-steps", 5, "--no-progress", "--run-dir", tmp_path / "R",
+                "--search-budget", 0)  # fmt: skip
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "R" / "checkpoints"
+    _, cfg = load_model(str(ckpt))
+    assert cfg.numerical_buckets and len(cfg.table_sizes) == len(cfg.numerical_buckets)
+    r = run_cli("export", "--checkpoint", ckpt, "--out", tmp_path / "m.ts", "--format", "torchscript")
+    assert r.code == 0, r.err
+    assert run_cli("evaluate", "--checkpoint", ckpt, "--data", data, "--metrics-json", tmp_path / "m.json").code == 0
+    _, _, test = open_dataset(str(data))
+    rows = test.read(0, len(test))
+    with torch.no_grad():
+        logits = torch.jit.load(str(tmp_path / "m.ts"))(torch.as_tensor(rows.dense).float(),
+                                                        torch.zeros(len(test), 0, dtype=torch.int64))  # fmt: skip
+    probs = 1 / (1 + np.exp(-logits.numpy().astype(np.float64)))
+    assert roc_auc(rows.labels, probs) == pytest.approx(json.loads((tmp_path / "m.json").read_text())["auc"], abs=1e-6)

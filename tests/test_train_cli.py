@@ -170,6 +170,11 @@ def test_resume_of_a_finished_run_writes_nothing_and_names_its_final_checkpoint(
     longer = train(tiny_data, "--checkpoint-dir", ckpt, "--max-steps", 12, "--resume")
     assert longer.out.strip().splitlines()[-1].startswith("steps 12  samples/s"), longer.out
     assert (ckpt / "latest").read_text() == "step_12"
+    # in epochs: one fewer than the run's ended too (its counters are not checked against a schedule it will not run)
+    by_epoch = ("--checkpoint-dir", tmp_path / "E", "--batch-size", 4096)
+    train(tiny_data, *by_epoch, "--epochs", 2)
+    again = train(tiny_data, *by_epoch, "--epochs", 1, "--resume")
+    assert again.out == "" and "the run ended at step" in again.err, again.err
 
 
 def test_resume_of_a_run_whose_last_step_was_saved_along_the_way_writes_nothing(tiny_data, tmp_path):

@@ -132,3 +132,17 @@ def test_train_loss_finds_the_first_nonfinite_across_folded_chunks():
     assert tl.first_nonfinite() == (1000 + FOLD + 5, float("-inf"))
     assert tl.first_nonfinite() is None  # a check consumes what it checked
     assert tl.mean() == pytest.approx(float(np.mean(values[-100:].tolist())))
+
+
+def test_restored_window_mixes_with_losses_of_another_device():
+    """--resume on a GPU: the checkpoint's window comes back as CPU tensors, the steps' losses are
+    GPU tensors; one tensor of both (what mean and recent_values stack) is refused by torch.stack.
+    'meta' stands in for the GPU here."""
+    tl = TrainLoss(window=3)
+    tl.restore([0.9, 0.7])
+    tl.add(torch.tensor(0.5, device="meta"), 3)
+    assert tl._window().device.type == "meta" and tl._window().shape == (3,)
+    cpu = TrainLoss(window=3)
+    cpu.restore([0.9, 0.7])
+    cpu.add(torch.tensor(0.5), 3)
+    assert cpu.recent_values() == pytest.approx([0.9, 0.7, 0.5]) and cpu.mean() == pytest.approx(0.7)

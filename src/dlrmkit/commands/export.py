@@ -51,7 +51,8 @@ def example_inputs(cfg, batch: int = 4, served: bool = False):
     dense = torch.randn(batch, cfg.num_numerical, generator=g)
     own = len(cfg.table_sizes) - len(cfg.numerical_buckets or []) if served else len(cfg.table_sizes)
     hotness = cfg.hotness or [1] * len(cfg.table_sizes)  # a multi-hot model's: each table's bag side by side
-    ids = torch.cat([torch.randint(0, n, (batch, k), generator=g) for n, k in zip(cfg.table_sizes[:own], hotness)], 1)
+    parts = [torch.randint(0, n, (batch, k), generator=g) for n, k in zip(cfg.table_sizes[:own], hotness)]
+    ids = torch.cat(parts, 1) if parts else torch.zeros(batch, 0, dtype=torch.int64)  # no table of its own: bucket tables only
     return dense, ids
 
 
@@ -75,10 +76,10 @@ def served_model(model, cfg):
             self.model = model
             own = len(cfg.table_sizes) - len(cfg.numerical_buckets or [])
             rows = torch.tensor(cfg.table_sizes[:own], dtype=torch.int64)
-            self.register_buffer("rows", rows.repeat_interleave(torch.tensor(hotness[:own])))  # per id column
+            self.register_buffer("rows", rows.repeat_interleave(torch.tensor(hotness[:own], dtype=torch.int64)))  # per id column
             if cfg.hotness is not None:  # row of each column's table in the (one) fused weight
                 table = model.embeddings.tables[0]
-                self.register_buffer("starts", table.row_offsets.repeat_interleave(torch.tensor(hotness)))
+                self.register_buffer("starts", table.row_offsets.repeat_interleave(torch.tensor(hotness, dtype=torch.int64)))
             for j, b in enumerate(cfg.numerical_buckets or []):
                 self.register_buffer(f"bounds_{j}", torch.tensor(b, dtype=torch.float32))
 

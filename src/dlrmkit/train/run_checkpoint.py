@@ -235,6 +235,8 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
             "validation rows once it had ended), which is not resumed; evaluate or predict with it, or train again "
             "into a fresh --checkpoint-dir"
         )
+    if meta.get("final") is True and ended(trainer, meta):  # nothing of it is loaded: the run ended
+        raise RunEnded(run_ended(path, meta, trains_on=True))
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")
@@ -252,8 +254,6 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     trainer.losses.restore(recent_losses(meta, f"{path}/{ckpt.MANIFEST}"))
     restore_loss_scale(trainer.loss_scaler, meta, f"{path}/{ckpt.MANIFEST}")
     trainer.run_id = meta.get("run_id") or uuid.uuid4().hex  # older checkpoints: never pruned by this run
-    if meta.get("final") is True and ended(trainer, meta):
-        raise RunEnded(run_ended(path, meta, trains_on=True))
     return path
 
 

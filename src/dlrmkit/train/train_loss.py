@@ -79,15 +79,21 @@ class TrainLoss:
     def recent_values(self) -> list[float]:
         """The losses of the logged mean's window, oldest first (a checkpoint keeps them, so a
         resumed run logs the mean an uninterrupted one would); one host sync."""
-        return torch.stack(list(self.recent)).reshape(-1).tolist() if self.recent else []
+        return self._window().tolist() if self.recent else []
 
     def restore(self, values: list[float]) -> None:
         """The window a checkpoint kept (recent_values), before any loss of this process."""
         self.recent.clear()
         self.recent.extend(torch.tensor(v, dtype=torch.float32) for v in values[-(self.recent.maxlen or 0) :])
 
+    def _window(self) -> torch.Tensor:
+        """The window's losses as one tensor, on the device of the newest: a restored window's are
+        on the CPU, a GPU step's losses on the GPU (torch.stack refuses a mix)."""
+        device = self.recent[-1].device
+        return torch.stack([v if v.device == device else v.to(device) for v in self.recent]).reshape(-1)
+
     def mean(self) -> float:
         """Mean of the recent losses (float64, as numpy sums them); one host sync. NaN when none."""
         if not self.recent:
             return math.nan
-        return float(np.mean(torch.stack(list(self.recent)).reshape(-1).tolist()))
+        return float(np.mean(self._window().tolist()))
