@@ -145,8 +145,8 @@ def test_an_exported_model_reads_the_datasets_rows_as_evaluate_does(data, tmp_pa
     ort = pytest.importorskip("onnxruntime", reason="running the ONNX model needs onnxruntime")
     r = run_cli("export", "--checkpoint", tmp_path / "c", "--out", tmp_path / "m.onnx", "--format", "onnx")
     assert r.code == 0, r.err
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    (got,) = session.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
+    onnx_model = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = onnx_model.run(["logits"], {"dense": dense.numpy(), "ids": ids.numpy()})
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
 
 

@@ -238,11 +238,8 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
         trainer = searched[0] if taken is not None else Trainer(cfg)
         del searched
         run_dir.share_checkpoint_dir(run_folder, trainer)
-    except DlrmkitError:  # refused before the first step: no folder it made is left behind
-        run_dir.abandon(run_folder)
-        raise
-    except RunEnded:  # a --resume of a run that ended: its files stay as they are
-        run_dir.abandon(run_folder)
+    except (DlrmkitError, RunEnded):  # refused before the first step, or a --resume of a run that ended:
+        run_dir.abandon(run_folder)  # no folder it made is left behind, the run's files stay as they are
         raise
     if trainer.dist.rank == 0:
         print(recipe_text + "\n" if recipe_text else "", end="")

@@ -227,16 +227,15 @@ def resume(trainer: TrainerState, path: str, verified: dict | None = None) -> st
     if saved != trainer.model_cfg:  # after the dataset: the model keeps figures of its data
         raise DlrmkitError(f"{path}: checkpoint model does not match this run's model: {model_difference(saved, trainer.model_cfg)}; "
                            "resume with the run's own options (its config.yaml: --config RUN/config.yaml --resume)")  # fmt: skip
-    if meta.get("refit") is not False and "refit" in meta:  # a refit's is the end of a finished run
-        if meta.get("final") is True and ended(trainer, meta):
-            raise RunEnded(run_ended(path, meta, trains_on=False))
+    refitted = meta.get("refit") is not False and "refit" in meta  # a refit's is the end of a finished run
+    if meta.get("final") is True and ended(trainer, meta):  # nothing of it is loaded: the run ended
+        raise RunEnded(run_ended(path, meta, trains_on=not refitted))
+    if refitted:
         raise DlrmkitError(
             f"{path}: the checkpoint of a refit (--refit: the run's model trained again on its training and "
             "validation rows once it had ended), which is not resumed; evaluate or predict with it, or train again "
             "into a fresh --checkpoint-dir"
         )
-    if meta.get("final") is True and ended(trainer, meta):  # nothing of it is loaded: the run ended
-        raise RunEnded(run_ended(path, meta, trains_on=True))
     missing = [k for k in ("step", "epoch", "batch_in_epoch") if k not in meta]
     if missing:
         raise DlrmkitError(f"{path}/{ckpt.MANIFEST}: no {missing[0]} to resume from; refused")

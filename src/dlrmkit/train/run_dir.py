@@ -105,16 +105,15 @@ def check_run_dir(path: str | None) -> None:
 def only_stopped(path: str) -> bool:
     """The log holds nothing but how its run stopped (run_log.stop_record): a run that failed or was
     interrupted before it logged anything else, which left nothing to continue."""
-    import json
+    from dlrmkit.train.run_log import read_log
 
     if os.path.getsize(path) > 16 << 10:  # a stop record is a few hundred bytes
         return False
     try:
-        with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError, RecursionError):
+        records = read_log(path)
+    except (DlrmkitError, OSError):  # not a log: another run's file, never reused
         return False
-    return bool(records) and all(isinstance(r, dict) and r.get("event") in ("failed", "interrupted") for r in records)
+    return bool(records) and all(r.get("event") in ("failed", "interrupted") for r in records)
 
 
 def check_fresh_log(path: str | None, option: str, folder: str | None = None) -> None:
