@@ -353,6 +353,17 @@ def test_kept_columns_are_written_beside_each_probability_as_read(csv_model, tmp
     assert [g[1] for g in got[1:]] == [odd[i % 5] or "" for i in range(30)] and [g[2] for g in got[1:]] == ids
     np.testing.assert_allclose([float(g[4]) for g in got[1:]], want[:, 2], rtol=1e-6)
 
+    # a kept value that is not UTF-8 (the model never reads it) keeps its row, escaped and counted;
+    # the same bytes in a column the model reads skip the row
+    raw = (tmp_path / "keyed.csv").read_bytes().replace(b",n1\n", b",n\xff1\n")
+    (tmp_path / "latin.csv").write_bytes(raw)
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "latin.csv", "--keep-columns", "id,note")
+    assert r.code == 0 and "scored 29  skipped 1" in r.err and "kept values not UTF-8 1 (written with \\x escapes)" in r.err, r.err
+    assert [g[2] for g in csv.reader(r.out.splitlines())][1:3] == [notes[0], "n\\xff1"]
+    (tmp_path / "latin.csv").write_bytes(raw.replace(b",n\xff1\n", b",n1\n").replace(b",red,", b",r\xffd,", 1))
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "latin.csv", "--keep-columns", "id,note")
+    assert r.code == 0 and "scored 28  skipped 2 (wrong_field_count 1, undecodable 1)" in r.err, r.err
+
     # a column the input lacks, or one predict writes itself: one line, nothing written
     for keep, said in (("id,nonesuch", "no column(s) nonesuch (has: id, y, a, c, note); --keep-columns"),
                        ("probability", "--keep-columns: 'probability' is a column predict writes itself")):  # fmt: skip

@@ -61,7 +61,10 @@ def test_a_run_refused_before_its_first_step_leaves_no_folder_it_made(tiny_data,
              "--bottom-mlp", "7,5", "--embedding-dim", 8)  # fmt: skip
     one_line(run_cli(*fresh, "--run-dir", tmp_path / "fresh"))
     assert not (tmp_path / "fresh").exists()
-    one_line(run_cli(*fresh, cwd=tmp_path))  # without --run-dir: runs/<time>, made and removed again
+    one_line(run_cli(*fresh, cwd=tmp_path))  # without --run-dir: runs/<time> and runs/, made and removed again
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs").mkdir()  # a runs/ that was there stays
+    one_line(run_cli(*fresh, cwd=tmp_path))
     assert os.listdir(tmp_path / "runs") == []
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("kept")

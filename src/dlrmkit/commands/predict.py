@@ -93,6 +93,7 @@ class PredictReport:
     rows_scored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     empty_lines: int = 0  # of a CSV/TSV input: skipped, not rows
+    escaped: int = 0  # --keep-columns values that are not UTF-8, written with \xNN escapes
     first_bad_rows: list[str] = field(default_factory=list)
     unlabeled_shaped: int = 0  # rows of blocks with no valid row that have a label-less row's 39 fields
 
@@ -216,7 +217,7 @@ def _table_batches(
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
-    report.empty_lines = tr.empty_lines
+    report.empty_lines, report.escaped = tr.empty_lines, tr.escaped
 
 
 def kept_columns(args: argparse.Namespace) -> list[str]:
@@ -443,6 +444,7 @@ def run(args: argparse.Namespace) -> int:
         " (" + ", ".join(f"{k} {v:,}" for k, v in report.skipped.items() if v) + ")" if n_skipped else ""
     )
     msg += f"  empty lines skipped {report.empty_lines:,}" if report.empty_lines else ""
+    msg += f"  kept values not UTF-8 {report.escaped:,} (written with \\x escapes)" if report.escaped else ""
     err = sys.stderr if not output else sys.stdout  # keep stdout pure CSV when it carries the scores
     print(msg, file=err)
     for pos in report.first_bad_rows:

@@ -69,6 +69,7 @@ class Report:
     _order: list[tuple[int, int]] = field(default_factory=list)  # (file, data row) of each listed position
     file_index: int = 0
     empty_lines: int = 0  # skipped, not rows: reported beside the rows skipped
+    escaped: int = 0  # kept values (predict --keep-columns only) that are not UTF-8, written with \x escapes
     # (reason, column) -> rows skipped, each row at its first failing column ("" for a row's field count)
     by_column: dict[tuple[str, str], int] = field(default_factory=dict)
     first_by_column: dict[tuple[str, str], str] = field(default_factory=dict)  # the first such row, located
@@ -264,8 +265,9 @@ def _text_batches(
         yield table, line_no[keep]
 
 
-def _as_text(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """(string array, rows that are valid UTF-8); invalid values become "" (their rows are bad)."""
+def _as_text(col: pa.Array, escape: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """(string array, rows that are valid UTF-8); invalid values become "" (their rows are bad), or,
+    with `escape`, their text with each byte that is not UTF-8 as a \\xNN escape."""
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         return col, np.ones(len(col), dtype=bool)
     if not (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)):
@@ -279,7 +281,7 @@ def _as_text(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
             try:
                 (v or b"").decode("utf-8")
             except UnicodeDecodeError:
-                ok[i], values[i] = False, b""
+                ok[i], values[i] = False, v.decode("utf-8", "backslashreplace").encode() if escape else b""
         return pc.cast(pa.array(values, pa.binary()), pa.string()), ok
 
 
@@ -305,11 +307,18 @@ def clean(
     float32, after the transform; never stored as infinity); it is located by the first column
     failing that check, with the column's value.
     `rows_out` (for `predict`) receives the data-row numbers of the valid rows, `kept_out` the
-    valid rows' values of the `keep` columns, as text (a missing Parquet value as "")."""
+    valid rows' values of the `keep` columns, as text (a missing Parquet value as ""). A column kept
+    and not read by the model never makes a row bad: a value there that is not UTF-8 is kept with
+    \\xNN escapes, and counted (`report.escaped`)."""
     text, utf8 = {}, {}
+    model_columns = {opts.label, *opts.numerical, *opts.categorical}
     for c in _needed(opts):
-        arr, ok = _as_text(t.column(c).combine_chunks())
-        text[c], utf8[c] = _field(arr), ok
+        arr, ok = _as_text(t.column(c).combine_chunks(), escape=c not in model_columns)
+        text[c] = _field(arr)
+        if c in model_columns:
+            utf8[c] = ok
+        elif report is not None:
+            report.escaped += int((~ok).sum())
     n = t.num_rows
     utf8_ok = np.logical_and.reduce(list(utf8.values())) if utf8 else np.ones(n, dtype=bool)
     lab_ok, lab_val = np.ones(n, dtype=bool), np.zeros(n)

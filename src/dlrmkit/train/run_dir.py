@@ -42,6 +42,7 @@ class RunDir:
     # them once its checkpoint is accepted (write_run_files), so a refused one leaves the folder as it was
     pending: tuple[dict[str, Any], dict[str, Any]] | None = None
     made: bool = False  # the folder did not exist before this run (abandon may remove it again)
+    made_root: str | None = None  # runs/, where this run made it for its fresh folder (abandon, likewise)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -181,6 +182,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
     multi_rank = torchrun_env().world_size > 1
     path = out.run_dir
     made = not path or not os.path.lexists(path)
+    made_root = "runs" if not path and is_rank_zero() and not os.path.lexists("runs") else None
     if path:
         make_dirs(path, "--run-dir")
     elif multi_rank:
@@ -196,7 +198,7 @@ def setup(cfg: TrainConfig, argv: list[str]) -> RunDir:
         out.log_jsonl = (
             os.path.join(ck.checkpoint_dir, "log.jsonl") if own_checkpoint_dir else os.path.join(path, "log.jsonl")
         )
-    run = RunDir(path, out.log_jsonl, ck.checkpoint_dir, made=made and is_rank_zero())
+    run = RunDir(path, out.log_jsonl, ck.checkpoint_dir, made=made and is_rank_zero(), made_root=made_root)
     lock_outputs(out.run_dir, run)
     log_folder = os.path.dirname(os.path.abspath(run.log_jsonl))
     inside = log_folder in {os.path.abspath(p) for p in (path, run.checkpoint_dir) if p}
@@ -220,7 +222,8 @@ def abandon(run: RunDir) -> None:
     empty checkpoints/) goes, then the folder, if nothing else is in it. A folder that was there
     before is left as it is. The files go while this run holds its folders' locks; the folders after
     the locks are released (a lock file of the checkpoint folder lies in the run folder), and only
-    while empty, so another run that took them in between keeps what it wrote."""
+    while empty, so another run that took them in between keeps what it wrote; so does `runs/`,
+    where this run made it."""
     if not run.made:
         return
     own = [run.file("config.yaml"), run.file("run.json")]
@@ -231,7 +234,7 @@ def abandon(run: RunDir) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(name)
     release_output_locks()  # the command is ending: what it held is released now rather than on return
-    for folder in (run.file("checkpoints"), run.path):
+    for folder in (run.file("checkpoints"), run.path, *([run.made_root] if run.made_root else [])):
         with contextlib.suppress(OSError):  # only an empty folder goes
             os.rmdir(folder)
 
