@@ -260,3 +260,48 @@ def test_a_checkpoint_without_bag_sizes_resumes_on_its_dataset(multi_hot, tmp_pa
     r = run_cli(*run, "--max-steps", 4, "--resume", "--run-dir", tmp_path / "R2")
     assert r.code == 0, r.err
     assert "resumed from" in r.err
+
+
+@pytest.fixture(scope="module")
+def multi_hot_model(multi_hot, tmp_path_factory):
+    """Checkpoints of a model trained on `multi_hot`'s bags."""
+    run = tmp_path_factory.mktemp("mh-run") / "R"
+    r = run_cli("train", "--data", multi_hot, "--max-steps", 4, "--no-progress", "--search-budget", 0, "--run-dir", run)
+    assert r.code == 0, r.err
+    return run / "checkpoints"
+
+
+def refused(r, *phrases: str) -> None:
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1, r.err
+    assert all(p in lines[0] for p in phrases), lines[0]
+
+
+def test_evaluate_refuses_rows_of_other_bag_sizes(tiny_data, tiny_run, multi_hot, multi_hot_model, tmp_path):
+    """A model scores rows in the bag sizes it was trained on (model_config.hotness): a dataset of
+    other sizes (one-hot, or other bags over the same tables) is one line naming the table and both sizes."""
+    r = run_cli("evaluate", "--checkpoint", multi_hot_model, "--data", tiny_data)
+    said = f"{multi_hot_model}: table 0 (cat_0.bin) was trained on bags of 3 ids per sample"
+    refused(r, said, f"{tiny_data} has bags of 1")
+    other = tmp_path / "other"
+    materialize(str(tiny_data), str(other), [3, 2, 2, 5, 4], seed=0, progress=False)
+    r = run_cli("evaluate", "--checkpoint", multi_hot_model, "--data", other)
+    refused(r, "table 2 (cat_2.bin) was trained on bags of 1 id per sample", f"{other} has bags of 2")
+    # a one-hot model (its model_config records hotness null: one id per table) and bags
+    r = run_cli("evaluate", "--checkpoint", tiny_run / "checkpoints", "--data", multi_hot)
+    refused(r, "table 0 (cat_0.bin) was trained on bags of 1 id per sample", f"{multi_hot} has bags of 3")
+    assert run_cli("evaluate", "--checkpoint", multi_hot_model, "--data", multi_hot).code == 0
+
+
+def test_a_checkpoint_without_bag_sizes_is_evaluated_as_it_comes(multi_hot, multi_hot_model, tmp_path):
+    """Checkpoints written before model_config recorded `hotness` keep scoring their dataset."""
+    import shutil
+
+    ckpt = tmp_path / "C"
+    shutil.copytree(multi_hot_model, ckpt)
+    manifest = ckpt / (ckpt / "latest").read_text().strip() / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    assert doc["model_config"].pop("hotness") == SIZES
+    manifest.write_text(json.dumps(doc))
+    r = run_cli("evaluate", "--checkpoint", ckpt, "--data", multi_hot)
+    assert r.code == 0, r.err

@@ -7,6 +7,7 @@ import csv
 import json
 
 import numpy as np
+import yaml
 import pytest
 
 from dlrmkit.data.synthetic import generate
@@ -223,3 +224,97 @@ def test_a_plan_of_bucket_tables_and_kept_ids_trains_as_one_process(cli, log_dat
     m, single = json.loads(two.read_text()), json.loads(one.read_text())
     assert m["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
     assert m["val_auc"] == pytest.approx(single["val_auc"], abs=1e-5)
+
+
+def write_config(path, **options) -> str:
+    """A `train --config` file: keys as the flags."""
+    path.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in options.items()}, sort_keys=False))
+    return str(path)
+
+
+def planned_tables(path) -> list[tuple[int, int]]:
+    return [(t.rows, t.dim) for t in ShardingPlan.load(str(path)).tables]
+
+
+def test_plan_config_plans_the_file_as_the_same_flags(cli, log_data, tmp_path):
+    """`plan --config FILE` reads train's config file (options it does not use, such as max-steps,
+    taken as train takes them): the file's buckets, kept ids and wide term give the plan the same
+    flags give, and flags given win over the file."""
+    shape = {"numerical_buckets": 4, "min_id_count": 2, "wide": False}
+    config = write_config(
+        tmp_path / "run.yaml", data=str(log_data), **shape, max_steps=2, lr=0.5, search_budget=0, no_progress=True
+    )
+    flags, filed = tmp_path / "flags.json", tmp_path / "file.json"
+    r = cli("plan", "--data", log_data, "--world-size", "2", "--numerical-buckets", "4", "--min-id-count", "2",
+            "--wide", "false", "--json", flags)  # fmt: skip
+    assert r.code == 0, r.err
+    r = cli("plan", "--config", config, "--world-size", "2", "--json", filed)
+    assert r.code == 0, r.err
+    assert f"as `dlrmkit train --config {config} --data {log_data}` resolves it" in r.out
+    assert "ids seen 2+ times kept, 2 bucket tables (--numerical-buckets 4)" in r.out
+    assert ShardingPlan.load(str(filed)).to_dict() == ShardingPlan.load(str(flags)).to_dict()
+    assert len(planned_tables(filed)) == 4 and planned_tables(filed)[0][1] == 8  # no wide column
+
+    # flags over the file, as for train: --numerical-buckets 0 and --wide true win
+    over, want = tmp_path / "over.json", tmp_path / "want.json"
+    r = cli("plan", "--config", config, "--world-size", "2", "--numerical-buckets", "0", "--wide", "true",
+            "--json", over)  # fmt: skip
+    assert r.code == 0, r.err
+    r = cli("plan", "--data", log_data, "--world-size", "2", "--min-id-count", "2", "--wide", "true", "--json", want)
+    assert r.code == 0, r.err
+    assert ShardingPlan.load(str(over)).to_dict() == ShardingPlan.load(str(want)).to_dict()
+    assert [dim for _, dim in planned_tables(over)] == [9, 9]
+    # a file without the dataset takes --data's
+    bare = write_config(tmp_path / "bare.yaml", **shape)
+    r = cli("plan", "--config", bare, "--data", log_data, "--world-size", "2", "--json", tmp_path / "bare.json")
+    assert r.code == 0, r.err
+    assert planned_tables(tmp_path / "bare.json") == planned_tables(filed)
+
+
+def test_plan_config_gives_the_tables_train_builds_for_it(cli, log_data, tmp_path):
+    """The plan of a config file lists the tables `train --config` builds from it (rows and width of
+    each, in order), and the config.yaml the run writes plans them again."""
+    config = write_config(tmp_path / "run.yaml", data=str(log_data), numerical_buckets=3, min_id_count=2,
+                          max_steps=2, search_budget=0, no_progress=True, no_final_checkpoint=False)  # fmt: skip
+    r = cli("train", "--config", config, "--run-dir", tmp_path / "R")
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "R" / "checkpoints"
+    manifest = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "manifest.json").read_text())
+    mc = manifest["model_config"]
+    built = [(rows, mc["embedding_dim"] + int(mc["wide"])) for rows in mc["table_sizes"]]
+    assert len(built) == 4 and mc["min_id_count"] == 2
+    for i, source in enumerate((config, tmp_path / "R" / "config.yaml")):
+        out = tmp_path / f"plan{i}.json"
+        r = cli("plan", "--config", source, "--world-size", "2", "--json", out)
+        assert r.code == 0, r.err
+        assert planned_tables(out) == built, source
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        ({"buckets": 4}, "unknown option 'buckets' (see `dlrmkit train --help`)"),
+        ({"min_id_count": 2}, "unknown option 'min_id_count' (keys are the flags: did you mean 'min-id-count'?)"),
+        ({"min-id-count": 0}, "option 'min-id-count': invalid value 0"),
+        ({"wide": "maybe"}, "option 'wide': invalid value 'maybe'"),
+        ({"run-dir": "out"}, "'run-dir' says where the run writes"),
+        ({"preset": "huge"}, "option 'preset': unknown preset 'huge'"),
+        ({"data": None}, "no 'data': give the dataset there or as --data"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_it(cli, log_data, tmp_path, options, said):
+    config = tmp_path / "bad.yaml"  # keys as given
+    config.write_text(yaml.safe_dump({"data": str(log_data), **options}))
+    r = cli("plan", "--config", config, "--world-size", "2")
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1, r.err
+    assert f"{config}: " in lines[0] and said in lines[0], lines[0]
+
+
+def test_plan_config_takes_a_dataset_not_table_sizes(cli, log_data, tmp_path):
+    config = write_config(tmp_path / "run.yaml", data=str(log_data))
+    r = cli("plan", "--config", config, "--tables", "1000x16", "--world-size", "2")
+    assert r.code == 2 and "--tables takes none" in r.err and len(r.err.strip().splitlines()) == 1
+    (tmp_path / "list.yaml").write_text("- data\n")
+    r = cli("plan", "--config", tmp_path / "list.yaml", "--data", log_data, "--world-size", "2")
+    assert r.code == 2 and f"{tmp_path / 'list.yaml'}: a config file must be a mapping" in r.err

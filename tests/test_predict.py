@@ -371,6 +371,25 @@ def test_kept_columns_are_written_beside_each_probability_as_read(csv_model, tmp
         assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and said in r.err, r.err
 
 
+def test_a_model_of_other_bag_sizes_is_refused_in_one_line(csv_model, tmp_path):
+    """Raw rows give one id per table: a model trained on bags of the dataset's ids (`multihot`)
+    would sum-pool other ids than it learned, so it is refused, naming the table and both sizes."""
+    from dlrmkit.data.multi_hot import materialize
+
+    ds, _ = csv_model
+    materialize(str(ds), str(tmp_path / "mh"), [2], seed=0, progress=False)
+    r = run_cli("train", "--data", tmp_path / "mh", *TRAIN, "--run-dir", tmp_path / "run")
+    assert r.code == 0, r.err
+    write_rows(tmp_path / "rows.csv", 30, start=1000)
+    out = tmp_path / "scores.csv"
+    r = run_cli("predict", "--checkpoint", tmp_path / "run" / "checkpoints", "--data", ds, "--input",
+                tmp_path / "rows.csv", "--output", out)  # fmt: skip
+    assert r.code == 2 and r.out == "" and not out.exists(), r.err
+    (line,) = r.err.strip().splitlines()
+    name = FeatureSpec.from_yaml(str(ds)).categorical_names[0]
+    assert f"checkpoints: table 0 ({name}) was trained on bags of 2 ids per sample, but {ds} has bags of 1" in line
+
+
 def test_bad_input_writes_nothing_to_standard_output(csv_model, tmp_path):
     ds, ckpt = csv_model
     bad = tmp_path / "bad.csv"

@@ -153,6 +153,21 @@ def model_config_of(path: str, manifest: dict[str, Any]):
     return cfg
 
 
+def recorded_bags(path: str) -> list[int] | None:
+    """Ids per sample of each table of the dataset the model of checkpoint `path` (a folder, or a
+    directory with `latest`) was trained on: its model_config.hotness, one id per table where that
+    is null (a one-hot dataset's); None for a checkpoint written before model_config recorded them
+    (no `hotness` key), whose bags are unknown."""
+    from dlrmkit.checkpoint.dirs import resolve_checkpoint
+
+    path = resolve_checkpoint(path)
+    manifest = read_manifest(path)
+    cfg = model_config_of(path, manifest)
+    if "hotness" not in manifest["model_config"]:
+        return None
+    return list(cfg.hotness) if cfg.hotness is not None else [1] * len(cfg.table_sizes)
+
+
 def model_bytes(cfg: Any, tables: bool = True) -> int:
     """Bytes a DLRM of `cfg` allocates: every parameter and buffer the model holds (MLPs, tables,
     the cross network's layers, the wide and FM terms, interaction index buffers), counted on a

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
             )
 
+    from dlrmkit.data.multi_hot import check_bags
     from dlrmkit.train import blend
 
     par = None
@@ -86,17 +87,21 @@ def run(args: argparse.Namespace) -> int:
         if launched_by_torchrun():
             raise DlrmkitError(f"{args.checkpoint}: a blend is evaluated in one process; run it without torchrun")
         b = blend.read_blend(args.checkpoint)
+        for folder in b.folders:  # each member trained on bags of the sizes it is to score
+            check_bags(folder, args.data, spec.categorical_names, spec.hotness)
         with np.errstate(invalid="ignore"):  # NaN logits: refused below
             metrics = blend.metrics_of(*blend.blend_logits(b, blend.load_members(b, check), dataset, args.batch_size))
-    elif launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
-        from dlrmkit.checkpoint.save_load import load_parallel_model
-
-        model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
-        metrics = scores(*par.predict(model_view(dataset, cfg), args.batch_size))
     else:
-        model, cfg = load_single_process_model(args.checkpoint, check)
-        # --min-id-count, --numerical-buckets: the rows as training read them
-        metrics = evaluate_model(model, model_view(dataset, cfg), args.batch_size, progress=True)
+        check_bags(args.checkpoint, args.data, spec.categorical_names, spec.hotness)
+        if launched_by_torchrun():  # sharded evaluation: every rank loads only its shards
+            from dlrmkit.checkpoint.save_load import load_parallel_model
+
+            model, cfg, par = load_parallel_model(args.checkpoint, opts, args.batch_size, check)
+            metrics = scores(*par.predict(model_view(dataset, cfg), args.batch_size))
+        else:
+            model, cfg = load_single_process_model(args.checkpoint, check)
+            # --min-id-count, --numerical-buckets: the rows as training read them
+            metrics = evaluate_model(model, model_view(dataset, cfg), args.batch_size, progress=True)
     if math.isnan(metrics["logloss"]):  # the rows are checked finite: the model's weights or statistics are not
         raise DlrmkitError(
             f"{args.checkpoint}: the model scores {args.mapping} rows as NaN (its manifest.json's model_config or "

@@ -1,7 +1,9 @@
 """Plan how embedding tables are sharded over ranks: per rank its shards, memory, lookups and
 bytes sent per step. Exits 2 with one line naming the table that does not fit. With --data the
 model and batch are resolved exactly as `dlrmkit train --data` resolves them (same preset,
-same options, dlrmkit.config.resolve_run), so the plan is the one a torchrun job then uses."""
+same options, dlrmkit.config.resolve_run), so the plan is the one a torchrun job then uses.
+With --config they come from train's config file, read as `train --config` reads it, the
+flags given over it."""
 
 from __future__ import annotations
 
@@ -9,12 +11,23 @@ import argparse
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-from dlrmkit.config import PRESETS
+from dlrmkit.config import AUTO, PRESETS
 from dlrmkit.errors import DlrmkitError
 from dlrmkit.options import add_options, option
 from dlrmkit.parallel.plan import PRESET_TABLES
 
 LEGACY_BATCH = 65536  # global batch with --tables / --tables-preset (no training recipe to take it from)
+# train's options plan takes as flags too (besides --data and --preset, which are plan's own fields)
+TRAIN_FLAGS = (
+    "embedding_dim",
+    "batch_size",
+    "optimizer",
+    "embedding_optimizer",
+    "sharding",
+    "wide",
+    "min_id_count",
+    "numerical_buckets",
+)
 
 # ---- multi-hot table presets (MLPerf DLRM-DCNv2: docs/RECIPES.md) --------------------------------------
 # name -> (rows of each table in feature order, dim, ids per sample of each table, cross network (layers, rank))
@@ -48,8 +61,8 @@ class PlanOptions:
     tables: str | None = option(None, "comma-separated ROWSxDIM, e.g. 40000000x128,3000x128", group="source")
     preset: str | None = option(
         None,
-        f"with --data: train's model and recipe preset ({', '.join(PRESETS)}; default as "
-        "train: auto, the recipe chosen from the dataset)",
+        f"with --data: train's model and recipe preset ({AUTO}, {', '.join(PRESETS)}; default as "
+        f"train: {AUTO}, the recipe chosen from the dataset)",
     )
     world_size: int | None = option(None, "number of ranks (required unless --simulate)", parse=ct.world_size)
     device_memory: int | None = option(
@@ -68,11 +81,22 @@ class PlanOptions:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dlrmkit.commands.train import ConfigFile
     from dlrmkit.config import TrainConfig
     from dlrmkit.perf.simulate_options import add_simulate_arguments  # --simulate, --hardware, ...
 
     add_options(p, PlanOptions)
     add_options(
+        p,
+        ConfigFile,
+        {
+            "config": {
+                "help": "train's YAML file of options (what `train --config` reads, e.g. a run folder's config.yaml): "
+                "its dataset (data:, unless --data), model and batch; flags given here win"
+            }
+        },
+    )
+    add_options(  # left off the namespace unless given, so that --config can fill them (train_options)
         p,
         TrainConfig,
         {  # as train's options, with what they mean for a plan
@@ -102,8 +126,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "help": "with --data: as train's, one more table per numerical feature (its N quantile buckets)"
             },
         },
+        unset_absent=True,
     )
     add_simulate_arguments(p)
+
+
+def train_options(args: argparse.Namespace) -> None:
+    """train's options as `train --config FILE FLAGS` takes them (dlrmkit.train.config_file: the
+    same loader and checks, the flags given over the file), kept whole in `args.train_values`
+    for resolved_from_data; `args` gets each of plan's train flags (its default where neither
+    gives it), --data and --preset."""
+    from dlrmkit.config import AUTO, TrainConfig
+    from dlrmkit.options import spec_map
+    from dlrmkit.train.config_file import config_values
+
+    flags = {k: getattr(args, k, None) for k in ("data", "preset", *TRAIN_FLAGS)}
+    values = config_values(args.config, {k: v for k, v in flags.items() if v is not None})
+    if args.config:
+        if args.tables or args.tables_preset:
+            flag = "--tables" if args.tables else "--tables-preset"
+            raise DlrmkitError(
+                f"--config gives train's options for a dataset (--data, or data: in the file); {flag} takes none"
+            )
+        if not values.get("data"):
+            raise DlrmkitError(f"{args.config}: no 'data': give the dataset there or as --data")
+        if flags["preset"] is None and values.get("preset") not in (None, AUTO, *PRESETS):
+            raise DlrmkitError(
+                f"{args.config}: option 'preset': unknown preset {str(values['preset'])[:40]!r} "
+                f"(choose from: {AUTO}, {', '.join(PRESETS)})"
+            )
+    by_name = spec_map(TrainConfig)
+    for name in TRAIN_FLAGS:
+        setattr(args, name, values.get(name, by_name[name].default))
+    args.data, args.preset = values.get("data") or None, values.get("preset")
+    args.train_values = values
 
 
 def check_legacy(args: argparse.Namespace) -> None:
@@ -116,9 +172,9 @@ def check_legacy(args: argparse.Namespace) -> None:
             else ""
         )
         raise DlrmkitError(f"--preset names train's model and recipe preset and needs --data{hint}")
-    if args.preset is not None and args.preset not in PRESETS:
+    if args.preset is not None and args.preset not in (AUTO, *PRESETS):
         hint = f" (table sizes: --tables-preset {args.preset})" if args.preset in PRESET_TABLES else ""
-        raise DlrmkitError(f"unknown --preset '{args.preset}' (choose from: {', '.join(PRESETS)}){hint}")
+        raise DlrmkitError(f"unknown --preset '{args.preset}' (choose from: {AUTO}, {', '.join(PRESETS)}){hint}")
     if not (args.data or args.tables_preset or args.tables):
         raise DlrmkitError("give --data, --tables-preset or --tables")
     if args.data is None:
@@ -130,8 +186,9 @@ def check_legacy(args: argparse.Namespace) -> None:
 
 def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object]:
     """(table sizes, dim, resolved TrainConfig) exactly as `train --data` resolves them: the same
-    preset (`auto`: the recipe chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
-    from dlrmkit.config import AUTO, TrainConfig, resolve_run
+    options (the --config file's too, args.train_values), the same preset (`auto`: the recipe
+    chosen from the dataset, dlrmkit.train.recipe), then resolve_run."""
+    from dlrmkit.config import TrainConfig, resolve_run
     from dlrmkit.data.model_tables import model_tables
     from dlrmkit.data.split_binary import open_dataset
     from dlrmkit.options import spec_map
@@ -140,16 +197,9 @@ def resolved_from_data(args: argparse.Namespace) -> tuple[list[int], int, object
     spec, train, _ = open_dataset(args.data)
     chosen = {
         **dict.fromkeys(spec_map(TrainConfig)),
+        **args.train_values,
         "data": args.data,
         "preset": args.preset or AUTO,
-        "batch_size": args.batch_size,
-        "optimizer": args.optimizer,
-        "embedding_optimizer": args.embedding_optimizer,
-        "embedding_dim": args.embedding_dim,
-        "sharding": args.sharding,
-        "wide": args.wide,
-        "min_id_count": args.min_id_count,
-        "numerical_buckets": args.numerical_buckets,
     }
     if chosen["preset"] == AUTO:
         recipe.apply(chosen, recipe.choose(spec, train))
@@ -219,7 +269,8 @@ def plan_run(args: argparse.Namespace) -> int:
     from dlrmkit.perf.simulate_options import check_simulate_options
 
     check_simulate_options(args)
-    check_not_inside(args.json, "--json", {"--data": args.data, "--hardware": args.hardware})
+    train_options(args)  # --config's and the flags'
+    check_not_inside(args.json, "--json", {"--data": args.data, "--config": args.config, "--hardware": args.hardware})
     check_output_file(args.json, "--json")
     check_legacy(args)
     if args.data:
@@ -273,8 +324,9 @@ def plan_run(args: argparse.Namespace) -> int:
             width += f", ids seen {cfg.model.min_id_count}+ times kept"
         if getattr(args, "bucket_tables", 0):
             width += f", {args.bucket_tables} bucket tables (--numerical-buckets {cfg.model.numerical_buckets})"
+        given = f"--config {args.config} --data {args.data}" if args.config else f"--data {args.data}"
         print(
-            f"as `dlrmkit train --data {args.data}` resolves it: preset {cfg.preset}, embedding dim "
+            f"as `dlrmkit train {given}` resolves it: preset {cfg.preset}, embedding dim "
             f"{cfg.model.embedding_dim}{width}, "
             f"global batch {cfg.schedule.batch_size}, tables' optimizer {emb} ({state_words(state)})"
         )

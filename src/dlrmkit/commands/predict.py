@@ -300,6 +300,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     import torch
 
     from dlrmkit.data.encoder import Vocabulary
+    from dlrmkit.data.multi_hot import check_bags
     from dlrmkit.data.numerical_buckets import reads
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.checkpoint.save_load import load_single_process_model
@@ -331,8 +332,10 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
                 f"({vocab.cardinalities}); pass the --data the model was trained on"
             )
 
-    if is_blend(checkpoint):  # its members' logits, weighted, times its temperature's 1/T
-        b = read_blend(checkpoint)
+    b = read_blend(checkpoint) if is_blend(checkpoint) else None
+    for folder in b.folders if b is not None else [checkpoint]:  # raw rows: the dataset's bags, one id each
+        check_bags(folder, data, spec.categorical_names, spec.hotness)
+    if b is not None:  # its members' logits, weighted, times its temperature's 1/T
         models, weights, scale = load_members(b, check), b.weights, b.scale
     else:
         models, weights, scale = [load_single_process_model(checkpoint, check)], [1], 1.0

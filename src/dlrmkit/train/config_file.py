@@ -60,19 +60,25 @@ def check_dumped(where: str, values: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The run's config: field defaults, then the --config file, then the flags given (the parser
-    leaves options not given off `args`, so a file value is never hidden by a default). A flag
-    also clears the file's value of an option it excludes on the command line: `--epochs 1` over
-    a config.yaml holding `max-steps` trains one epoch."""
-    values = load_config(args.config) if getattr(args, "config", None) else {}
-    flags = given(TrainConfig, args)
+    leaves options not given off `args`, so a file value is never hidden by a default)."""
+    values = config_values(getattr(args, "config", None), given(TrainConfig, args))
+    if not values.get("data"):
+        raise DlrmkitError("--data is required (on the command line or in --config)")
+    return TrainConfig.of(**values)
+
+
+def config_values(config: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """{option (flat name): value} of the --config file `config` (None: none) with the flags given,
+    `flags`, over it. A flag also clears the file's value of an option it excludes on the command
+    line: `--epochs 1` over a config.yaml holding `max-steps` trains one epoch. `dlrmkit plan
+    --config` reads train's options through this too."""
+    values = load_config(config) if config else {}
     taken = {s.option.group for s in specs(TrainConfig) if s.option.group and s.name in flags}
     for s in specs(TrainConfig):
         if s.option.group in taken and s.name not in flags:
             values.pop(s.name, None)
     values.update(flags)
-    if not values.get("data"):
-        raise DlrmkitError("--data is required (on the command line or in --config)")
-    return TrainConfig.of(**values)
+    return values
 
 
 def dump_config(values: TrainConfig | dict[str, Any], path: str) -> None:
