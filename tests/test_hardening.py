@@ -182,3 +182,26 @@ def test_predict_output_is_written_whole(tmp_path, tiny_data, monkeypatch):
     one_line(run_cli("predict", "--checkpoint", tmp_path, "--input", tmp_path / "rows.tsv", "--output", out))
     assert out.read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["rows.tsv", "scores.csv"]
+
+
+def test_force_where_folders_cannot_be_swapped_never_removes_a_users_out_old(tmp_path, monkeypatch):
+    """Without renameat2's exchange the old dataset waits in `<out>.old` while the new one is put in
+    place: a `<out>.old` already there is the user's, and stays (it was removed, whatever it held)."""
+    from dlrmkit.data import output_dir
+
+    out = tmp_path / "ds"
+    assert run_cli("synth", "--out", out, "--rows", 50, "--test-rows", 20).code == 0
+    monkeypatch.setattr(output_dir, "_exchange", lambda a, b: False)
+    (tmp_path / "ds.old").mkdir()
+    (tmp_path / "ds.old" / "mine.txt").write_text("the user's own file\n")
+    r = run_cli("synth", "--out", out, "--rows", 70, "--test-rows", 20, "--force")
+    assert r.code == 2 and "ds.old: exists; this file system cannot swap folders" in r.err, r.err
+    assert (tmp_path / "ds.old" / "mine.txt").read_text() == "the user's own file\n"
+    assert FeatureSpec.from_yaml(str(out)).metadata["rows"]["train"] == 50  # the old dataset stays
+    assert sorted(os.listdir(tmp_path)) == ["ds", "ds.old"]  # no .tmp or .lock left beside them
+    (tmp_path / "ds.old" / "mine.txt").unlink()
+    (tmp_path / "ds.old").rmdir()
+    r = run_cli("synth", "--out", out, "--rows", 70, "--test-rows", 20, "--force")
+    assert r.code == 0, r.err
+    assert FeatureSpec.from_yaml(str(out)).metadata["rows"]["train"] == 70
+    assert sorted(os.listdir(tmp_path)) == ["ds"]

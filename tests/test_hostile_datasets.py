@@ -229,8 +229,9 @@ def test_accepted_input(ws, case: Accepted):  # noqa: F811 - the imported fixtur
         (lambda t: t.replace("columns:", "columns: 5"), "not valid YAML"),
         (lambda t: "- a list\n", "expected a mapping"),
         (None, "not a vocabulary table"),
+        ("link", "points outside the vocabulary folder"),
     ],
-    ids=["no-files", "file-outside", "threshold-text", "not-yaml", "a-list", "table-garbage"],
+    ids=["no-files", "file-outside", "threshold-text", "not-yaml", "a-list", "table-garbage", "table-linked-outside"],
 )
 def test_vocabulary_of_a_dataset_is_checked(tmp_path, edit, phrase):
     """`predict --data D` reads D's vocabulary: a broken one is one DatasetError naming the file."""
@@ -256,6 +257,9 @@ def test_vocabulary_of_a_dataset_is_checked(tmp_path, edit, phrase):
     doc = tmp_path / "d" / VOCAB_DIR / VOCAB_FILE
     if edit is None:
         (tmp_path / "d" / VOCAB_DIR / "cat_0.arrow").write_bytes(b"garbage")
+    elif edit == "link":  # another folder's table of the same shape (it was read as this dataset's)
+        os.rename(tmp_path / "d" / VOCAB_DIR / "cat_0.arrow", tmp_path / "elsewhere.arrow")
+        os.symlink(tmp_path / "elsewhere.arrow", tmp_path / "d" / VOCAB_DIR / "cat_0.arrow")
     else:
         doc.write_text(edit(doc.read_text()))
     with pytest.raises(DatasetError, match=phrase):

@@ -507,6 +507,28 @@ PROBES = [
         "is not a tune folder",
         setup=write_bytes("s.yaml", b"lr: 0.1\n"),
     ),
+    # a trial writes its config.yaml and log.jsonl in --out/trial_N: never through a link planted there
+    Probe(
+        "tune-trial-folder-link",
+        TU,
+        "t/trial_0 is not a folder (a symbolic link or a file)",
+        setup=both(
+            write_bytes("s.yaml", b"lr: 0.1\n"),
+            lambda ws: ((ws / "t").mkdir(), os.symlink(ws / "notes", ws / "t" / "trial_0")),
+        ),
+    ),
+    Probe(
+        "tune-trial-log-link",
+        TU,
+        "t/trial_0/log.jsonl is a symbolic link",
+        setup=both(
+            write_bytes("s.yaml", b"lr: 0.1\n"),
+            lambda ws: (
+                (ws / "t" / "trial_0").mkdir(parents=True),
+                os.symlink(ws / "afile", ws / "t/trial_0/log.jsonl"),
+            ),
+        ),
+    ),
     Probe(
         "run-dir-user-folder",
         (*T[:-1], "{ws}/notes"),

@@ -329,3 +329,26 @@ def test_many_tables_stop_before_writing(tmp_path, monkeypatch):
     r = run_cli("synth", "--out", tmp_path / "o", "--cardinalities", many, "--rows", 10, "--test-rows", 10)
     assert r.code == 2 and "600 tables: writing the dataset needs 1,268 open files" in r.err, r.err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_header_of_100k_columns_is_read_quickly_and_recorded_within_a_featurespecs_bounds(ws):  # noqa: F811
+    """A header of 100,000 more columns, one named by 9 MiB: transcode takes seconds (each name was
+    counted again: minutes), and the dataset it writes is one dlrmkit reads (the unused columns
+    were all recorded in feature_spec.yaml: 18 MiB, which every command then refused)."""
+    import time
+
+    extra = ["n" * (9 << 20)] + [f"x{i}" for i in range(100_000 - 1)]
+    lines = (ws / "rows.csv").read_text().splitlines()
+    fill = "," * len(extra)
+    (ws / "rows.csv").write_text("\n".join([",".join([lines[0], *extra]), *(x + fill for x in lines[1:])]) + "\n")
+    start = time.monotonic()
+    r = run_cli(*[a.replace("{ws}", str(ws)) for a in (*TR, "--out", "{ws}/o")], cwd=ws)
+    took = time.monotonic() - start
+    assert r.code == 0, r.err
+    assert "... (100,000 in all)" in r.out, r.out
+    report = yaml.safe_load((ws / "o" / SPEC).read_text())["metadata"]["preprocess"]["report"]
+    assert report["unused_columns_count"] == 100_000 and len(report["unused_columns"]) == 1000
+    assert report["unused_columns"][:2] == ["n" * 197 + "...", "x0"]
+    v = run_cli("validate", "--data", ws / "o")
+    assert v.code == 0, v.err
+    assert took < 60, took

@@ -80,7 +80,8 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
     unused = report.get("unused_columns") or []
     if unused:  # a column left out by mistake would otherwise go unnoticed
         names = [str(n) if str(n).isprintable() and str(n) else repr(str(n)) for n in unused[:20]]  # '': empty
-        shown = ", ".join(names) + (f", ... ({len(unused):,} in all)" if len(unused) > 20 else "")
+        count = report.get("unused_columns_count") or len(unused)  # more than the names recorded
+        shown = ", ".join(names) + (f", ... ({count:,} in all)" if count > 20 else "")
         print(f"columns not used: {shown} (name them in --numerical or --categorical to use them)")
 
 

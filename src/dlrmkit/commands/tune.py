@@ -73,6 +73,20 @@ def check_tune_dir(out: str) -> None:
             f"--out {out}: holds '{names[0][:60]}' and is not a tune folder (no study.db, best.yaml or "
             f"trial_N); give a new or empty folder"
         )
+    for n in names:
+        if n.startswith("trial_") and n[6:].isdigit():
+            check_trial_folder(os.path.join(out, n))
+
+
+def check_trial_folder(run: str) -> None:
+    """A trial's run folder (trial_N, with its config.yaml and log.jsonl) is a folder of --out, never
+    a symbolic link to another folder nor a log linked elsewhere: a trial would write through it
+    (a link trial_0 -> the user's folder had its config.yaml replaced and a log appended there)."""
+    log = os.path.join(run, "log.jsonl")
+    if os.path.islink(run) or (os.path.lexists(run) and not os.path.isdir(run)):
+        raise DlrmkitError(f"--out: {run} is not a folder (a symbolic link or a file); a trial writes there: remove it")
+    if os.path.islink(log):
+        raise DlrmkitError(f"--out: {log} is a symbolic link; a trial's log is never written through one: remove it")
 
 
 def load_space(path: str | None) -> dict[str, Any]:
@@ -212,6 +226,7 @@ def objective_factory(args: argparse.Namespace, space: dict[str, Any], out: str)
     def objective(trial: Any) -> float:
         opts = train_options(suggest(trial, space), base)
         run = os.path.join(out, f"trial_{trial.number}")
+        check_trial_folder(run)
         os.makedirs(run, exist_ok=True)
         dump_config({k: v for k, v in opts.items() if v is not None}, os.path.join(run, "config.yaml"))
         cfg = TrainConfig.of(**{k: v for k, v in opts.items() if v is not None})

@@ -340,6 +340,10 @@ class Vocabulary:
             table_path = os.path.join(d, name)
             if not os.path.isfile(table_path):
                 raise DatasetError(f"{table_path}: not a regular file (a vocabulary table is named in {path})")
+            if os.path.dirname(os.path.realpath(table_path)) != os.path.realpath(d):  # a link out of the folder
+                raise DatasetError(
+                    f"{table_path}: points outside the vocabulary folder {d}; its tables are its own files"
+                )
             try:
                 t = feather.read_table(table_path)
                 values.append(t["value"].combine_chunks().cast(pa.string()))

@@ -147,8 +147,11 @@ def publish(tmp: str, out: str) -> None:
             shutil.rmtree(tmp)  # now the old dataset
         else:  # no renameat2: a short window in which `<out>.old` holds the old dataset
             old = out + ".old"
-            if os.path.lexists(old):
-                shutil.rmtree(old)
+            if os.path.lexists(old):  # not ours: a dataset put in place here never leaves one
+                raise DlrmkitError(
+                    f"{old}: exists; this file system cannot swap folders, so the old dataset is moved there "
+                    f"while the new one is put in place: move {old} away and run again"
+                )
             os.rename(out, old)
             os.rename(tmp, out)
             shutil.rmtree(old)

@@ -7,6 +7,7 @@ vocabulary."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -111,7 +112,7 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
         except (pa.ArrowInvalid, OSError) as exc:
             raise DlrmkitError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
         names = pf.schema_arrow.names
-        twice = sorted({c for c in names if names.count(c) > 1 and c in needed})
+        twice = sorted(c for c in repeated(names) if c in needed)
         if twice:  # Arrow cannot say which one a read means
             raise DlrmkitError(f"{path}: column '{twice[0]}' appears twice in the Parquet schema")
         _check_columns(opts, path, needed, names, report)
@@ -125,6 +126,12 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
             raise DlrmkitError(f"{path}: cannot read Parquet data ({str(exc).splitlines()[0]})") from None
         return
     yield from _text_batches(opts, path, needed, report)
+
+
+def repeated(names: list[str]) -> list[str]:
+    """The names listed more than once, in the order they first appear; in time linear in the list
+    (a header or a Parquet schema may name 100,000 columns: counting each name again took minutes)."""
+    return [n for n, k in Counter(names).items() if k > 1]
 
 
 def _needed(opts: TranscodeOptions) -> list[str]:
@@ -179,6 +186,18 @@ def _plain(col: pa.Array) -> pa.Array:
     return pc.cast(col, pa.int8()) if pa.types.is_boolean(col.type) else col
 
 
+UNUSED_RECORDED = 1000  # the unused columns named in the FeatureSpec, each cut to 200 characters
+
+
+def _unused_record(unused: list[str]) -> dict[str, Any]:
+    """The first file's unused columns as the FeatureSpec records them: at most UNUSED_RECORDED
+    names, and their count where there are more (a header of a million columns, or one name of
+    16 MiB, wrote a feature_spec.yaml larger than a FeatureSpec may be: the dataset just written
+    was refused by every command that reads it)."""
+    names = [n if len(n) <= 200 else n[:197] + "..." for n in unused[:UNUSED_RECORDED]]
+    return {"unused_columns": names, **({"unused_columns_count": len(unused)} if len(unused) > len(names) else {})}
+
+
 def _listing(names: list[str], most: int = 20) -> str:
     """Column names for a one-line message: a header that is really a whole file stays short."""
     shown = [(n if len(n) <= 40 else n[:37] + "...") or "''" for n in names[:most]]  # '': an empty name
@@ -213,7 +232,7 @@ def _text_batches(
     task = Task(0, path, 0, None if path.lower().endswith(".gz") else os.path.getsize(path), False)
     names = list(opts.columns) if not opts.header else None
     if names is not None and len(set(names)) != len(names):
-        raise DlrmkitError(f"--columns: '{next(c for c in names if names.count(c) > 1)}' appears twice")
+        raise DlrmkitError(f"--columns: '{repeated(names)[0]}' appears twice")
     data_row = 0  # data lines before this block
     for block in iter_blocks(task, BATCH_BYTES):
         if b"\r" in block:
@@ -221,7 +240,7 @@ def _text_batches(
         if names is None:
             names = _header(path, block, delim)
             block = block[block.index(b"\n") + 1 :]
-            twice = sorted({c for c in names if names.count(c) > 1 and c in needed})
+            twice = sorted(c for c in repeated(names) if c in needed)
             if twice:
                 raise DlrmkitError(f"{path}:1: column '{twice[0]}' appears twice in the header")
         if not data_row and names is not None:
@@ -414,7 +433,7 @@ def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     if not opts.categorical and not opts.numerical:
         raise DlrmkitError("name at least one --numerical or --categorical column")
     named = [opts.label, *opts.numerical, *opts.categorical]
-    twice = sorted({c for c in named if named.count(c) > 1})
+    twice = sorted(repeated(named))
     if twice:
         raise DlrmkitError(f"column '{twice[0]}' is named more than once in --label/--numerical/--categorical")
     mappings = 3 if opts.val_rows or opts.val_fraction else 2
@@ -544,7 +563,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                     "rows_written": total,
                     "rows_skipped": report.skipped,
                     "empty_lines_skipped": report.empty_lines,
-                    "unused_columns": report.unused,
+                    **_unused_record(report.unused),
                     "first_bad_rows": report.first,
                 }
             },
