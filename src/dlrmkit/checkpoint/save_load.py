@@ -211,8 +211,9 @@ def _save(directory: str, step: int, state: dict[str, Any], meta: dict[str, Any]
             os.makedirs(directory, exist_ok=True)
             for stale in sorted(os.listdir(directory)):  # left by a process killed mid-save (only our names)
                 if stale.startswith(".tmp-") and is_step_name(stale[5:]) and stale != os.path.basename(tmp):
-                    shutil.rmtree(os.path.join(directory, stale), ignore_errors=True)
-                    print(f"removed {os.path.join(directory, stale)}, left by an interrupted save", file=sys.stderr)
+                    shutil.rmtree(os.path.join(directory, stale), ignore_errors=True)  # never through a link
+                    if not os.path.lexists(os.path.join(directory, stale)):
+                        print(f"removed {os.path.join(directory, stale)}, left by an interrupted save", file=sys.stderr)
             shutil.rmtree(tmp, ignore_errors=True)  # ours, from a run killed at this very step
             os.makedirs(tmp)
         except OSError as exc:
