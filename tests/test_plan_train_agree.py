@@ -318,3 +318,15 @@ def test_plan_config_takes_a_dataset_not_table_sizes(cli, log_data, tmp_path):
     (tmp_path / "list.yaml").write_text("- data\n")
     r = cli("plan", "--config", tmp_path / "list.yaml", "--data", log_data, "--world-size", "2")
     assert r.code == 2 and f"{tmp_path / 'list.yaml'}: a config file must be a mapping" in r.err
+
+
+def test_plan_config_of_a_blend_is_refused_naming_its_members_configs(cli, log_data, tmp_path):
+    """A blend's config.yaml (what a `preset: auto` run that chose a blend writes) trains several
+    models, each with its own recipe's tables (buckets, width) over the file's options: one plan of
+    the base recipe's tables would be none of them, so plan names the members' config.yaml."""
+    config = write_config(tmp_path / "config.yaml", data=str(log_data), preset="auto", search_budget=0,
+                          blend="regression, buckets=3; dlrm+wide=1")  # fmt: skip
+    r = cli("plan", "--config", config, "--world-size", "2")
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1, r.err
+    assert f"{config}: a blend" in lines[0] and "<checkpoint folder>/<member>/config.yaml" in lines[0], lines[0]

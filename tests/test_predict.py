@@ -371,6 +371,30 @@ def test_kept_columns_are_written_beside_each_probability_as_read(csv_model, tmp
         assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and said in r.err, r.err
 
 
+def test_kept_values_not_utf8_are_counted_in_the_rows_written_only(csv_model, tmp_path):
+    """The count of escaped kept values is of those written: a row skipped for its own columns (a
+    model column not UTF-8, a bad number) writes none of its kept values, so none are counted."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, ckpt = csv_model
+    rows = b"y,a,c,note\n1,0.5,red,ok\n1,0.5,r\xffd,n\xff2\n1,abc,red,n\xff3\n1,0.3,blue,n\xff4\n"
+    (tmp_path / "rows.csv").write_bytes(rows)
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "rows.csv", "--keep-columns", "note")
+    assert r.code == 0 and "scored 2  skipped 2 (bad_number 1, undecodable 1)" in r.err, r.err
+    assert [g[1] for g in csv.reader(r.out.splitlines())][1:] == ["ok", "n\\xff4"]
+    assert "kept values not UTF-8 1 (written with \\x escapes)" in r.err, r.err
+    table = pa.table({"y": [1, 1, 1], "a": [0.5, 0.1, 0.2], "c": pa.array([b"red", b"r\xffd", b"blue"], pa.binary()),
+                      "note": pa.array([b"ok", b"n\xff", b"m\xfe\xfe"], pa.binary())})  # fmt: skip
+    pq.write_table(table, tmp_path / "rows.parquet")
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "rows.parquet", "--keep-columns", "note")
+    assert r.code == 0 and "scored 2  skipped 1 (undecodable 1)" in r.err, r.err
+    assert [g[1] for g in csv.reader(r.out.splitlines())][1:] == ["ok", "m\\xfe\\xfe"]
+    assert "kept values not UTF-8 1 (written with \\x escapes)" in r.err, r.err
+
+
 def test_a_model_of_other_bag_sizes_is_refused_in_one_line(csv_model, tmp_path):
     """Raw rows give one id per table: a model trained on bags of the dataset's ids (`multihot`)
     would sum-pool other ids than it learned, so it is refused, naming the table and both sizes."""

@@ -150,6 +150,12 @@ def train_options(args: argparse.Namespace) -> None:
             )
         if not values.get("data"):
             raise DlrmkitError(f"{args.config}: no 'data': give the dataset there or as --data")
+        if values.get("blend"):  # train fills each member's recipe over these options, not the base one
+            raise DlrmkitError(
+                f"{args.config}: a blend ('blend: {str(values['blend'])[:60]}'): train trains its members one after "
+                "another in one process, each a model of its own tables; plan a member: --config "
+                "<checkpoint folder>/<member>/config.yaml"
+            )
         if flags["preset"] is None and values.get("preset") not in (None, AUTO, *PRESETS):
             raise DlrmkitError(
                 f"{args.config}: option 'preset': unknown preset {str(values['preset'])[:40]!r} "

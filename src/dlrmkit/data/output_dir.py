@@ -145,13 +145,14 @@ def publish(tmp: str, out: str) -> None:
             os.rename(tmp, out)
         elif _exchange(tmp, out):
             shutil.rmtree(tmp)  # now the old dataset
-        else:  # no renameat2: a short window in which `<out>.old` holds the old dataset
+        else:  # no renameat2: a short window in which `<out>.old` (or `<out>.old-K`) holds the old dataset
             old = out + ".old"
-            if os.path.lexists(old):  # not ours: a dataset put in place here never leaves one
-                raise DlrmkitError(
-                    f"{old}: exists; this file system cannot swap folders, so the old dataset is moved there "
-                    f"while the new one is put in place: move {old} away and run again"
-                )
+            for k in range(1, 1000):  # one there is not ours (a dataset put in place here never leaves one):
+                if not os.path.lexists(old):  # it stays, and the dataset just written is not lost to it
+                    break
+                old = f"{out}.old-{k}"
+            else:
+                raise DlrmkitError(f"{out}.old-999: exists; move the {out}.old* folders away and run again")
             os.rename(out, old)
             os.rename(tmp, out)
             shutil.rmtree(old)

@@ -329,15 +329,15 @@ def clean(
     valid rows' values of the `keep` columns, as text (a missing Parquet value as ""). A column kept
     and not read by the model never makes a row bad: a value there that is not UTF-8 is kept with
     \\xNN escapes, and counted (`report.escaped`)."""
-    text, utf8 = {}, {}
+    text, utf8, escaped = {}, {}, []
     model_columns = {opts.label, *opts.numerical, *opts.categorical}
     for c in _needed(opts):
         arr, ok = _as_text(t.column(c).combine_chunks(), escape=c not in model_columns)
         text[c] = _field(arr)
         if c in model_columns:
             utf8[c] = ok
-        elif report is not None:
-            report.escaped += int((~ok).sum())
+        else:  # counted below, in the rows written only
+            escaped.append(~ok)
     n = t.num_rows
     utf8_ok = np.logical_and.reduce(list(utf8.values())) if utf8 else np.ones(n, dtype=bool)
     lab_ok, lab_val = np.ones(n, dtype=bool), np.zeros(n)
@@ -404,6 +404,8 @@ def clean(
                 {cols[k]: where(int(i)) for k, i in zip(ks, firsts)},
             )
     good = utf8_ok & lab_ok & num_ok & range_ok
+    if report is not None:  # kept values escaped in the rows kept (a skipped row's are never written)
+        report.escaped += sum(int((bad & good).sum()) for bad in escaped)
     if rows_out is not None:
         rows_out.append(rows[good])
     dense = stored[good]
