@@ -306,6 +306,39 @@ def test_model_config_refuses_bad_quality_fields(field, value):
         cfg.check()
 
 
+def test_a_search_candidate_whose_loss_diverges_is_left_out_and_named(tmp_path, monkeypatch):
+    """A candidate whose training loss goes NaN leaves the search (named, with its step) and the
+    run goes on with the others; where every candidate does, one line names the first."""
+    from dlrmkit.errors import NonFiniteLoss
+
+    write_csv(tmp_path / "x.csv", 800)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
+    real = recipe_search.train_candidate
+    diverging: set[str] = set()
+
+    def train_candidate(cfg):
+        if cfg.model.deep is not False:  # the deep candidates, say
+            diverging.add("deep")
+            raise NonFiniteLoss("loss is nan at step 7; no checkpoint saved before it; lower --lr, ...")
+        return real(cfg)
+
+    monkeypatch.setattr(recipe_search, "train_candidate", train_candidate)
+    argv = ("train", "--data", tmp_path / "d", "--no-progress", "--epochs", "1", "--search-budget", "3")
+    r = run_cli(*argv, "--run-dir", tmp_path / "run")
+    assert r.code == 0 and diverging, r.err
+    assert "search 3/3: dlrm+wide: loss is nan at step 7" in r.err and "left out" in r.err, r.err
+    assert f"  {'dlrm+wide':<26} left out: its training loss is nan at step 7" in r.out, r.out
+    assert "search: 2 candidate recipes" in r.out and r.out.count("<- chosen") == 1, r.out
+    assert os.path.isfile(tmp_path / "run" / "metrics.json")
+
+    def every_one_diverges(cfg):
+        raise NonFiniteLoss("loss is inf at step 3")
+
+    monkeypatch.setattr(recipe_search, "train_candidate", every_one_diverges)
+    r = run_cli(*argv, "--run-dir", tmp_path / "run2")
+    assert r.code == 2 and r.err.strip().splitlines()[-1].endswith("search candidate regression: loss is inf at step 3"), r.err
+
+
 def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
     write_csv(tmp_path / "x.csv", 800)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")
@@ -403,7 +436,7 @@ def test_search_choice_leaves_out_a_clearly_worse_log_loss():
     assert choose([regression, worse]).name == "regression"
     assert clearly_worse([regression, noisy]) == {} and choose([regression, noisy]).name == "deep"
     text = "\n".join(describe(regression, [regression, worse], 7))
-    assert "(out: log loss after T +0.0" in text and "standard error" in text
+    assert "(out of the single choice, not of a blend: log loss after T +0.0" in text and "standard error" in text
     # figures without per-row losses (a replay of a grid): nobody is out
     for c in (regression, worse):
         c.result.pop("val_row_logloss")

@@ -16,6 +16,11 @@ class DatasetError(DlrmkitError):
     """A dataset whose files do not match its FeatureSpec, or hold invalid values."""
 
 
+class NonFiniteLoss(DlrmkitError):
+    """A training loss that is NaN or infinite (and not allowed to be skipped): the message names
+    its step and what to try."""
+
+
 class RunEnded(Exception):
     """`train --resume` of a run that ended (its final checkpoint, or its blend): nothing to train,
     score or write; the message says so and names it, and the command exits 0."""

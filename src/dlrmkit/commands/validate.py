@@ -186,9 +186,9 @@ def run(args: argparse.Namespace) -> int:
 
 def new_ids_note(table: str, share: float) -> str:
     return (
-        f"note: {table}: {share:.0%} of the test rows' ids are new to the training rows (a time stamp or a row "
-        "id?): the model learns nothing there that it can use on new rows; leave the column out, or derive a "
-        "coarser one from it (an hour of the day)"
+        f"note: {table}: {share:.0%} of the test rows' ids are new to the training rows (a time stamp, a row "
+        "id, or groups the test rows do not share?): the model learns nothing there that it can use on new rows; "
+        "leave the column out, or derive a coarser one from it (a time stamp's hour of the day)"
     )
 
 

@@ -142,7 +142,8 @@ class SelectionOptions:
         2,
         "a blend: train each member weighing a tenth of the blend or more N times, with seeds --seed, "
         "--seed+1, ..., each a run of its own, and average their logits (the mean of two seeds ranks better "
-        "than one; one model, or --folds without --refit: unused; default {default})",
+        "than one; a blend of one member, --blend NAME=1, too; a run that is no blend, or --folds without "
+        "--refit: unused; default {default})",
         parse=ct.int_range(1, MAX_BLEND_SEEDS),
     )
 

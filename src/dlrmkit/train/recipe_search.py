@@ -8,13 +8,16 @@ each one measured on six real datasets: docs/RECIPES.md."""
 from __future__ import annotations
 
 import copy
+import gc
 import math
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dlrmkit.errors import NonFiniteLoss
 from dlrmkit.resources import usable_cores
 
 # validation AUCs this close are a tie, broken by the lower log loss: 0.002 on 4,000 validation
@@ -289,7 +292,6 @@ def blend_of(tried: list[Candidate]) -> list:
 def release(tried: list[Candidate], keep: set[str]) -> None:
     """Let go of the trained runs of the candidates not in `keep` (a blend's members), now, so
     that their models and optimizer state are not held while the blend trains."""
-    import gc
 
     for c in tried:
         if c.name not in keep:
@@ -297,19 +299,26 @@ def release(tried: list[Candidate], keep: set[str]) -> None:
     gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
 
-def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate]]:
+def search(
+    cfg: Any, base: Any, budget: int, num_numerical: int, apply
+) -> tuple[Candidate, list[Candidate], list[str]]:
     """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
     candidates that come out the same are tried once; a user who gave a deep-model option
-    (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). Returns (winner, tried)."""
+    (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). A candidate whose
+    training loss goes NaN or infinite is left out, named in a line of its own; where every one
+    does, the first one's error stops the run. Each candidate's figures are printed to stderr as
+    it ends (a search may take minutes). Returns (winner, tried, the lines of those left out)."""
     from dlrmkit.options import flatten
 
     tried: list[Candidate] = []
     seen: list[dict] = []
+    failed: list[tuple[str, NonFiniteLoss]] = []
     given = flatten(cfg)
     deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
     pool = [c for c in candidates(num_numerical, base.name) if not (deep_asked and c.values.get("deep") is False)]
-    for cand in pool[: max(budget, 1)]:
+    pool = pool[: max(budget, 1)]
+    for k, cand in enumerate(pool, 1):
         trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
         apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
         values = flatten(trial)
@@ -318,11 +327,26 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
             continue
         seen.append(shape)
         if budget > 0:
-            cand.result, cand.trained = train_candidate(trial)
+            try:
+                cand.result, cand.trained = train_candidate(trial)
+            except NonFiniteLoss as exc:
+                failed.append((cand.name, exc))
+                print(f"search {k}/{len(pool)}: {cand.name}: {exc}; left out", file=sys.stderr, flush=True)
+                gc.collect()
+                continue
+            r = cand.result
+            print(f"search {k}/{len(pool)}: {cand.name}: val AUC {r['val_auc']:.4f}  val logloss "
+                  f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
         tried.append(cand)
         if budget > 0 and cand.name == "regression" and (base.values.get("min_id_count") or 1) > 1 and given.get("min_id_count") is None:
             check_rare_ids(cfg, base, cand, apply)
-    return choose(tried), tried
+    if not tried:
+        name, exc = failed[0]
+        raise NonFiniteLoss(f"search candidate {name}: {exc}") from None
+    left_out = [
+f"  {name:<26} left out: its training {str(exc).split(';')[0]}" for name, exc in failed
+    ]
+    return choose(tried), tried, left_out
 
 
 def check_rare_ids(cfg: Any, base: Any, regression: Candidate, apply) -> None:
@@ -374,7 +398,7 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int, folds: int 
     out = clearly_worse([c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))])
     for c in tried:
         r = c.result
-        mark = "  <- chosen" if c is winner else f"  (out: {out[c.name]})" if c.name in out else ""
+        mark = "  <- chosen" if c is winner else f"  (out of the single choice, not of a blend: {out[c.name]})" if c.name in out else ""
         after_t = r.get("val_logloss_t", math.nan)
         after_t = "" if math.isnan(after_t) else f" ({after_t:.4f} after T)"
         lines.append(

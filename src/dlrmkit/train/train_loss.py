@@ -13,12 +13,12 @@ import numpy as np
 import torch
 
 from dlrmkit.checkpoint.dirs import LATEST
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import NonFiniteLoss
 
 FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bounded object count)
 
 
-def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> DlrmkitError:
+def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> NonFiniteLoss:
     """The one line for a NaN/Inf loss: its step, the last good checkpoint (where one was saved),
     what to try."""
     where = ""
@@ -27,7 +27,7 @@ def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> Dlrm
         where = (
             f"; the last good checkpoint is {checkpoint_dir}/{LATEST}" if saved else "; no checkpoint saved before it"
         )
-    return DlrmkitError(
+    return NonFiniteLoss(
         f"loss is {value} at step {step}{where}; lower --lr, check the data, or allow skipping with --skip-nonfinite N"
     )
 
