@@ -154,13 +154,10 @@ def model_config_of(path: str, manifest: dict[str, Any]):
 
 
 def recorded_bags(path: str) -> list[int] | None:
-    """Ids per sample of each table of the dataset the model of checkpoint `path` (a folder, or a
-    directory with `latest`) was trained on: its model_config.hotness, one id per table where that
-    is null (a one-hot dataset's); None for a checkpoint written before model_config recorded them
-    (no `hotness` key), whose bags are unknown."""
-    from dlrmkit.checkpoint.dirs import resolve_checkpoint
-
-    path = resolve_checkpoint(path)
+    """Ids per sample of each table of the dataset the model of checkpoint folder `path` was
+    trained on: its model_config.hotness, one id per table where that is null (a one-hot
+    dataset's); None for a checkpoint written before model_config recorded them (no `hotness`
+    key), whose bags are unknown."""
     manifest = read_manifest(path)
     cfg = model_config_of(path, manifest)
     if "hotness" not in manifest["model_config"]:

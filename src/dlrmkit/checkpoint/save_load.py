@@ -38,7 +38,7 @@ from dlrmkit.errors import DlrmkitError
 from dlrmkit.checkpoint import storage as storage
 from dlrmkit.checkpoint import legacy, state as ckpt_state
 from dlrmkit.checkpoint.dirs import LATEST, MANIFEST, is_step_name, latest_or_none, prune, resolve_checkpoint, run_id_of
-from dlrmkit.checkpoint.manifest import check_model_fits, model_config_of, read_manifest
+from dlrmkit.checkpoint.manifest import check_model_fits, model_config_of, read_manifest, recorded_bags
 
 # re-exported: callers find every checkpoint function here
 from dlrmkit.checkpoint.dirs import check_fresh_directory as check_fresh_directory
@@ -174,6 +174,20 @@ def verify_checkpoint(path: str, show: bool = True) -> dict[str, Any]:
                 )
     _broadcast_error(error)
     return manifest
+
+
+def check_bags(checkpoint: str, data: str, names: list[str], hotness: list[int]) -> None:
+    """The model of `checkpoint` (a folder, or a directory with `latest`) was trained on the bag
+    sizes of dataset `data` (its categorical features `names`, `hotness` ids per sample each), or
+    one line naming the first table that differs: sum-pooling bags of another size would score
+    other ids than the model learned. Checkpoints written before the bag sizes were recorded are read as they come."""
+    bags = recorded_bags(resolve_checkpoint(checkpoint))
+    for t, (name, saved, here) in enumerate(zip(names, bags or [], hotness)):
+        if saved != here:
+            raise DlrmkitError(
+                f"{checkpoint}: table {t} ({name}) was trained on bags of {saved} id{'s' if saved != 1 else ''} "
+                f"per sample, but {data} has bags of {here}; score it with a model trained on bags of its sizes"
+            )
 
 
 # ---- save -----------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{cfg.table_sizes}, but {args.data} has {dataset.num_numerical} and {spec.cardinalities}"
             )
 
-    from dlrmkit.data.multi_hot import check_bags
+    from dlrmkit.checkpoint.save_load import check_bags
     from dlrmkit.train import blend
 
     par = None

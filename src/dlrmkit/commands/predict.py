@@ -300,7 +300,7 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
     import torch
 
     from dlrmkit.data.encoder import Vocabulary
-    from dlrmkit.data.multi_hot import check_bags
+    from dlrmkit.checkpoint.save_load import check_bags
     from dlrmkit.data.numerical_buckets import reads
     from dlrmkit.data.feature_spec import FeatureSpec
     from dlrmkit.checkpoint.save_load import load_single_process_model

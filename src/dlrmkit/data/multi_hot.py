@@ -30,22 +30,6 @@ MLPERF_MULTI_HOT_SIZES = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 
 BLOCK_ROWS = 1 << 15  # rows read, expanded and written at a time (and lookup rows drawn at a time)
 
 
-def check_bags(checkpoint: str, data: str, names: list[str], hotness: list[int]) -> None:
-    """The model of `checkpoint` was trained on the bag sizes of dataset `data` (its categorical
-    features `names`, `hotness` ids per sample each), or one line naming the first table that
-    differs: sum-pooling bags of another size would score other ids than the model learned.
-    Checkpoints written before the bag sizes were recorded are read as they come."""
-    from dlrmkit.checkpoint.manifest import recorded_bags
-
-    bags = recorded_bags(checkpoint)
-    for t, (name, saved, here) in enumerate(zip(names, bags or [], hotness)):
-        if saved != here:
-            raise DlrmkitError(
-                f"{checkpoint}: table {t} ({name}) was trained on bags of {saved} id{'s' if saved != 1 else ''} "
-                f"per sample, but {data} has bags of {here}; score it with a model trained on bags of its sizes"
-            )
-
-
 def fixed_bags(ids: np.ndarray | torch.Tensor, hotness: list[int]) -> JaggedIds:
     """Table-major JaggedIds of fixed-size bags: `ids` [B, sum(hotness)] holds each table's
     `hotness[t]` columns side by side (SplitBinaryDataset.read's layout)."""
