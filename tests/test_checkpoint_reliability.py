@@ -339,6 +339,11 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(dataset_copy, t
                      "--max-steps", 8, "--checkpoint-dir", tmp_path / "D")  # fmt: skip
     assert_one_line_error(result, "loss is nan at step 4", "no checkpoint saved before it", "--skip-nonfinite")
     assert "last good checkpoint" not in result.err and not (tmp_path / "D" / "latest").exists()
+    assert "--optimizer adagrad" not in result.err
+    # a cross network under SGD (the tiny preset's): the line says what to try first
+    result = run_cli("train", "--data", dataset_copy, "--no-progress", "--preset", "tiny", "--no-shuffle",
+                     "--max-steps", 8, "--interaction", "dcn", "--checkpoint-dir", tmp_path / "E")  # fmt: skip
+    assert_one_line_error(result, "loss is nan at step 4", "a cross network under SGD: try --optimizer adagrad")
 
 
 def test_skip_nonfinite_skips_and_counts(dataset_copy, tmp_path, monkeypatch):

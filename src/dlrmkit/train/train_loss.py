@@ -18,9 +18,9 @@ from dlrmkit.errors import NonFiniteLoss
 FOLD = 1024  # unchecked losses stacked into one tensor this many at a time (bounded object count)
 
 
-def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> NonFiniteLoss:
+def nonfinite_error(value: float, step: int, checkpoint_dir: str | None, advice: str = "") -> NonFiniteLoss:
     """The one line for a NaN/Inf loss: its step, the last good checkpoint (where one was saved),
-    what to try."""
+    what to try (`advice`: a first thing to try for this model, or '')."""
     where = ""
     if checkpoint_dir:
         saved = os.path.lexists(os.path.join(checkpoint_dir, LATEST))
@@ -28,7 +28,8 @@ def nonfinite_error(value: float, step: int, checkpoint_dir: str | None) -> NonF
             f"; the last good checkpoint is {checkpoint_dir}/{LATEST}" if saved else "; no checkpoint saved before it"
         )
     return NonFiniteLoss(
-        f"loss is {value} at step {step}{where}; lower --lr, check the data, or allow skipping with --skip-nonfinite N"
+        f"loss is {value} at step {step}{where}; {advice}lower --lr, check the data, or allow skipping with "
+        "--skip-nonfinite N"
     )
 
 
@@ -70,11 +71,11 @@ class TrainLoss:
         i = int(torch.argmax(bad.to(torch.uint8)))  # the first True
         return int(steps[i]), float(values[i])
 
-    def check_finite(self, checkpoint_dir: str | None) -> None:
+    def check_finite(self, checkpoint_dir: str | None, advice: str = "") -> None:
         """Raises for the first NaN/Inf loss added since the last check; one host sync."""
         bad = self.first_nonfinite()
         if bad is not None:
-            raise nonfinite_error(bad[1], bad[0], checkpoint_dir)
+            raise nonfinite_error(bad[1], bad[0], checkpoint_dir, advice)
 
     def recent_values(self) -> list[float]:
         """The losses of the logged mean's window, oldest first (a checkpoint keeps them, so a

@@ -282,7 +282,7 @@ class Trainer:
             return True
         self.skipped_nonfinite += 1
         if self.skipped_nonfinite > self.cfg.schedule.skip_nonfinite:
-            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint.checkpoint_dir)
+            raise nonfinite_error(float(loss.detach()), self.step + 1, self.cfg.checkpoint.checkpoint_dir, self.advice())
         self.log(
             {
                 "event": "skip_nonfinite",
@@ -309,7 +309,14 @@ class Trainer:
 
     def check_loss(self) -> None:
         """Raises for the first NaN/Inf loss not yet checked (skipping off); one host sync."""
-        self.losses.check_finite(self.cfg.checkpoint.checkpoint_dir)
+        self.losses.check_finite(self.cfg.checkpoint.checkpoint_dir, self.advice())
+
+    def advice(self) -> str:
+        """What to try first where the loss went non-finite: a cross network under SGD (its terms
+        are products of up to layers + 1 inputs; MLPerf's DLRM-DCNv2 trains it with Adagrad)."""
+        if self.cfg.model.interaction == "dcn" and self.cfg.optimizer.optimizer == "sgd":
+            return "a cross network under SGD: try --optimizer adagrad, or "
+        return ""
 
     def take_over(self, cfg: TrainConfig, metrics: dict[str, Any]) -> dict[str, Any] | None:
         """This trained model as the run `cfg` describes, where `cfg` trains exactly what this
