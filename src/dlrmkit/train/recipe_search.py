@@ -292,16 +292,13 @@ def blend_of(tried: list[Candidate]) -> list:
 def release(tried: list[Candidate], keep: set[str]) -> None:
     """Let go of the trained runs of the candidates not in `keep` (a blend's members), now, so
     that their models and optimizer state are not held while the blend trains."""
-
     for c in tried:
         if c.name not in keep:
             c.trained = None
     gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
 
-def search(
-    cfg: Any, base: Any, budget: int, num_numerical: int, apply
-) -> tuple[Candidate, list[Candidate], list[str]]:
+def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate], list[str]]:
     """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
     candidates that come out the same are tried once; a user who gave a deep-model option
@@ -343,9 +340,7 @@ def search(
     if not tried:
         name, exc = failed[0]
         raise NonFiniteLoss(f"search candidate {name}: {exc}") from None
-    left_out = [
-f"  {name:<26} left out: its training {str(exc).split(';')[0]}" for name, exc in failed
-    ]
+    left_out = [f"  {name:<26} left out: its training {str(exc).split(';')[0]}" for name, exc in failed]
     return choose(tried), tried, left_out
 
 
@@ -398,7 +393,8 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int, folds: int 
     out = clearly_worse([c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))])
     for c in tried:
         r = c.result
-        mark = "  <- chosen" if c is winner else f"  (out of the single choice, not of a blend: {out[c.name]})" if c.name in out else ""
+        out_of = f"  (out of the single choice, not of a blend: {out[c.name]})" if c.name in out else ""
+        mark = "  <- chosen" if c is winner else out_of
         after_t = r.get("val_logloss_t", math.nan)
         after_t = "" if math.isnan(after_t) else f" ({after_t:.4f} after T)"
         lines.append(
