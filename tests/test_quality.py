@@ -326,7 +326,7 @@ def test_a_search_candidate_whose_loss_diverges_is_left_out_and_named(tmp_path, 
     argv = ("train", "--data", tmp_path / "d", "--no-progress", "--epochs", "1", "--search-budget", "3")
     r = run_cli(*argv, "--run-dir", tmp_path / "run")
     assert r.code == 0 and diverging, r.err
-    assert "search 3/3: dlrm+wide: loss is nan at step 7" in r.err and "left out" in r.err, r.err
+    assert "search 3/3: dlrm+wide: loss is nan at step 7" in r.out and "; left out" in r.out, r.out
     assert f"  {'dlrm+wide':<26} left out: its training loss is nan at step 7" in r.out, r.out
     assert "search: 2 candidate recipes" in r.out and r.out.count("<- chosen") == 1, r.out
     assert os.path.isfile(tmp_path / "run" / "metrics.json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import gc
 import math
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -304,8 +303,8 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
     candidates that come out the same are tried once; a user who gave a deep-model option
     (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). A candidate whose
     training loss goes NaN or infinite is left out, named in a line of its own; where every one
-    does, the first one's error stops the run. Each candidate's figures are printed to stderr as
-    it ends (a search may take minutes). Returns (winner, tried, the lines of those left out)."""
+    does, the first one's error stops the run. Each candidate's figures are printed as it ends (a
+    search may take minutes; standard output, as the recipe's lines: an error stays one line). Returns (winner, tried, the lines of those left out)."""
     from dlrmkit.options import flatten
 
     tried: list[Candidate] = []
@@ -328,12 +327,12 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
                 cand.result, cand.trained = train_candidate(trial)
             except NonFiniteLoss as exc:
                 failed.append((cand.name, exc))
-                print(f"search {k}/{len(pool)}: {cand.name}: {exc}; left out", file=sys.stderr, flush=True)
+                print(f"search {k}/{len(pool)}: {cand.name}: {exc}; left out", flush=True)
                 gc.collect()
                 continue
             r = cand.result
             print(f"search {k}/{len(pool)}: {cand.name}: val AUC {r['val_auc']:.4f}  val logloss "
-                  f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", flush=True)  # fmt: skip
         tried.append(cand)
         if budget > 0 and cand.name == "regression" and (base.values.get("min_id_count") or 1) > 1 and given.get("min_id_count") is None:
             check_rare_ids(cfg, base, cand, apply)
