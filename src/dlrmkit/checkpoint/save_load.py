@@ -180,7 +180,8 @@ def check_bags(checkpoint: str, data: str, names: list[str], hotness: list[int])
     """The model of `checkpoint` (a folder, or a directory with `latest`) was trained on the bag
     sizes of dataset `data` (its categorical features `names`, `hotness` ids per sample each), or
     one line naming the first table that differs: sum-pooling bags of another size would score
-    other ids than the model learned. Checkpoints written before the bag sizes were recorded are read as they come."""
+    other ids than the model learned. Checkpoints written before the bag sizes were recorded are
+    read as they come."""
     bags = recorded_bags(resolve_checkpoint(checkpoint))
     for t, (name, saved, here) in enumerate(zip(names, bags or [], hotness)):
         if saved != here:
