@@ -9,7 +9,7 @@
 #            tables in host memory. Every run's json is merged into OUTDIR/gpu_bench.json as it ends.
 # Record each printed figure with its command, GPU and date in docs/BENCHMARKS.md. Uses the python3
 # that holds a CUDA torch (PY=... for another) and this checkout's src/.
-# The whole script keeps to BUDGET seconds (default 330): each part has a time limit, and a figure
+# The whole script keeps to BUDGET seconds (default 420): each part has a time limit, and a figure
 # is skipped, saying so, once the budget is spent; the most telling figures run first.
 # Usage: [BUDGET=SECONDS] bash benchmarks/gpu_figures.sh [OUTDIR] [tests|figures|all]
 set -u
@@ -18,14 +18,17 @@ OUT=${1:-gpu_out}
 PART=${2:-all}
 mkdir -p "$OUT"
 PY=${PY:-python3}
-BUDGET=${BUDGET:-330}
+BUDGET=${BUDGET:-420}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 $PY -c "import torch; print('torch', torch.__version__, 'on', torch.cuda.get_device_name())" || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
   echo "### GPU tests"
-  timeout 240 $PY -m pytest -q -rs -p no:cacheprovider tests/test_device.py tests/test_train_device.py \
-    tests/test_precision.py 2>&1 | tee "$OUT/tests.log"
+  # a hung test (an NCCL wait, say) is stopped with its stack after 120 s where pytest-timeout is there
+  PER_TEST=$($PY -c "import pytest_timeout" 2>/dev/null && echo "--timeout=120")
+  timeout 240 $PY -m pytest -q -rfEs --durations=8 -p no:cacheprovider $PER_TEST tests/test_device.py \
+    tests/test_train_device.py tests/test_precision.py 2>&1 | tee "$OUT/tests.log"
 fi
 [ "$PART" = figures ] || [ "$PART" = all ] || exit 0
 

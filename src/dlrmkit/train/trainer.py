@@ -53,6 +53,10 @@ TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorb
               "resume", "progress", "calibration", "checkpoint_every", "checkpoint_every_seconds",
               "search_budget", "blend", "blend_seeds", "refit")  # fmt: skip
 
+# where this process's runs have trained (device, GPU, table placement): a search or a blend builds
+# many trainers, and the line is printed once for each place
+_SAID: set[tuple] = set()
+
 
 def check_checkpoint_dir(cfg: TrainConfig) -> None:
     """--checkpoint-dir writable, and holding no other run's checkpoints unless --resume."""
@@ -246,7 +250,9 @@ class Trainer:
             if self.placement is not None:
                 where.update(table_placement=self.placement[0], why=self.placement[1])
             self.log({"event": "device", **where})
-            if self.dist.rank == 0:
+            place = (where["device"], where["gpu"], where.get("table_placement"))
+            if self.dist.rank == 0 and place not in _SAID:
+                _SAID.add(place)
                 print("training on " + ", ".join(f"{k} {v}" for k, v in where.items()), file=sys.stderr)
 
     # ---- one step -----------------------------------------------------------------------
