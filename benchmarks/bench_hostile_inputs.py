@@ -1,10 +1,11 @@
 """Peak memory and time of the commands on hostile inputs: 200 rows followed by 16 MiB of empty
 lines (plain and a gzip of a few KiB) through preprocess, transcode and predict, and a checkpoint
-whose metadata.json is padded far past its model's size. Each command runs in a fresh process
+whose metadata.json is padded far past its model's size, and `report` on a run log padded with
+--log-mib MiB of small records. Each command runs in a fresh process
 under RLIMIT_AS 16 GB (so an unbounded read is measured, not killed); prints one line per case:
 exit code, peak RSS (MiB), seconds. Figures: docs/BENCHMARKS.md.
 
-    PYTHONPATH=src python benchmarks/bench_hostile_inputs.py [--src DIR] [--empty-mib 16]
+    PYTHONPATH=src python benchmarks/bench_hostile_inputs.py [--src DIR] [--empty-mib 16] [--log-mib 128]
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default=os.path.join(os.path.dirname(__file__), "..", "src"))
     ap.add_argument("--empty-mib", type=int, default=16)
+    ap.add_argument("--log-mib", type=int, default=128, help="MiB of records appended to a run's log for `report`")
     a = ap.parse_args()
     src = os.path.abspath(a.src)
     empty = b"\n" * (a.empty_mib << 20)
@@ -86,7 +88,7 @@ def main() -> None:
             f.write(csv_rows(400))
         setup = [
             ["preprocess", "criteo", "--input", "clean.tsv", "--out", "ds_c", "--workers", "1", "--test-rows", "40"],
-            ["train", "--data", "ds_c", "--max-steps", "2", "--batch-size", "32", "--checkpoint-dir", "ck_c"],
+            ["train", "--data", "ds_c", "--max-steps", "2", "--batch-size", "32", "--checkpoint-dir", "ck_c", "--search-budget", "0"],
             [
                 "transcode",
                 "--input",
@@ -102,7 +104,8 @@ def main() -> None:
                 "--test-rows",
                 "40",
             ],
-            ["train", "--data", "ds_t", "--max-steps", "2", "--batch-size", "32", "--checkpoint-dir", "ck_t"],
+            ["train", "--data", "ds_t", "--max-steps", "2", "--batch-size", "32", "--checkpoint-dir", "ck_t", "--search-budget", "0"],
+            ["train", "--data", "ds_t", "--max-steps", "2", "--batch-size", "32", "--run-dir", "run_t", "--search-budget", "0"],
         ]
         for argv in setup:
             rc, last = run(src, [*argv, "--no-progress"] if argv[0] != "transcode" else argv, d)
@@ -172,6 +175,18 @@ def main() -> None:
             f"{'evaluate, 243 MiB metadata.json (tiny model)':48s} exit {rc}  peak RSS {rss:6,d} MiB  {secs:6.1f} s  "
             f"| {last}"
         )
+        log = os.path.join(d, "run_t", "log.jsonl")
+        with open(log) as f:
+            head = f.read()
+        floods = {  # a long run's training-loss records, and tiny records of no event
+            "report, log + training-loss records": '{"event":"train","step":7,"loss":0.5,"samples_seen":9}\n',
+            "report, log + empty JSON objects": "{}\n",
+        }
+        for name, line in floods.items():
+            with open(log, "w") as f:
+                f.write(head + line * ((a.log_mib << 20) // len(line)))
+            rc, rss, secs, last = measured(src, ["report", "run_t", "--out", "rep"], d)
+            print(f"{name + f' ({a.log_mib} MiB)':48s} exit {rc}  peak RSS {rss:6,d} MiB  {secs:6.1f} s  | {last}")
 
 
 def _sha(path: str) -> str:

@@ -336,3 +336,42 @@ def test_report_shows_a_blends_one_evaluation_as_the_blends(finished_run, tmp_pa
     assert run_cli("report", run).code == 0
     text = (run / "report.md").read_text()
     assert "| (the blend) | 2400 | 0.7500 | 0.5000 |" in text and "| 0 |" not in text, text
+
+
+def test_report_thins_a_flood_of_training_records_and_says_so(finished_run, tmp_path, monkeypatch):
+    """Memory stays bounded on any log: past run_log.MAX_TRAIN_RECORDS training-loss records every
+    second one is let go (then every fourth...), each kept with its known numeric fields only, and
+    report.md says how many were plotted."""
+    from dlrmkit.train import run_log
+
+    monkeypatch.setattr(run_log, "MAX_TRAIN_RECORDS", 50)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    with open(run / "log.jsonl", "a") as f:
+        for i in range(1000):
+            f.write(json.dumps({"event": "train", "step": i, "loss": 0.5, "samples_seen": i, "pad": "x" * 100}) + "\n")
+    log = run_log.read_log(str(run / "log.jsonl"))
+    train = [r for r in log if r["event"] == "train"]
+    assert log.train_every == 32 and log.train_seen > 1000  # the run's own and the flood
+    assert 25 <= len(train) <= 50 and all("pad" not in r for r in train)
+    assert [r for r in log if r["event"] != "train"] == [
+        r for r in run_log.read_log(str(finished_run / "log.jsonl")) if r["event"] != "train"
+    ]  # every other record kept whole
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    assert "one in every 32 is plotted" in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "train_loss.png").is_file()
+
+
+def test_report_refuses_a_log_of_too_many_other_records(finished_run, tmp_path, monkeypatch):
+    from dlrmkit.train import run_log
+
+    monkeypatch.setattr(run_log, "MAX_OTHER_BYTES", 1 << 20)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    with open(run / "log.jsonl", "a") as f:
+        f.write("{}\n" * 2000)  # each counts RECORD_COST bytes: a flood of tiny records is no cheaper
+    result = run_cli("report", run, "--out", tmp_path / "out")
+    assert result.code == 2, (result.code, result.err)
+    err = [ln for ln in result.err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "more than 1 MiB of records besides training losses" in err[0] and "log.jsonl:" in err[0], err

@@ -215,7 +215,10 @@ def status(records: list[dict[str, Any]]) -> str:
     return f"failed: {_text(last.get('why', 'no reason recorded'), 500)}"
 
 
-def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str], earlier: int = 0) -> str:
+def summary(
+    run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs: list[str], earlier: int = 0, thinned: int = 1
+) -> str:
+    """report.md; `thinned`: every how many training-loss records the log's reader kept (run_log.read_log)."""
     end = next((r for r in reversed(records) if r.get("event") == "end"), None)
     test = next((r for r in reversed(records) if r.get("event") == "test"), None)
     cfg = info.get("config", {})
@@ -249,6 +252,8 @@ def summary(run: str, info: dict[str, Any], records: list[dict[str, Any]], pngs:
     if earlier:
         lines.append(f"- restarted from step 0 by a --resume that found no checkpoint: the {earlier:,} log records "
                      "before it (an attempt that saved none) are left out")  # fmt: skip
+    if thinned > 1:
+        lines.append(f"- the log holds more training-loss records than a plot needs: one in every {thinned:,} is plotted")
     if end:
         lines.append(
             f"- steps {_text(end.get('steps'), 40)}, samples/s {_num(end.get('samples_per_s'), ',.0f')}, "
@@ -319,12 +324,13 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.tensorboard, "--tensorboard")
     with output_lock(out, "--out"):  # one writer per folder (a run being trained holds its own)
         info = read_run(args.run)
-        records, earlier = since_restart(read_log(info["log_jsonl"]))
+        log = read_log(info["log_jsonl"])
+        records, earlier = since_restart(log)
         if len(eval_mappings(records)) > MAX_MAPPINGS:
             raise DlrmkitError(f"{info['log_jsonl']}: evaluations on more than {MAX_MAPPINGS} mappings")
         make_dirs(out, "--out")
         pngs = plots(records, out)
-        write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs, earlier))
+        write_text(os.path.join(out, "report.md"), summary(args.run, info, records, pngs, earlier, log.train_every))
         if args.tensorboard:
             tensorboard(records, args.tensorboard)
     print(f"wrote {len(pngs)} plots and {os.path.join(out, 'report.md')}")

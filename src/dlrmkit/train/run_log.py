@@ -26,6 +26,9 @@ NUMERIC = (
     "optimal_auc",
 )
 MAX_RECORD = 1 << 20  # characters of one log line (a record is a few hundred)
+MAX_TRAIN_RECORDS = 100_000  # training-loss records read_log keeps (a plot's points); past it, thinned
+MAX_OTHER_BYTES = 256 << 20  # the other records read_log keeps, together (a run's evaluations: far less)
+RECORD_COST = 1024  # bytes each of those records counts at least (a parsed record's own memory)
 MAPPING = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a mapping names report files (`val_auc.png`): no path parts
 
 
@@ -56,12 +59,27 @@ def stop_record(exc: BaseException, collective_timeout: float) -> dict[str, Any]
     return {"event": "failed", "why": why}
 
 
-def read_log(path: str) -> list[dict[str, Any]]:
+class Records(list):
+    """read_log's records, and how many training-loss records the file held (`train_seen`), of
+    which every `train_every`-th is kept."""
+
+    train_seen = 0
+    train_every = 1
+
+
+def read_log(path: str) -> Records:
     """The JSON-lines log; each record an object whose known numeric fields are numbers a float
     holds (null, as strict JSON writes NaN, counts as absent) and whose `mapping`, if any, is a
     plain name.
-    Anything else is one line naming file:line."""
-    records = []
+    Anything else is one line naming file:line.
+
+    Memory stays bounded on any file: training-loss records keep their known numeric fields
+    (NUMERIC) and, past MAX_TRAIN_RECORDS of them, every second one is let go (then every fourth,
+    ...), as a plot needs no more; the other records (evaluations, the end) may hold MAX_OTHER_BYTES
+    together, each counted at least RECORD_COST bytes, past which the file is refused."""
+    records: list[dict[str, Any]] = []
+    train_at: list[int] = []  # each kept training record's place in `records`
+    stride, train_seen, other_bytes = 1, 0, 0
     try:
         with open_regular(path, "run log", "r", encoding="utf-8") as f:  # a FIFO or /dev/zero: refused
             for n, line in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), ""), 1):
@@ -91,6 +109,22 @@ def read_log(path: str) -> list[dict[str, Any]]:
                     m = r.get("mapping")
                     if m is not None and not (isinstance(m, str) and MAPPING.fullmatch(m)):
                         raise DlrmkitError(f"{path}:{n}: field 'mapping' is {m!r:.80}, not a mapping name")
+                    if r.get("event") == "train":
+                        train_seen += 1
+                        if (train_seen - 1) % stride:
+                            continue
+                        train_at.append(len(records))
+                        records.append({k: v for k, v in r.items() if k == "event" or k in NUMERIC})
+                        if len(train_at) > MAX_TRAIN_RECORDS:  # keep every second one of those kept
+                            stride *= 2
+                            records, train_at = thin_train(records, train_at)
+                        continue
+                    other_bytes += max(len(line), RECORD_COST)
+                    if other_bytes > MAX_OTHER_BYTES:
+                        raise DlrmkitError(
+                            f"{path}:{n}: more than {MAX_OTHER_BYTES >> 20} MiB of records besides training "
+                            "losses; a run logs a few hundred bytes per evaluation"
+                        )
                     records.append(r)
     except FileNotFoundError:
         raise DlrmkitError(f"{path}: no log (was the run started?)") from None
@@ -98,7 +132,16 @@ def read_log(path: str) -> list[dict[str, Any]]:
         raise DlrmkitError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise DlrmkitError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return records
+    out = Records(records)
+    out.train_seen, out.train_every = train_seen, stride
+    return out
+
+
+def thin_train(records: list[dict[str, Any]], train_at: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Every second training record of `records` let go (the first kept), the others all kept."""
+    gone = set(train_at[1::2])
+    kept = [r for i, r in enumerate(records) if i not in gone]
+    return kept, [i for i, r in enumerate(kept) if r.get("event") == "train"]
 
 
 def append_record(path: str, line: str, output_folders: tuple[str | None, ...]) -> None:
