@@ -339,6 +339,25 @@ def test_a_search_candidate_whose_loss_diverges_is_left_out_and_named(tmp_path, 
     assert r.code == 2 and r.err.strip().splitlines()[-1].endswith("search candidate regression: loss is inf at step 3"), r.err
 
 
+def test_the_fm_candidate_is_not_trained_again_where_it_has_no_pair_of_tables(tmp_path):
+    """With one categorical column and no buckets the FM term has no pair of tables to sum: the
+    `dlrm+wide+fm` candidate is `dlrm+wide` again, so the search trains it once; with two it trains."""
+    write_csv(tmp_path / "x.csv", 800)
+    lines = {}
+    for cats in ("a", "a,b"):
+        data = tmp_path / cats.replace(",", "")
+        r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", data, "--label", "y", "--numerical", "n1,n2",
+                    "--categorical", cats, "--test-rows", "200")  # fmt: skip
+        assert r.code == 0, r.err
+        r = run_cli("train", "--data", data, "--no-progress", "--epochs", "1", "--search-budget", "5",
+                    "--folds", "1", "--run-dir", tmp_path / f"run-{cats}")  # fmt: skip
+        assert r.code == 0, r.err
+        lines[cats] = [ln for ln in r.out.splitlines() if ln.startswith("search ") and " val AUC " in ln]
+    assert [ln.split(": ")[1] for ln in lines["a"]] == ["regression", "regression, buckets", "dlrm+wide",
+                                                        "dlrm+wide, buckets"], lines["a"]  # fmt: skip
+    assert any(ln.split(": ")[1] == "dlrm+wide+fm" for ln in lines["a,b"]), lines["a,b"]
+
+
 def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
     write_csv(tmp_path / "x.csv", 800)
     transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "200")

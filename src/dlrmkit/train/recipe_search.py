@@ -297,10 +297,14 @@ def release(tried: list[Candidate], keep: set[str]) -> None:
     gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
 
-def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple[Candidate, list[Candidate], list[str]]:
+def search(
+    cfg: Any, base: Any, budget: int, num_numerical: int, apply, num_categorical: int = 2
+) -> tuple[Candidate, list[Candidate], list[str]]:
     """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
-    candidates that come out the same are tried once; a user who gave a deep-model option
+    candidates that come out the same are tried once: the FM term where the model has fewer than
+    two tables (`num_categorical`, and the numerical features' bucket tables) is no term at all,
+    as its pairs are none; a user who gave a deep-model option
     (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). A candidate whose
     training loss goes NaN or infinite is left out, named in a line of its own; where every one
     does, the first one's error stops the run. Each candidate's figures are printed as it ends (a
@@ -319,6 +323,8 @@ def search(cfg: Any, base: Any, budget: int, num_numerical: int, apply) -> tuple
         apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
         values = flatten(trial)
         shape = {k: values[k] for k in (*base.values, *cand.values)}
+        tables = num_categorical + (num_numerical if values.get("numerical_buckets") else 0)
+        shape["fm"] = bool(values.get("fm")) and tables >= 2  # no pair of tables: the same model without it
         if shape in seen:
             continue
         seen.append(shape)
