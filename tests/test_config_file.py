@@ -82,3 +82,23 @@ def test_resolved_config_repeats_the_run(tiny_data, tmp_path):
     plan = json.loads((tmp_path / "B" / "plan.json").read_text())
     assert plan["model_config"]["embedding_dim"] == 8 and plan["model_config"]["bottom_mlp"] == [32, 8]
     assert (tmp_path / "B" / "checkpoints" / "latest").exists()
+
+
+def test_a_number_in_a_config_file_reads_as_on_the_command_line(tiny_data, tmp_path):
+    """YAML 1.1 reads `017` as 15, `0x10` as 16 and `1:30` as 90: a config file's number is read
+    in decimal, as the flag reads it (--max-steps 017 is 17), or refused as the flag refuses it."""
+    from dlrmkit.errors import DlrmkitError
+    from dlrmkit.train.config_file import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"data: {tiny_data}\nmax-steps: 017\nlr: 0.5\nepochs: 3\n")
+    values = load_config(str(cfg))
+    assert (values["max_steps"], values["lr"], values["epochs"]) == (17, 0.5, 3)
+    for spelling in ("0x10", "1:30", "0b11"):
+        cfg.write_text(f"data: {tiny_data}\nmax-steps: {spelling}\n")
+        try:
+            load_config(str(cfg))
+        except DlrmkitError as exc:
+            assert "max-steps" in str(exc) and "expected an integer" in str(exc)
+        else:
+            raise AssertionError(f"max-steps: {spelling} was read as a number")

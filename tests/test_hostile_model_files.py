@@ -88,6 +88,13 @@ def link_to(target: str) -> Callable[[Path], None]:
     return lambda path: os.symlink(target, path)
 
 
+def link_step_outside(ws: Path) -> None:
+    """The step folder `latest` names moved to notes/ (a whole, verifying checkpoint) and linked back."""
+    folder = step(ws)
+    shutil.move(folder, ws / "notes" / folder.name)
+    os.symlink(ws / "notes" / folder.name, folder)
+
+
 def fifo(path: Path) -> None:
     os.mkfifo(path)
 
@@ -390,6 +397,15 @@ PROBES = [
     Probe("latest-fifo", EV, "not a regular file", setup=replace("C/latest", fifo)),
     Probe("latest-dev-zero", EV, "not a regular file", setup=replace("C/latest", link_to("/dev/zero"))),
     Probe("latest-unicode-digits", EV, "not a step_N folder", setup=write_bytes("C/latest", "step_٣".encode())),
+    # a step folder that is a link: read from wherever it points (a checkpoint outside the directory)
+    Probe("latest-names-a-linked-step", EV, "a symbolic link", setup=lambda ws: link_step_outside(ws)),
+    Probe("latest-names-a-linked-step-resume", RS, "a symbolic link", setup=lambda ws: link_step_outside(ws)),
+    Probe(
+        "linked-step-resume-without-latest",
+        RS,
+        "is a symbolic link, not a step_N folder",
+        setup=lambda ws: (link_step_outside(ws), (ws / "C" / "latest").unlink()),
+    ),
     Probe(
         "latest-binary-fresh-run",
         (*T, "--checkpoint-dir", "{ws}/C"),

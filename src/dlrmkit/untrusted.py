@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from typing import Any
 
@@ -153,6 +154,20 @@ def _unique_keys_loader() -> type:
                     seen.add((key_node.tag, key_node.value))
             return super().construct_mapping(node, deep=deep)
 
+    # YAML 1.1 reads `017` as 15, `0x10` as 16, `1_000` as 1000 and `1:30` as 90; the command line
+    # reads 017 as 17 and refuses the others. Numbers are resolved in decimal only: the other
+    # spellings stay text, which an option's own parser then reads as the command line does.
+    int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+    UniqueKeyLoader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (int_tag, float_tag)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    UniqueKeyLoader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+    UniqueKeyLoader.add_implicit_resolver(
+        float_tag,
+        re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."),
+    )
     return UniqueKeyLoader
 
 

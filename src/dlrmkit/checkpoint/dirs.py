@@ -33,6 +33,11 @@ def latest_checkpoint(directory: str) -> str | None:
     if not is_step_name(name):
         raise DlrmkitError(f"{pointer}: names {name[:60]!r}, not a step_N folder; write the name of one into it")
     path = os.path.join(directory, name)
+    if os.path.islink(path):  # a checkpoint's folder is the directory's own, as its files are the folder's
+        raise DlrmkitError(
+            f"{pointer} names '{name}', a symbolic link (to {os.readlink(path)[:80]!r}); a checkpoint "
+            f"is read only from a step_N folder of {directory}"
+        )
     if not os.path.isdir(path):
         raise DlrmkitError(
             f"{pointer} names '{name}', which does not exist in {directory}; "

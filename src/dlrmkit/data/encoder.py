@@ -213,6 +213,47 @@ def read_vocabulary_doc(path: str) -> dict[str, Any]:
     return doc
 
 
+def _body_compressed(metadata: pa.Buffer, kind: str) -> bool:
+    """Whether an Arrow IPC message's record batch declares a compressed body, read from its
+    flatbuffer without decompressing anything: Message.header is field 2, a DictionaryBatch holds
+    its RecordBatch in field 1, and RecordBatch.compression is field 3."""
+    b = metadata.to_pybytes()
+
+    def u(pos: int, n: int, signed: bool = False) -> int:
+        return int.from_bytes(b[pos : pos + n], "little", signed=signed)
+
+    def field_at(table: int, k: int) -> int | None:  # where field k's value lies, None when absent
+        vtable = table - u(table, 4, signed=True)
+        if not 0 <= vtable < len(b) or 6 + 2 * k > u(vtable, 2):
+            return None
+        offset = u(vtable + 4 + 2 * k, 2)
+        return table + offset if offset else None
+
+    header = field_at(u(0, 4), 2)
+    batch = None if header is None else header + u(header, 4)
+    if batch is not None and kind == "dictionary batch":
+        data = field_at(batch, 1)
+        batch = None if data is None else data + u(data, 4)
+    return batch is None or field_at(batch, 3) is not None
+
+
+def read_vocabulary_table(path: str) -> pa.Table:
+    """A vocabulary table as `Vocabulary.save` writes it: an uncompressed Arrow file whose `value`
+    column is plain text. Its bytes in memory are then the file's own: a compressed body (50 KiB of
+    zstd became 1 GB of values) or a dictionary-encoded column (one long value repeated by index)
+    is refused before anything is expanded."""
+    with pa.OSFile(path) as f:
+        buf = f.read_buffer()
+    reader = pa.ipc.open_file(buf)
+    value = reader.schema.field("value").type  # KeyError: no such column
+    if not (pa.types.is_string(value) or pa.types.is_large_string(value)):
+        raise ValueError(f"column 'value' is {value}, not plain text (string)")
+    for message in pa.ipc.MessageReader.open_stream(pa.BufferReader(buf.slice(8))):
+        if message.type != "schema" and _body_compressed(message.metadata, message.type):
+            raise ValueError("its body is compressed; a vocabulary table is written uncompressed")
+    return reader.read_all()
+
+
 @dataclass
 class Vocabulary:
     """Per-column ordered values: `values[t][k]` has id ``fold(k + 1)`` (see module doc)."""
@@ -345,7 +386,7 @@ class Vocabulary:
                     f"{table_path}: points outside the vocabulary folder {d}; its tables are its own files"
                 )
             try:
-                t = feather.read_table(table_path)
+                t = read_vocabulary_table(table_path)
                 values.append(t["value"].combine_chunks().cast(pa.string()))
                 counts.append(np.asarray(t["count"].to_numpy(), dtype=np.int64))
             except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:

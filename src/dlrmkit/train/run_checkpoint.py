@@ -189,6 +189,9 @@ def resume_from_dir(trainer: TrainerState) -> tuple[str, bool]:
     reasons = []
     for name in steps:
         path = os.path.join(directory, name)
+        if os.path.islink(path):  # read only from the directory's own folders, as `latest` is
+            reasons.append(f"{path}: is a symbolic link, not a step_N folder of {directory}")
+            continue
         try:
             manifest = ckpt.verify_checkpoint(path, show=trainer.cfg.output.progress)
         except DlrmkitError as exc:
