@@ -499,6 +499,69 @@ def test_auto_keeps_every_id_where_folding_rare_ids_misleads_the_validation_rows
     assert cfg["min-id-count"] == 1, cfg
 
 
+def write_sizes(path, rows: int, heavy_tailed: bool, seed: int = 0) -> None:
+    """Two large numbers and a category. `heavy_tailed`: counts spread over decades, the label
+    following their logs (the signed log pays); else measurements on one scale whose sum tells
+    the label (a line in the numbers as they are, a curve in their logs)."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    if heavy_tailed:
+        a, b = np.exp(rng.uniform(0, 9, rows)), np.exp(rng.uniform(0, 9, rows))
+        z = np.log1p(a) - np.log1p(b)
+    else:
+        a, b = rng.uniform(0, 10_000, rows), rng.uniform(0, 10_000, rows)
+        z = (a + b - 10_000) / 1_500
+    y = rng.random(rows) < 1 / (1 + np.exp(-2 * z))
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["y", "a", "b", "g"])
+        w.writerows([int(l), round(float(u), 1), round(float(v), 1), f"g{k}"]
+                    for l, u, v, k in zip(y, a, b, rng.integers(0, 30, rows)))  # fmt: skip
+
+
+@pytest.mark.parametrize("heavy_tailed", [False, True], ids=["measurements", "counts"])
+def test_auto_checks_the_signed_log_of_large_numbers_on_the_validation_rows(tmp_path, heavy_tailed):
+    """Numerical values over 20 reach the base recipe as sign(x) log(1+|x|); right after the
+    `regression` candidate the search fits it on the numbers as they are and keeps what the
+    validation rows prefer: the numbers as they are where their sum tells the label (then every
+    later candidate and config.yaml take --numerical-transform none), the log for counts."""
+    write_sizes(tmp_path / "x.csv", 3000, heavy_tailed)
+    r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+                "--numerical", "a,b", "--categorical", "g", "--test-fraction", "0.1")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress",
+                "--search-budget", "3", "--folds", "1", "--epochs", "2")  # fmt: skip
+    assert r.code == 0, r.err
+    cfg = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
+    if heavy_tailed:
+        assert "the signed log kept" in r.out and cfg.get("numerical-transform") != "none", r.out  # the recipe's
+    else:
+        assert "numerical features as they are, standardized (--numerical-transform none)" in r.out, r.out
+        assert "sign(x) log(1+|x|) (val AUC" in r.out and cfg["numerical-transform"] == "none", r.out
+        line = next(ln for ln in r.out.splitlines() if ln.strip().startswith("regression ") and "val AUC" in ln)
+        auc = float(line.split("val AUC")[1].split()[0])
+        said = r.out.split("numerical features as they are")[1].split("val AUC ")[1].split()[0]
+        assert auc == pytest.approx(float(said), abs=1e-4), (line, said)  # the candidate is their fit
+
+
+@pytest.mark.parametrize("heavy_tailed", [False, True], ids=["measurements", "counts"])
+def test_baseline_chooses_the_numbers_signed_log_or_as_they_are_on_the_validation_rows(tmp_path, heavy_tailed):
+    write_sizes(tmp_path / "x.csv", 3000, heavy_tailed)
+    r = run_cli("transcode", "--input", tmp_path / "x.csv", "--out", tmp_path / "d", "--label", "y",
+                "--numerical", "a,b", "--categorical", "g", "--test-fraction", "0.1")  # fmt: skip
+    assert r.code == 0, r.err
+    r = run_cli("baseline", "--data", tmp_path / "d", "--c-grid", "0.1,1")
+    assert r.code == 0, r.err
+    result = json.load(open(tmp_path / "d" / "baseline.json"))
+    assert sorted(t["numerical_transform"] for t in result["c_tried"]) == ["none"] * 2 + ["signed-log"] * 2
+    assert "numbers as they are, C=0.1" in r.out and "numbers signed log, C=1" in r.out and r.out.count("<- chosen") == 1
+    want = "signed-log" if heavy_tailed else "none"
+    assert result["numerical_transform"] == want, result
+    chosen = [t for t in result["c_tried"] if t["numerical_transform"] == want and t["c"] == result["c"]]
+    assert chosen and chosen[0]["val_auc"] == result["val_auc"], result
+
+
 @pytest.mark.slow  # 110,000 rows: the medium-data recipe
 def test_auto_on_medium_data_tries_the_regression_beside_the_recipes_dlrm(tmp_path):
     """Past 100,000 training rows `train --data D` tries two candidates on the validation rows, the

@@ -3,7 +3,9 @@ numerical features of the same dataset, same loader and same splits as `train` (
 validation rows), so a user sees what the deep model adds. The model and its fit:
 dlrmkit.train.regression (scikit-learn's L2 LogisticRegression, L-BFGS). C is chosen on the
 validation rows from a small log grid, coarse to fine, as LogisticRegressionCV chooses it (best
-validation AUC, near-ties by log loss), so the figure is the regression at its best, not at a fixed C=1. The test
+validation AUC, near-ties by log loss), so the figure is the regression at its best, not at a fixed C=1.
+Numerical values over 20 are fitted twice, as their signed log (as `train`'s recipe takes them) and
+as they are, and the validation rows choose between the two as they choose C. The test
 figures are that C's fit on the train rows and its refit on the train and validation rows
 together: the lift `train` prints is against the one that saw the rows its model saw (`train
 --refit`, the small- and medium-data recipes' default, refits). The result is written to
@@ -93,9 +95,12 @@ def fit_and_write(args: argparse.Namespace) -> int:
     result = fit(args.data, args.c, args.val_fraction, args.max_iter, args.batch_size, args.c_grid)
     fmt = lambda x: "n/a" if math.isnan(x) else f"{x:.4f}"  # noqa: E731
     if len(result["c_tried"]) > 1:
+        both = len({t["numerical_transform"] for t in result["c_tried"]}) > 1  # the log, and the numbers as they are
         for t in result["c_tried"]:
-            mark = "  <- chosen" if t["c"] == result["c"] else ""
-            print(f"  C={t['c']:<6g} val AUC {fmt(t['val_auc'])}  val logloss {fmt(t['val_logloss'])}{mark}")
+            chosen = t["c"] == result["c"] and t["numerical_transform"] == result["numerical_transform"]
+            mark = "  <- chosen" if chosen else ""
+            numbers = f"numbers {'signed log' if t['numerical_transform'] == 'signed-log' else 'as they are'}, " * both
+            print(f"  {numbers}C={t['c']:<6g} val AUC {fmt(t['val_auc'])}  val logloss {fmt(t['val_logloss'])}{mark}")
     print(
         f"logistic regression (C={result['c']:g}, {result['c_chosen']}) fitted on {result['train_rows']:,} "
         f"train rows; validation: {result['validation']}"

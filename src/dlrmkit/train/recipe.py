@@ -301,9 +301,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
                 how = FOLDS_REFIT if sel.refit else FOLDS_BAG
                 base.reasons.append(FOLDS_WHY.format(k=FOLDS, rows=rows, both=both) + how.format(
                     k=FOLDS, seen=FOLDS - 1, rows=rows, limit=FOLD_ROWS, rarer=rarer, few=FEW_VAL_LABELS))  # fmt: skip
-            winner, tried, left_out = recipe_search.search(
-                cfg, base, budget, train.num_numerical, fill, len(train.cardinalities)
-            )
+            winner, tried, left_out = recipe_search.search(cfg, base, budget, train, fill)
             lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg)) + left_out
             if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
                 sel.refit = True

@@ -297,20 +297,21 @@ def release(tried: list[Candidate], keep: set[str]) -> None:
     gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
 
-def search(
-    cfg: Any, base: Any, budget: int, num_numerical: int, apply, num_categorical: int = 2
-) -> tuple[Candidate, list[Candidate], list[str]]:
-    """Tries the first `budget` candidates (each as `apply` (recipe.fill) fills a copy of `cfg` from the base
+def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candidate, list[Candidate], list[str]]:
+    """Tries the first `budget` candidates on the dataset whose train mapping is `train` (each as
+    `apply` (recipe.fill) fills a copy of `cfg` from the base
     recipe plus the candidate's values; options the user gave win in every candidate, and
     candidates that come out the same are tried once: the FM term where the model has fewer than
-    two tables (`num_categorical`, and the numerical features' bucket tables) is no term at all,
+    two tables (categorical, and the numerical features' bucket tables) is no term at all,
     as its pairs are none; a user who gave a deep-model option
     (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). A candidate whose
     training loss goes NaN or infinite is left out, named in a line of its own; where every one
     does, the first one's error stops the run. Each candidate's figures are printed as it ends (a
     search may take minutes; standard output, as the recipe's lines: an error stays one line). Returns (winner, tried, the lines of those left out)."""
+    from dlrmkit.data.split_binary import numerical_scale
     from dlrmkit.options import flatten
 
+    num_numerical, num_categorical = train.num_numerical, len(train.cardinalities)
     tried: list[Candidate] = []
     seen: list[dict] = []
     failed: list[tuple[str, NonFiniteLoss]] = []
@@ -340,6 +341,9 @@ def search(
             print(f"search {k}/{len(pool)}: {cand.name}: val AUC {r['val_auc']:.4f}  val logloss "
                   f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", flush=True)  # fmt: skip
         tried.append(cand)
+        if budget > 0 and cand.name == "regression" and base.values.get("numerical_transform") == "signed-log":
+            if given.get("numerical_transform") is None and math.isfinite(numerical_scale(train)):  # past float16's range only the log keeps them finite
+                check_numbers(cfg, base, cand, apply)
         if budget > 0 and cand.name == "regression" and (base.values.get("min_id_count") or 1) > 1 and given.get("min_id_count") is None:
             check_rare_ids(cfg, base, cand, apply)
     if not tried:
@@ -347,6 +351,39 @@ def search(
         raise NonFiniteLoss(f"search candidate {name}: {exc}") from None
     left_out = [f"  {name:<26} left out: its training {str(exc).split(';')[0]}" for name, exc in failed]
     return choose(tried), tried, left_out
+
+
+def check_numbers(cfg: Any, base: Any, regression: Candidate, apply) -> None:
+    """The base's signed log of large numerical values (recipe.choose: sign(x) log(1+|x|)) checked on
+    the validation rows before the candidates that use it: the `regression` candidate against the
+    same regression on the numbers as they are (standardized, --numerical-transform none), chosen
+    between as the search chooses (`choose`). Where the numbers as they are win, they are the run's
+    (in every later candidate, a blend's members and config.yaml) and the `regression` candidate is
+    their fit: heavy-tailed counts (clicks, views) gain from the log, but measurements whose size
+    itself tells the label (a protein's homology scores) lose what their tails say. A number the
+    user gave (--numerical-transform) is not checked (nor is a recipe the search does not set)."""
+    plain = Candidate("regression, numbers as they are", {**regression.values, "numerical_transform": "none"}, "")
+    trial = copy.deepcopy(cfg)
+    apply(trial, replace(base, values={**base.values, **plain.values}, reasons=[]))
+    plain.result, plain.trained = train_candidate(trial)
+    figures = (
+        f"val AUC {plain.result['val_auc']:.4f} against {regression.result['val_auc']:.4f}, log loss after T "
+        f"{settled_logloss(plain):.4f} against {settled_logloss(regression):.4f}; {plain.result['seconds']:.0f} s"
+    )
+    if choose([regression, plain]) is regression:
+        release([plain], set())
+        base.reasons.append(f"the signed log kept: on the validation rows the regression on the numbers as they are "
+                            f"does not beat it ({figures})")  # fmt: skip
+        return
+    from dlrmkit.options import assign
+
+    assign(cfg, {"numerical_transform": "none"})  # as if given: every later candidate, a blend's members, config.yaml
+    del base.values["numerical_transform"]  # the run's option now, not the recipe's
+    base.reasons[:] = [r for r in base.reasons if "sign(x) log(1+|x|)" not in r]
+    base.reasons.append(f"numerical features as they are, standardized (--numerical-transform none): on the "
+                        f"validation rows the regression on them beats the one on sign(x) log(1+|x|) ({figures})")  # fmt: skip
+    release([regression], set())
+    regression.values, regression.result, regression.trained = plain.values, plain.result, plain.trained
 
 
 def check_rare_ids(cfg: Any, base: Any, regression: Candidate, apply) -> None:

@@ -223,15 +223,32 @@ def fit(
     train, val, val_source = validation_split(spec, train, val_fraction)
     # a given C chooses nothing on the validation rows
     check_both_labels(data, train, val if c is None else None, val_source, "a val mapping, --val-fraction F, or --c C")
-    signed = numerical_scale(train) > RAW_NUMERICAL
+    scale = numerical_scale(train)
+    signed = scale > RAW_NUMERICAL
     cards = spec.cardinalities
-    best, tried, model = select(cards, train, val, signed, [c] if c is not None else c_grid, batch_size, max_iter)
+    grid = [c] if c is not None else c_grid
+    best, tried, model = select(cards, train, val, signed, grid, batch_size, max_iter)
+    for t in tried:
+        t["numerical_transform"] = "signed-log" if signed else "none"
+    if signed and math.isfinite(scale) and c is None and val is not None:
+        # the log as `train`'s recipe takes it, or the numbers as they are: chosen on the validation
+        # rows as C is (measurements whose size tells the label lose their tails in the log)
+        plain, plain_tried, plain_model = select(cards, train, val, False, grid, batch_size, max_iter)
+        for t in plain_tried:
+            t["numerical_transform"] = "none"
+        tried += plain_tried
+        if choose([best, plain]) is plain:
+            best, model, signed = plain, plain_model, False
     if c is not None:
         how = "given (--c)"
     elif val is None:
         how = "scikit-learn's default (no validation rows to choose on)"
     else:
         how = f"chosen on the validation rows from {len(tried)} values (best AUC, near-ties by log loss)"
+        if len({t["numerical_transform"] for t in tried}) > 1:
+            kept = "as they are" if not signed else "as their signed log"
+            how = (f"chosen on the validation rows from {len(tried)} fits, the numerical features as their signed log "
+                   f"and as they are (best AUC, near-ties by log loss): {kept}")  # fmt: skip
     t = score(model, test, batch_size)
     again = None
     if val is not None and len(val):  # warm-started from the fit on the train rows
