@@ -298,16 +298,16 @@ def release(tried: list[Candidate], keep: set[str]) -> None:
 
 
 def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candidate, list[Candidate], list[str]]:
-    """Tries the first `budget` candidates on the dataset whose train mapping is `train` (each as
-    `apply` (recipe.fill) fills a copy of `cfg` from the base
-    recipe plus the candidate's values; options the user gave win in every candidate, and
-    candidates that come out the same are tried once: the FM term where the model has fewer than
-    two tables (categorical, and the numerical features' bucket tables) is no term at all,
-    as its pairs are none; a user who gave a deep-model option
-    (DEEP_OPTIONS, or --deep true) gets no candidate without the deep part). A candidate whose
-    training loss goes NaN or infinite is left out, named in a line of its own; where every one
-    does, the first one's error stops the run. Each candidate's figures are printed as it ends (a
-    search may take minutes; standard output, as the recipe's lines: an error stays one line). Returns (winner, tried, the lines of those left out)."""
+    """Tries the first `budget` candidates on the dataset whose train mapping is `train`, each as
+    `apply` (recipe.fill) fills a copy of `cfg` from the base recipe plus the candidate's values.
+    Options the user gave win in every candidate; candidates that come out the same are tried once
+    (the FM term where the model has fewer than two tables, categorical and bucket tables, is no
+    term at all: its pairs are none); a user who gave a deep-model option (DEEP_OPTIONS, or --deep
+    true) gets no candidate without the deep part. A candidate whose training loss goes NaN or
+    infinite is left out, named in a line of its own; where every one does, the first one's error
+    stops the run. Each candidate's figures are printed as it ends (a search may take minutes;
+    standard output, as the recipe's lines: an error stays one line). Returns (winner, tried, the
+    lines of those left out)."""
     from dlrmkit.data.split_binary import numerical_scale
     from dlrmkit.options import flatten
 
@@ -323,7 +323,7 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
         trial = copy.deepcopy(cfg)  # the sections too: a candidate's values stay its own
         apply(trial, replace(base, values={**base.values, **cand.values}, reasons=[]))  # a Recipe
         values = flatten(trial)
-        shape = {k: values[k] for k in (*base.values, *cand.values)}
+        shape = {name: values[name] for name in (*base.values, *cand.values)}
         tables = num_categorical + (num_numerical if values.get("numerical_buckets") else 0)
         shape["fm"] = bool(values.get("fm")) and tables >= 2  # no pair of tables: the same model without it
         if shape in seen:

@@ -162,8 +162,9 @@ def select(
 ) -> tuple[dict[str, float], list[dict[str, float]], LogisticRegression]:
     """(the chosen C's entry, every C tried with its validation figures, the regression of the
     chosen C fitted on `train`). `grid`: every one of these values; None: C_GRID coarse to fine
-    (every C_COARSE value, then C_GRID's neighbours of the best: at most 6 fits of 7). Each fit starts from the fit of the nearest stronger C. Without validation rows:
-    the grid's one value, or C=1."""
+    (every C_COARSE value, then C_GRID's neighbours of the best: at most 6 fits of 7). Each fit
+    starts from the fit of the nearest stronger C. Without validation rows: the grid's one value,
+    or C=1."""
     if val is None:
         grid = [grid[0] if grid is not None and len(grid) == 1 else 1.0]
     fitted: dict[float, tuple[dict[str, float], LogisticRegression]] = {}
