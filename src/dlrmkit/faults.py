@@ -83,16 +83,21 @@ def nan_loss_injected(step: int) -> bool:
 
 def collective_failure(exc: BaseException, timeout_s: float) -> str | None:
     """One line for a collective that failed because a peer died or stopped answering, naming
-    the torch.distributed operation (the innermost distributed_c10d frame); None otherwise."""
+    the torch.distributed operation (the note a failed wait carries, else the innermost
+    distributed_c10d frame); None otherwise."""
     import traceback
 
     text = str(exc)
     if not any(w in text.lower() for w in ("timed out", "timeout", "connection closed", "connection reset")):
         return None
+    from dlrmkit.parallel.transport import COLLECTIVE_NOTE
+
     ops = [f.name for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("distributed_c10d.py")]
-    op = ops[-1] if ops else "collective"
+    notes = [n[len(COLLECTIVE_NOTE) :] for n in getattr(exc, "__notes__", ()) if n.startswith(COLLECTIVE_NOTE)]
+    named = notes[-1] if notes else ops[-1] if ops else None
+    what = f"collective '{named}'" if named else "a collective"
     why = "timed out" if "time" in text.lower() else "lost its peer"
     return (
-        f"collective '{op}' {why} on rank {os.environ.get('RANK', '0')} (--collective-timeout {timeout_s:g}s): "
+        f"{what} {why} on rank {os.environ.get('RANK', '0')} (--collective-timeout {timeout_s:g}s): "
         f"a peer rank stopped answering or died; restart the job (--resume continues from the last checkpoint)"
     )

@@ -57,6 +57,7 @@ class AllGather:
 
 
 Op = Union[AllReduce, AllToAll, AllGather]
+COLLECTIVE_NOTE = "collective: "  # how a failed wait names its collective on the error (faults.py reads it)
 
 
 class Request(Protocol):
@@ -195,15 +196,17 @@ class TorchCollectives(Collectives):
             if isinstance(op, AllReduce):
                 sums.setdefault(op.tensor.dtype, []).append(i)
         for idx in sums.values():
-            works.append(self._sum([ops[i].tensor for i in idx], idx, finish))
+            works.append(("all_reduce", self._sum([ops[i].tensor for i in idx], idx, finish)))
         a2a = [i for i, op in enumerate(ops) if isinstance(op, AllToAll)]
         if a2a:
-            works.append(self._all_to_all([ops[i] for i in a2a], a2a, finish))
+            works.append(("all_to_all_single", self._all_to_all([ops[i] for i in a2a], a2a, finish)))
         for i, op in enumerate(ops):
             if isinstance(op, AllGather):
                 t = op.tensor.reshape(-1).contiguous()
                 out = t.new_empty(self.world_size * t.numel())
-                works.append(dist.all_gather_into_tensor(out, t, group=self.group, async_op=True))
+                works.append(
+                    ("all_gather_into_tensor", dist.all_gather_into_tensor(out, t, group=self.group, async_op=True))
+                )
                 finish[i] = lambda out=out: out
         kinds = ", ".join(dict.fromkeys(op.kind for op in ops))
         what = "all_to_all" if a2a and len(a2a) == len(ops) else "allreduce"  # profiles file waits by these words
@@ -257,15 +260,21 @@ def into(op: Op, result: torch.Tensor) -> torch.Tensor:
 
 class TorchRequest:
     def __init__(self, works: list, finish: list, name: str, kind: str, stats: CommStats):
+        """`works`: (torch's collective's name, its async work) pairs."""
         self.works, self.finish, self.name, self.kind, self.stats, self.result = works, finish, name, kind, stats, None
 
     def wait(self) -> list:
-        """Waits (the seconds exposed count under the first op's kind); the results."""
+        """Waits (the seconds exposed count under the first op's kind); the results. A wait that
+        fails (a peer died or timed out) carries the collective's name as a note on the error."""
         if self.result is None:
             t0 = time.perf_counter()
             with record_function(self.name):
-                for work in self.works:
-                    work.wait()
+                for op, work in self.works:
+                    try:
+                        work.wait()
+                    except RuntimeError as exc:
+                        exc.add_note(f"{COLLECTIVE_NOTE}{op} ({self.kind})")
+                        raise
             self.result = [f() for f in self.finish]
             self.stats.add(self.kind, 0, time.perf_counter() - t0)
         return self.result
