@@ -45,6 +45,10 @@ PROBES = [
     Option("number-with-newline", (*T, "--lr", "1\n2"), "--lr: expected a number, got '1\\n2'"),
     Option("arabic-indic-digits", ("synth", "--out", "{ws}/x", "--rows", "\u0663"), "--rows"),
     Option("full-width-digits", (*T, "--batch-size", "\uff11\uff16"), "--batch-size"),
+    # an underscore only groups thousands: Python's int() reads '1_0' as 10, float() '1e1_0' as 1e10
+    Option("underscore-in-digits", (*T, "--max-steps", "1_0"), "--max-steps: expected an integer, got '1_0'"),
+    Option("underscore-in-exponent", (*T, "--lr", "1e1_0"), "--lr: expected a number, got '1e1_0'"),
+    Option("underscore-in-memory-size", (*PLAN, "--device-memory", "1_0GiB"), "--device-memory"),
     Option("weight-decay-1e30", (*T, "--embedding-weight-decay", "1e30"), "--embedding-weight-decay"),
     Option("checkpoint-seconds-1e30", (*T, "--checkpoint-every-seconds", "1e30"), "--checkpoint-every-seconds"),
     Option("init-scale-2-63", (*T, "--embedding-init-scale", str(2**63)), "--embedding-init-scale"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import stat
 from typing import Callable
 
@@ -34,12 +35,20 @@ MAX_THREADS = per_cpu_ceiling(4, 16)
 MAX_WORKERS = per_cpu_ceiling(4, 16)
 
 
+# An underscore may only group thousands in the integer part ('1_000_000', '2_500.5'): Python's
+# int() and float() also take '1_0' (10) or '1e1_0', most likely a typo, not a number.
+_GROUPED = re.compile(r"[+-]?\d{1,3}(_\d{3})+(\.\d*)?([eE][+-]?\d+)?")
+
+
 def _number(text: str, kind: type) -> float | int:
+    what = "an integer" if kind is int else "a number"
     if not str(text).isascii():  # int() and float() also read Arabic-Indic or full-width digits
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    if "_" in str(text) and not _GROUPED.fullmatch(str(text).strip()):
+        raise argparse.ArgumentTypeError(f"expected {what}, got '{text}' (an underscore may only group thousands)")
     try:
         if kind is int:
-            value = int(str(text).strip().replace("_", ""))
+            value = int(str(text).strip())
         else:
             value = float(str(text).strip())
     except ValueError:
@@ -245,7 +254,7 @@ def byte_size(text: str) -> int:
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num) :]
     try:
-        value = float(num)
+        value = float(num) if "_" not in num or _GROUPED.fullmatch(num) else float("nan")
     except ValueError:
         value = float("nan")
     if unit not in units or not math.isfinite(value) or value <= 0 or value * units[unit] > 1 << 60:
