@@ -81,6 +81,9 @@ def nan_loss_injected(step: int) -> bool:
     return bool(spec) and parse(spec).point == f"train:nan-loss-{step}"
 
 
+COLLECTIVE_NOTE = "collective: "  # how a failed collective wait names the collective on its error (transport.py)
+
+
 def collective_failure(exc: BaseException, timeout_s: float) -> str | None:
     """One line for a collective that failed because a peer died or stopped answering, naming
     the torch.distributed operation (the note a failed wait carries, else the innermost
@@ -90,8 +93,6 @@ def collective_failure(exc: BaseException, timeout_s: float) -> str | None:
     text = str(exc)
     if not any(w in text.lower() for w in ("timed out", "timeout", "connection closed", "connection reset")):
         return None
-    from dlrmkit.parallel.transport import COLLECTIVE_NOTE
-
     ops = [f.name for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("distributed_c10d.py")]
     notes = [n[len(COLLECTIVE_NOTE) :] for n in getattr(exc, "__notes__", ()) if n.startswith(COLLECTIVE_NOTE)]
     named = notes[-1] if notes else ops[-1] if ops else None

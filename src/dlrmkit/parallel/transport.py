@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
+from dlrmkit.faults import COLLECTIVE_NOTE
+
 
 @dataclass
 class AllReduce:
@@ -57,7 +59,6 @@ class AllGather:
 
 
 Op = Union[AllReduce, AllToAll, AllGather]
-COLLECTIVE_NOTE = "collective: "  # how a failed wait names its collective on the error (faults.py reads it)
 
 
 class Request(Protocol):
