@@ -1,11 +1,13 @@
 """Peak memory and time of the commands on hostile inputs: 200 rows followed by 16 MiB of empty
 lines (plain and a gzip of a few KiB) through preprocess, transcode and predict, and a checkpoint
 whose metadata.json is padded far past its model's size, and `report` on a run log padded with
---log-mib MiB of small records. Each command runs in a fresh process
+--log-mib MiB of small records, and transcode and predict on long categorical values (a Parquet file
+of 12 KiB holding 4 values of 256 KiB over 4,096 rows, a gzip of 0.7 MiB holding 9,600 distinct values
+of 64 KiB: the generators of tests/test_streams.py). Each command runs in a fresh process
 under RLIMIT_AS 16 GB (so an unbounded read is measured, not killed); prints one line per case:
 exit code, peak RSS (MiB), seconds. Figures: docs/BENCHMARKS.md.
 
-    PYTHONPATH=src python benchmarks/bench_hostile_inputs.py [--src DIR] [--empty-mib 16] [--log-mib 128]
+    PYTHONPATH=src python benchmarks/bench_hostile_inputs.py [--src DIR] [--empty-mib 16] [--log-mib 128] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def main() -> None:
     ap.add_argument("--src", default=os.path.join(os.path.dirname(__file__), "..", "src"))
     ap.add_argument("--empty-mib", type=int, default=16)
     ap.add_argument("--log-mib", type=int, default=128, help="MiB of records appended to a run's log for `report`")
+    ap.add_argument("--only", default="", help="run the cases whose name holds this text (e.g. 'long')")
     a = ap.parse_args()
     src = os.path.abspath(a.src)
     empty = b"\n" * (a.empty_mib << 20)
@@ -86,6 +89,11 @@ def main() -> None:
             f.write(csv_rows(200) + empty)
         with open(os.path.join(d, "clean.csv"), "wb") as f:
             f.write(csv_rows(400))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from test_streams import long_values_csv_gz, long_values_parquet
+
+        long_values_parquet(os.path.join(d, "long.parquet"))
+        long_values_csv_gz(os.path.join(d, "long.csv.gz"))
         setup = [
             ["preprocess", "criteo", "--input", "clean.tsv", "--out", "ds_c", "--workers", "1", "--test-rows", "40"],
             ["train", "--data", "ds_c", "--max-steps", "2", "--batch-size", "32", "--checkpoint-dir", "ck_c", "--search-budget", "0"],
@@ -158,10 +166,22 @@ def main() -> None:
                 "p2.csv",
             ],
         }
+        long_argv = ["--label", "label", "--numerical", "x", "--categorical", "c1,c2", "--test-rows", "100"]
+        cases.update(
+            {
+                "transcode .parquet, 4 values of 256 KiB (long)": ["transcode", "--input", "long.parquet", "--out", "o3", *long_argv],
+                "transcode .csv.gz, 9,600 values of 64 KiB (long)": ["transcode", "--input", "long.csv.gz", "--out", "o4", *long_argv],
+                "predict .parquet, 4 values of 256 KiB (long)": ["predict", "--checkpoint", "ck_t", "--input", "long.parquet", "--output", "p3.csv"],
+                "predict .csv.gz, 9,600 values of 64 KiB (long)": ["predict", "--checkpoint", "ck_t", "--input", "long.csv.gz", "--output", "p4.csv"],
+            }
+        )  # fmt: skip
+        cases = {k: v for k, v in cases.items() if a.only in k}
         print(f"source {src}; {a.empty_mib} MiB of empty lines")
         for name, argv in cases.items():
             rc, rss, secs, last = measured(src, argv, d)
             print(f"{name:48s} exit {rc}  peak RSS {rss:6,d} MiB  {secs:6.1f} s  | {last}")
+        if a.only:
+            return
         step = os.path.join(d, "ck_t", open(os.path.join(d, "ck_t", "latest")).read().strip())
         meta = os.path.join(step, "metadata.json")
         text = open(meta).read()

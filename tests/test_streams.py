@@ -209,3 +209,130 @@ def test_transcode_and_predict_read_a_gzip_of_empty_lines_in_bounded_memory(tran
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"empty lines skipped {EMPTY_LINES:,}" in r.stdout, r.stdout
+
+
+# ---- long categorical values -----------------------------------------------------------------------------
+LONG = 256 << 10  # bytes of each long value
+
+
+def long_values_parquet(path: Path, rows: int = 4096) -> None:
+    """4 distinct values of 256 KiB over `rows` rows, dictionary-encoded and zstd-compressed: about
+    12 KiB on disk, 1 GiB of values (the whole file was one batch of rows, expanded)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    c1 = pa.DictionaryArray.from_arrays(
+        pa.array(np.arange(rows) % 4, pa.int32()), pa.array([chr(97 + k) * LONG for k in range(4)])
+    )
+    t = pa.table(
+        {
+            "label": pa.array(np.arange(rows) % 2, pa.int8()),
+            "x": pa.array(np.arange(rows, dtype=np.float64)),
+            "c1": c1,
+            "c2": pa.array([f"b{i % 7}" for i in range(rows)]),
+        }
+    )
+    pq.write_table(t, path, compression="zstd")
+
+
+def long_values_csv_gz(path: Path, rows: int = 9600, length: int = 64 << 10) -> None:
+    """`rows` rows whose c1 is a distinct value of `length` bytes (a long shared prefix and the row
+    number): 0.7 MiB of gzip, 600 MiB of values. Each 8 MiB block's value counts were kept until
+    4,000,000 of them (a row count), and the vocabulary held every value whole."""
+    prefix = "q" * length
+    with gzip.open(path, "wb", compresslevel=6) as f:
+        f.write(b"label,x,c1,c2\n")
+        for i in range(rows):
+            f.write(f"{i % 2},{i},{prefix}{i},b{i % 7}\n".encode())
+
+
+def transcode_args(src, out) -> list:
+    return ["transcode", "--input", src, "--out", out, "--label", "label", "--numerical", "x"] + [
+        "--categorical", "c1,c2", "--test-rows", 100,
+    ]  # fmt: skip
+
+
+def test_transcode_reads_a_parquet_of_long_repeated_values_in_bounded_memory(tmp_path):
+    src = tmp_path / "rows.parquet"
+    long_values_parquet(src)
+    assert src.stat().st_size < 64 << 10
+    r = run_limited(*transcode_args(src, tmp_path / "o"), limit_gb=2, timeout=60)  # took 7.3 GB
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "longer than 1,024 bytes read as their first 32 characters and SHA-256: 4,096 rows (c1 4,096)" in r.stdout
+    spec = FeatureSpec.from_yaml(str(tmp_path / "o"))
+    assert spec.cardinalities[0] == 5  # the 4 values stay 4 (and id 0)
+    assert spec.metadata["preprocess"]["report"]["long_values_as_keys"] == {"c1": 4096}
+
+
+@pytest.mark.slow  # 600 MiB of values, read three times
+def test_transcode_reads_a_gzip_of_long_distinct_values_in_bounded_memory(tmp_path):
+    src = tmp_path / "rows.csv.gz"
+    long_values_csv_gz(src)
+    assert src.stat().st_size < 2 << 20
+    r = run_limited(*transcode_args(src, tmp_path / "o"), limit_gb=1, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "SHA-256: 9,600 rows (c1 9,600)" in r.stdout, r.stdout
+    assert FeatureSpec.from_yaml(str(tmp_path / "o")).cardinalities[0] == 9501  # train rows' values, each kept
+    vocab = tmp_path / "o" / "vocabulary" / "cat_0.arrow"
+    assert vocab.stat().st_size < 9600 * 256  # keys of at most 202 bytes, not 64 KiB values
+
+
+def test_a_long_value_gets_the_same_id_from_csv_and_parquet_as_transcode_gave_it(tmp_path):
+    """The rule is `clean`'s, which transcode and predict both read rows through: a long value
+    (trimmed, quoted or not, from text or from a Parquet dictionary) is read as the same key, which
+    the vocabulary holds; a vocabulary holding a longer value (an older transcode) is read whole."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dlrmkit.commands.predict import _long_value_bytes
+    from dlrmkit.data.encoder import Vocabulary
+    from dlrmkit.data.transcode import (
+        LONG_VALUE_BYTES, Report, TranscodeOptions, clean, iter_batches, long_value_key, transcode,
+    )  # fmt: skip
+
+    long = ["é" * 700 + str(k) for k in range(3)]  # 1,401 bytes: over the limit in bytes, not in characters
+    rows = [(i % 2, i, long[i % 3] if i % 4 else f"s{i % 5}", f"b{i % 3}") for i in range(200)]
+    csv = tmp_path / "rows.csv"
+    csv.write_text("label,x,c1,c2\n" + "".join(f'{a},{b}, "{c}" ,{d}\n' for a, b, c, d in rows), encoding="utf-8")
+    pq.write_table(
+        pa.table({k: [r[j] for r in rows] for j, k in enumerate(["label", "x", "c1", "c2"])}), tmp_path / "rows.parquet"
+    )
+    opts = TranscodeOptions([str(csv)], str(tmp_path / "ds"), "label", ["x"], ["c1", "c2"], test_rows=20)
+    transcode(opts)
+    vocab = Vocabulary.load(str(tmp_path / "ds"))
+    assert _long_value_bytes(vocab) == LONG_VALUE_BYTES
+    keys = {long_value_key(v.encode()) for v in long}
+    assert keys <= set(vocab.values[0].to_pylist()) and max(len(k.encode()) for k in keys) <= 202
+    ids = {}
+    for name in ("rows.csv", "rows.parquet"):
+        o = TranscodeOptions([str(tmp_path / name)], "", None, ["x"], ["c1", "c2"])
+        report, got = Report(), []
+        for t, r in iter_batches(o, str(tmp_path / name), report):
+            _, _, cats = clean(o, t, report, str(tmp_path / name), r)
+            got.append(vocab.encode_column(0, cats[0]))
+        ids[name] = np.concatenate(got)
+        assert report.long_values == {"c1": 150}
+    assert (ids["rows.csv"] == ids["rows.parquet"]).all() and (ids["rows.csv"] > 0).all()
+    assert len(set(ids["rows.csv"][[1, 2, 3]])) == 3  # the three long values stay three
+    old = Vocabulary(["c1"], [pa.array(["v" * 2000])], [np.array([5])])
+    assert _long_value_bytes(old) is None
+
+
+def test_a_parquet_row_of_more_than_16_mib_of_values_is_one_line(tmp_path):
+    """A long value in a column other than a categorical one (here the numerical column, held once
+    in a dictionary) is not expanded: its row is refused as a text line over 16 MiB is."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = pa.DictionaryArray.from_arrays(pa.array(np.arange(300) == 7, pa.int32()), pa.array(["1", "9" * (17 << 20)]))
+    pq.write_table(
+        pa.table({"label": pa.array(np.arange(300) % 2, pa.int8()), "x": x, "c1": ["a"] * 300, "c2": ["b"] * 300}),
+        tmp_path / "rows.parquet",
+        compression="zstd",
+    )
+    r = run_cli(*transcode_args(tmp_path / "rows.parquet", tmp_path / "o"))
+    assert_one_line_error(r, "rows.parquet: data row 8: its values hold 17,825,", "more than the 16 MiB a row may hold")
+    assert not (tmp_path / "o").exists()

@@ -94,6 +94,7 @@ class PredictReport:
     skipped: dict[str, int] = field(default_factory=dict)
     empty_lines: int = 0  # of a CSV/TSV input: skipped, not rows
     escaped: int = 0  # --keep-columns values that are not UTF-8, written with \xNN escapes
+    long_values: dict[str, int] = field(default_factory=dict)  # column -> rows whose value was read as its key
     first_bad_rows: list[str] = field(default_factory=list)
     unlabeled_shaped: int = 0  # rows of blocks with no valid row that have a label-less row's 39 fields
 
@@ -197,6 +198,7 @@ def _table_batches(
         missing_label_hint="; rows without the label column: add --no-label",
         label_values=_label_values(meta, path),
         keep=kept_columns(args),
+        long_value_bytes=_long_value_bytes(vocab),
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -217,7 +219,18 @@ def _table_batches(
     if args.strict and sum(tr.skipped.values()) > seen:
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
-    report.empty_lines, report.escaped = tr.empty_lines, tr.escaped
+    report.empty_lines, report.escaped, report.long_values = tr.empty_lines, tr.escaped, dict(tr.long_values)
+
+
+def _long_value_bytes(vocab: Any) -> int | None:
+    """The length past which a categorical value is read as its key, as transcode read it: None
+    (read whole) for a vocabulary holding a longer value, which a transcode before the rule wrote."""
+    import pyarrow.compute as pc
+
+    from dlrmkit.data.transcode import LONG_VALUE_BYTES
+
+    longest = max((int(pc.max(pc.binary_length(v)).as_py() or 0) for v in vocab.values if len(v)), default=0)
+    return None if longest > LONG_VALUE_BYTES else LONG_VALUE_BYTES
 
 
 def kept_columns(args: argparse.Namespace) -> list[str]:
@@ -448,6 +461,9 @@ def run(args: argparse.Namespace) -> int:
     )
     msg += f"  empty lines skipped {report.empty_lines:,}" if report.empty_lines else ""
     msg += f"  kept values not UTF-8 {report.escaped:,} (written with \\x escapes)" if report.escaped else ""
+    from dlrmkit.commands.preprocess import long_values_note
+
+    msg += f"  {long_values_note(report.long_values)}" if report.long_values else ""
     err = sys.stderr if not output else sys.stdout  # keep stdout pure CSV when it carries the scores
     print(msg, file=err)
     for pos in report.first_bad_rows:

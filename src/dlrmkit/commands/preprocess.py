@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from dlrmkit import cli_types as ct
-from dlrmkit.errors import DlrmkitError
+from dlrmkit.errors import DlrmkitError, one_line
 from dlrmkit.options import add_options, option
 
 
@@ -64,6 +64,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, PreprocessOptions)
 
 
+def long_values_note(counts: dict) -> str:
+    """The rows whose categorical value was read as its key (longer than the transcode limit), by column."""
+    from dlrmkit.data.transcode import LONG_VALUE_BYTES
+
+    by_column = ", ".join(f"{one_line(str(c))} {n:,}" for c, n in counts.items())
+    return (
+        f"categorical values longer than {LONG_VALUE_BYTES:,} bytes read as their first 32 characters and "
+        f"SHA-256: {sum(counts.values()):,} rows ({by_column})"
+    )
+
+
 def print_report(out: str, report: dict, up_to_date: bool) -> None:
     if up_to_date:
         print(f"{out}: already holds this dataset (same inputs and options); nothing to do")
@@ -75,6 +86,8 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
     )
     if report.get("empty_lines_skipped"):
         print(f"empty lines skipped {report['empty_lines_skipped']:,}")
+    if report.get("long_values_as_keys"):
+        print(long_values_note(report["long_values_as_keys"]))
     for pos in report["first_bad_rows"]:
         print(f"  bad row: {pos}")
     unused = report.get("unused_columns") or []

@@ -6,7 +6,11 @@ is beyond the storage type's range, bytes that are not UTF-8) are skipped and co
 the first five are listed as file:line with the column and its value. When more than half of the
 rows read are bad, nothing is written: the run stops with exit code 2 and one line naming the
 reason and column behind most of them (a --numerical column holding ids or words belongs in
---categorical)."""
+--categorical).
+
+A categorical value longer than 1,024 bytes is read as its first 32 characters and its SHA-256
+(equal values stay equal; the vocabulary holds a few hundred bytes per value); the rows so read are
+counted by column and printed, and `predict` reads its rows by the same rule."""
 
 from __future__ import annotations
 

@@ -160,24 +160,35 @@ class ValueIndex:
 
 @dataclass
 class CountAccumulator:
-    """Running per-column counts; pending chunks are merged once they hold `compact_rows` rows."""
+    """Running per-column counts; pending chunks are merged once they hold `compact_rows` rows, or
+    more bytes than `compact_bytes` and the merged counts together (the same few long values
+    counted again in every chunk were kept once per chunk until 4,000,000 rows: gigabytes)."""
 
     num_columns: int
     compact_rows: int = 4_000_000
+    compact_bytes: int = 64 << 20
     parts: list[list[pa.Table]] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
+    pending_bytes: list[int] = field(default_factory=list)
+    merged_bytes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.parts = [[] for _ in range(self.num_columns)]
         self.pending = [0] * self.num_columns
+        self.pending_bytes = [0] * self.num_columns
+        self.merged_bytes = [0] * self.num_columns
 
     def add(self, counts: Sequence[pa.Table]) -> None:
         for i, t in enumerate(counts):
             self.parts[i].append(t)
             self.pending[i] += t.num_rows
-            if self.pending[i] > self.compact_rows:
+            self.pending_bytes[i] += t.nbytes
+            if self.pending[i] > self.compact_rows or self.pending_bytes[i] > max(
+                self.compact_bytes, self.merged_bytes[i]
+            ):  # merged bytes: a large vocabulary is merged again after as many new bytes, not every chunk
                 self.parts[i] = [merge_counts(self.parts[i])]
                 self.pending[i] = self.parts[i][0].num_rows
+                self.merged_bytes[i], self.pending_bytes[i] = self.parts[i][0].nbytes, 0
 
     def result(self) -> list[pa.Table]:
         return [merge_counts(p) for p in self.parts]

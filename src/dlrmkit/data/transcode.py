@@ -2,10 +2,19 @@
 FeatureSpec dataset, with the same encoder (`dlrmkit.data.encoder.Vocabulary`) as the Criteo
 path. Files are streamed in Arrow record batches: one pass counts valid rows (to place the test
 split), one counts categories of the training rows, one encodes; memory is bounded by the
-vocabulary."""
+vocabulary.
+
+Long categorical values: a value longer than LONG_VALUE_BYTES (after its field is trimmed) is read
+as `long_value_key(value)`, its first 32 characters and the SHA-256 of its bytes, so equal values
+stay equal and each distinct value costs at most a few hundred bytes; the rows so read are counted
+by column (`Report.long_values`). `predict` reads rows through the same `clean`, so a long value
+gets the id it got here. Parquet columns of text are read dictionary-encoded (a value repeated over
+many rows is held once) and cut into pieces of at most BATCH_BYTES of values before they are
+expanded."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +34,11 @@ from dlrmkit.errors import DlrmkitError
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
 REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable")
 BATCH_BYTES = 8 << 20
+LONG_VALUE_BYTES = 1024  # a categorical value longer than this is read as long_value_key(value)
+PARQUET_BATCH_ROWS = 1 << 16
+# a row group whose needed columns hold at most this many bytes uncompressed has its text columns read
+# dictionary-encoded: Arrow's dictionary of a column gathers the values of its plain pages over the row group
+DICTIONARY_READ_BYTES = 64 << 20
 
 
 @dataclass
@@ -49,6 +63,7 @@ class TranscodeOptions:
     missing_label_hint: str = ""  # appended to the error when the label column is missing
     label_values: tuple[str, str] | None = None  # the label's values read as 0 and 1; None: 0/1 as numbers
     keep: list[str] = field(default_factory=list)  # columns read as text only, carried to the output (predict)
+    long_value_bytes: int | None = LONG_VALUE_BYTES  # None: categorical values read whole (an older vocabulary)
 
 
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
@@ -75,6 +90,7 @@ class Report:
     by_column: dict[tuple[str, str], int] = field(default_factory=dict)
     first_by_column: dict[tuple[str, str], str] = field(default_factory=dict)  # the first such row, located
     unused: list[str] = field(default_factory=list)  # the first file's columns not read (neither label nor feature)
+    long_values: dict[str, int] = field(default_factory=dict)  # column -> rows whose value was read as its key
 
     def count_columns(self, reason: str, counts: dict[str, int], where: dict[str, str]) -> None:
         """Rows skipped for `reason`, by the column that failed; `where` locates the first row of
@@ -116,12 +132,17 @@ def iter_batches(opts: TranscodeOptions, path: str, report: Report | None) -> It
         if twice:  # Arrow cannot say which one a read means
             raise DlrmkitError(f"{path}: column '{twice[0]}' appears twice in the Parquet schema")
         _check_columns(opts, path, needed, names, report)
+        text = [c for c in needed if _is_text(pf.schema_arrow.field(c).type)]
         row0 = 0
         try:
-            for b in pf.iter_batches(batch_size=1 << 16, columns=needed):
-                t = pa.table({c: _parquet_text(b.column(c)) for c in needed})
-                yield t, np.arange(row0 + 1, row0 + t.num_rows + 1)
-                row0 += t.num_rows
+            encoded = pq.ParquetFile(path, read_dictionary=text)  # a value repeated over many rows is held once
+            for g in range(pf.metadata.num_row_groups):
+                rows, size = _parquet_batch_rows(pf.metadata.row_group(g), needed)
+                reader = encoded if size <= DICTIONARY_READ_BYTES else pf
+                for b in reader.iter_batches(batch_size=rows, row_groups=[g], columns=needed):
+                    for t in _parquet_pieces(opts, path, b, needed, row0, report):
+                        yield t, np.arange(row0 + 1, row0 + t.num_rows + 1)
+                        row0 += t.num_rows
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
             raise DlrmkitError(f"{path}: cannot read Parquet data ({str(exc).splitlines()[0]})") from None
         return
@@ -170,6 +191,116 @@ def _where(opts: TranscodeOptions, path: str, row: int) -> str:
     if _is_parquet(path):
         return f"{path}: data row {row}"
     return f"{path}:{row + (1 if opts.header else 0)}: data row {row}"
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _parquet_batch_rows(group: Any, needed: list[str]) -> tuple[int, int]:
+    """(rows per batch, bytes) of a row group: about BATCH_BYTES of the needed columns'
+    uncompressed pages (from the file's metadata), at most PARQUET_BATCH_ROWS, and those pages'
+    bytes. A column stored dictionary-encoded is small there whatever its values' length: read
+    dictionary-encoded, `_parquet_pieces` cuts it by the values' own length."""
+    wanted = set(needed)
+    size = sum(
+        max(0, group.column(j).total_uncompressed_size)
+        for j in range(group.num_columns)
+        if group.column(j).path_in_schema.split(".")[0] in wanted
+    )
+    return int(max(1, min(PARQUET_BATCH_ROWS, BATCH_BYTES * max(1, group.num_rows) // max(1, size)))), size
+
+
+def _parquet_pieces(
+    opts: TranscodeOptions, path: str, b: pa.RecordBatch, needed: list[str], row0: int, report: Report | None
+) -> Iterator[pa.Table]:
+    """A record batch (text columns dictionary-encoded, or plain) as tables of text columns holding
+    at most BATCH_BYTES of values each (or one row): each column's dictionary is cut to the entries
+    the batch uses, a categorical entry longer than opts.long_value_bytes becomes its key
+    (`long_value_key`, counted per row in `report`), and only then are the values expanded. A row
+    whose values hold more than MAX_LINE_BYTES (a text file's longest line) is refused."""
+    from dlrmkit.data.criteo_tsv import MAX_LINE_BYTES
+
+    cols, row_bytes = {}, np.zeros(b.num_rows, np.int64)
+    for c in needed:
+        col = b.column(c)
+        if pa.types.is_dictionary(col.type) and _is_text(col.type.value_type):
+            col = _used_entries(col)
+            if c in opts.categorical and opts.long_value_bytes is not None:
+                col, long_rows = _shorten_dictionary(col, opts.long_value_bytes)
+                if report is not None and long_rows:
+                    report.long_values[c] = report.long_values.get(c, 0) + long_rows
+            lengths = pc.binary_length(col.dictionary).to_numpy(zero_copy_only=False).astype(np.int64)
+            row_bytes += np.append(lengths, 0)[col.indices.fill_null(len(lengths)).to_numpy(zero_copy_only=False)]
+        elif _is_text(col.type):
+            row_bytes += pc.fill_null(pc.binary_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            row_bytes += col.nbytes // max(1, b.num_rows)
+        cols[c] = col
+    big = np.flatnonzero(row_bytes > MAX_LINE_BYTES)
+    if len(big):
+        raise DlrmkitError(
+            f"{_where(opts, path, row0 + int(big[0]) + 1)}: its values hold {int(row_bytes[big[0]]):,} bytes, more "
+            f"than the {MAX_LINE_BYTES >> 20} MiB a row may hold (a text file's longest line)"
+        )
+    ends = np.cumsum(row_bytes)
+    start = 0
+    while start < b.num_rows:  # at least one row a piece
+        stop = max(start + 1, int(np.searchsorted(ends, ends[start] - row_bytes[start] + BATCH_BYTES, "right")))
+        yield pa.table({c: _parquet_text(_expanded(col.slice(start, stop - start))) for c, col in cols.items()})
+        start = stop
+
+
+def _used_entries(col: pa.DictionaryArray) -> pa.DictionaryArray:
+    """The same values with a dictionary of only the entries the rows use (a batch may carry its
+    whole row group's dictionary)."""
+    valid = col.indices.is_valid().to_numpy(zero_copy_only=False)
+    idx = col.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    used = np.flatnonzero(np.bincount(idx[valid], minlength=len(col.dictionary)))
+    if len(used) == len(col.dictionary):
+        return col
+    remap = np.zeros(len(col.dictionary), np.int32)
+    remap[used] = np.arange(len(used), dtype=np.int32)
+    indices = pa.array(remap[idx], pa.int32(), mask=~valid if not valid.all() else None)
+    return pa.DictionaryArray.from_arrays(indices, col.dictionary.take(pa.array(used)))
+
+
+def _shorten_dictionary(col: pa.DictionaryArray, limit: int) -> tuple[pa.DictionaryArray, int]:
+    """`col` with each dictionary entry whose field (as `clean` trims it) is longer than `limit`
+    bytes replaced by its key, and the rows that use such an entry."""
+    values, ok = _as_text(col.dictionary)
+    keys, long = shorten_long(_field(values), limit)
+    long &= ok  # bytes that are not UTF-8: the row is bad (`clean`), left as they are
+    if not long.any():
+        return col, 0
+    dictionary = pc.replace_with_mask(
+        col.dictionary, pa.array(long), keys.filter(pa.array(long)).cast(col.dictionary.type)
+    )
+    idx = col.indices.drop_null().to_numpy(zero_copy_only=False)
+    return pa.DictionaryArray.from_arrays(col.indices, dictionary), int(long[idx].sum())
+
+
+def _expanded(col: pa.Array) -> pa.Array:
+    return pc.take(col.dictionary, col.indices) if pa.types.is_dictionary(col.type) else col
+
+
+def long_value_key(value: bytes) -> str:
+    """What a categorical value longer than LONG_VALUE_BYTES is read as: its first 32 characters,
+    '...sha256:' and the SHA-256 of its UTF-8 bytes (at most 202 bytes; equal values, equal keys).
+    It is its own field as `clean` trims it (no surrounding whitespace, no enclosing quotes)."""
+    return f"{value.decode('utf-8')[:32]}...sha256:{hashlib.sha256(value).hexdigest()}"
+
+
+def shorten_long(values: pa.Array, limit: int) -> tuple[pa.Array, np.ndarray]:
+    """(values with each one longer than `limit` bytes replaced by its `long_value_key`, which
+    rows were): the keys are computed once per distinct long value."""
+    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    long = lengths > limit
+    if not long.any():
+        return values, long
+    distinct = pc.dictionary_encode(values.filter(pa.array(long)))
+    keys = pa.array([long_value_key(v) for v in distinct.dictionary.cast(pa.binary()).to_pylist()], pa.string())
+    return pc.replace_with_mask(values, pa.array(long), keys.take(distinct.indices).cast(values.type)), long
 
 
 def _parquet_text(col: pa.Array) -> pa.Array:
@@ -334,6 +465,10 @@ def clean(
     for c in _needed(opts):
         arr, ok = _as_text(t.column(c).combine_chunks(), escape=c not in model_columns)
         text[c] = _field(arr)
+        if c in opts.categorical and opts.long_value_bytes is not None:
+            text[c], long = shorten_long(text[c], opts.long_value_bytes)
+            if report is not None and long.any():  # rows of valid UTF-8 (the others are bad rows)
+                report.long_values[c] = report.long_values.get(c, 0) + int((long & ok).sum())
         if c in model_columns:
             utf8[c] = ok
         else:  # counted below, in the rows written only
@@ -559,12 +694,17 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                 else f"missing -> 0, {opts.numerical_dtype}"
             ),
             "vocabulary": "vocabulary/",
+            "long_categorical_values": (
+                f"longer than {opts.long_value_bytes} bytes: the first 32 characters, '...sha256:' and the "
+                "SHA-256 of the value"
+            ),
             "preprocess": {
                 "report": {
                     "rows_read": report.read,
                     "rows_written": total,
                     "rows_skipped": report.skipped,
                     "empty_lines_skipped": report.empty_lines,
+                    **({"long_values_as_keys": dict(report.long_values)} if report.long_values else {}),
                     **_unused_record(report.unused),
                     "first_bad_rows": report.first,
                 }
