@@ -226,6 +226,29 @@ def test_a_member_scoring_nan_is_refused(blend_run, tmp_path):
     assert len(r.err.strip().splitlines()) == 1, r.err
 
 
+def test_predict_checks_every_members_dataset(blend_run, tmp_path):
+    """predict reads the vocabulary at the path the first member records; each member's recorded
+    vocabulary fingerprint is compared with it: a member trained with another is one line naming
+    it, the blend as trained scores."""
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(blend_run / "run" / "checkpoints", ck)
+    lines = (blend_run / "x.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "tail.csv").write_text(lines[0] + "".join(lines[-100:]))
+    r = run_cli("predict", "--checkpoint", ck, "--input", tmp_path / "tail.csv")
+    assert r.code == 0 and "scored 100" in r.err, r.err
+    for fp in ck.glob("dlrm-wide/step_*/manifest.json"):  # the second member
+        m = json.loads(fp.read_text())
+        m["dataset"]["vocabulary"] = "0" * 64
+        fp.write_text(json.dumps(m))
+    r = run_cli("predict", "--checkpoint", ck, "--input", tmp_path / "tail.csv")
+    assert r.code == 2 and r.out == "", r.err
+    (line,) = r.err.strip().splitlines()
+    assert f"{ck / 'dlrm-wide'}: the model was trained on {blend_run / 'd'}, but {blend_run / 'd'}" in line, line
+    assert "holds another vocabulary" in line, line
+
+
 def log_events(path) -> list[tuple]:
     """A log's records without their times: (event, step, AUC), a NaN AUC as None."""
     return [(r["event"], r.get("step"), r.get("auc") if r.get("auc") == r.get("auc") else None)

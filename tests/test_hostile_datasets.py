@@ -22,6 +22,7 @@ from test_hostile_inputs import (  # noqa: F401 - ws and trained_run are fixture
     Probe,
     both,
     edit_spec,
+    poke,
     set_feature,
     set_file,
     trained_run,
@@ -72,11 +73,11 @@ def empty_mapping(mapping: str) -> Callable[[Path], None]:
     return setup
 
 
-def empty_val(root: Path) -> None:
-    """A val mapping whose files hold no rows."""
+def empty_val(root: Path, rows: bool = False) -> None:
+    """A val mapping whose files hold no rows (`rows`: the train mapping's rows)."""
     (root / "data" / "val").mkdir()
     for f in (root / "data" / "train").iterdir():
-        (root / "data" / "val" / f.name).write_bytes(b"")
+        (root / "data" / "val" / f.name).write_bytes(f.read_bytes() if rows else b"")
 
     def add(doc: dict) -> None:
         doc["source_spec"]["val"] = [
@@ -322,3 +323,70 @@ def test_a_fifo_named_like_a_spec_is_never_read(dataset_copy, tmp_path, command)
         r = run_cli_subprocess("synth", "--out", dataset_copy, "--force", "--rows", 10, "--test-rows", 10, timeout=60)
         assert r.code == 2 and "not a dlrmkit dataset" in r.err, r.err
     assert sorted(os.listdir(dataset_copy)) == [SPEC, "test", "train"]
+
+
+HELD_OUT = {  # a bad file, or a bad value in rows a run reads only at its evaluations or its end
+    "test-file-truncated": (
+        lambda root: os.truncate(root / "data/test/numerical.bin", 7999),
+        "test/numerical.bin: size 7999 bytes is not a whole number of rows",
+    ),
+    "test-id": (poke("data/test/cat_4.bin", np.int8, 500, 127), "test/cat_4.bin: feature 'cat_4.bin' row 500 has id 127"),
+    "test-numerical-nan": (
+        poke("data/test/numerical.bin", np.float16, (4, 1), np.nan, width=4),
+        "test/numerical.bin: row 4 feature 'num_1' is nan",
+    ),
+    "val-id": (
+        both(lambda root: empty_val(root, rows=True), poke("data/val/cat_2.bin", np.int8, 7, -3)),
+        "val/cat_2.bin: feature 'cat_2.bin' row 7 has id -3",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "tune", "baseline"])
+@pytest.mark.parametrize("case", list(HELD_OUT))
+def test_a_bad_value_in_rows_read_after_training_is_refused_before_it(tmp_path, tiny_data, monkeypatch, command, case):
+    """`train` (its recipe search by default), `tune` and `baseline` read the val and test rows only
+    at evaluations and at the end: a bad id or numerical value there is one line naming the file
+    before any model is built (it was after the search and training, minutes to hours; `tune`
+    pruned every trial with it and exited 0), nothing written. Their labels are not read early."""
+    import shutil
+
+    from dlrmkit.train import regression
+    from dlrmkit.train.trainer import Trainer
+
+    if command == "tune":
+        pytest.importorskip("optuna", reason="tune needs optuna (pip install 'dlrmkit[tune]')")
+    shutil.copytree(tiny_data, tmp_path / "data")
+    setup, phrase = HELD_OUT[case]
+    setup(tmp_path)
+
+    def trains(*args, **kwargs):
+        raise AssertionError("a model was trained before the rows were checked")
+
+    monkeypatch.setattr(Trainer, "__init__", trains)
+    monkeypatch.setattr(regression, "train_on", trains)
+    out = tmp_path / "out"
+    argv = {
+        "train": ("--no-progress", "--run-dir", out),  # --preset auto: a search over candidate recipes first
+        "tune": ("--trials", 1, "--max-steps", 2, "--out", out),
+        "baseline": ("--out", out),
+    }[command]
+    r = run_cli(command, "--data", tmp_path / "data", *argv, cwd=tmp_path)
+    assert r.code == 2 and r.out == "", (r.code, r.out, r.err)
+    (line,) = r.err.strip().splitlines()
+    assert phrase in line, line
+    assert sorted(os.listdir(tmp_path)) == ["data"]  # no run folder, runs/, study or result
+
+
+def test_the_early_check_of_the_held_out_rows_reads_no_label(dataset_copy):
+    """The check before training reads the test rows' ids and numerical values, never their labels:
+    a bad label is still found where the rows are read, once, at the end."""
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.data.split_binary import SplitBinaryDataset, check_held_out
+    from dlrmkit.errors import DatasetError
+
+    poke("test/label.bin", np.bool_, 17, 7)(dataset_copy)
+    spec = FeatureSpec.from_yaml(str(dataset_copy))
+    check_held_out(spec)
+    with pytest.raises(DatasetError, match="test/label.bin: row 17 has label 7"):
+        SplitBinaryDataset(spec, "test").read(0, 100)

@@ -123,6 +123,11 @@ def poke(rel: str, dtype: Any, index: Any, value: Any, width: int = 1) -> Callab
     return setup
 
 
+def widen(rel: str) -> Callable[[Path], None]:
+    """Rewrite an int8 file as int64 (the same ids)."""
+    return lambda ws: np.fromfile(ws / rel, np.int8).astype(np.int64).tofile(ws / rel)
+
+
 def symlink(rel: str, target: str) -> Callable[[Path], None]:
     def setup(ws: Path) -> None:
         (ws / rel).unlink()
@@ -345,7 +350,10 @@ PROBES = [
         "train-spec-cardinality-huge",
         T + ("--preset", "tiny"),
         "memory",
-        setup=edit_spec(set_feature("cat_0.bin", cardinality=2**62, dtype="int64")),
+        setup=both(  # its files rewritten as int64 too: the claimed size is refused, not the files' sizes
+            edit_spec(set_feature("cat_0.bin", cardinality=2**62, dtype="int64")), widen("data/train/cat_0.bin"),
+            widen("data/test/cat_0.bin"),
+        ),
     ),
     Probe("train-spec-not-yaml", T, "not valid YAML", setup=write_bytes("data/" + SPEC, b"feature_spec: [\n")),
     Probe("train-spec-a-list", T, "expected a mapping", setup=write_bytes("data/" + SPEC, b"- 1\n- 2\n")),

@@ -550,3 +550,109 @@ def test_rows_of_a_headerless_dataset_are_read_with_its_columns_and_delimiter(tm
     spec.write_text(spec.read_text().replace("delimiter: ;", "delimiter: ;;"))
     r = run_cli("predict", "--checkpoint", ckpt, "--input", tmp_path / "train.txt", "--output", tmp_path / "u.csv")
     assert r.code == 2 and "metadata.delimiter must be one character" in r.err, r.err
+
+
+def checkpoint_copy(ckpt: Path, dest: Path, edit=None) -> Path:
+    """A copy of checkpoint folder `ckpt` at `dest`, `edit` applied to the manifest `latest` names."""
+    import json
+    import shutil
+
+    from dlrmkit.checkpoint.save_load import resolve_checkpoint
+
+    shutil.copytree(ckpt, dest, symlinks=True)
+    fp = Path(resolve_checkpoint(str(dest))) / "manifest.json"
+    m = json.loads(fp.read_text())
+    if edit:
+        edit(m)
+        fp.write_text(json.dumps(m))
+    return dest
+
+
+def other_vocabulary(ds: Path, out: Path) -> Path:
+    """A copy of dataset `ds` whose vocabulary numbers the same values otherwise (table sizes kept)."""
+    import shutil
+
+    import pyarrow as pa
+
+    from dlrmkit.data.encoder import Vocabulary
+
+    shutil.copytree(ds, out)
+    vocab = Vocabulary.load(str(out))
+    vocab.values[0] = pa.array(vocab.values[0].to_pylist()[::-1], pa.string())
+    vocab.save(str(out))
+    assert Vocabulary.load(str(out)).cardinalities == Vocabulary.load(str(ds)).cardinalities
+    return out
+
+
+def test_a_dataset_of_another_vocabulary_is_refused_and_one_made_again_is_read(csv_model, tmp_path):
+    """Without --data, predict reads the vocabulary at the path the checkpoint records: a folder
+    there holding another dataset of the same table sizes (a checkpoint from another machine, or
+    crafted) read every category as another id. The vocabulary's fingerprint recorded at training
+    is compared with the one read: another is one line naming both paths, with --data too; the
+    genuine dataset, or one made again from the same rows, scores as before."""
+    ds, ckpt = csv_model
+    rows = tmp_path / "rows.csv"
+    write_rows(rows, 30, start=1000)
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", rows, "--output", tmp_path / "want.csv")
+    assert r.code == 0, r.err
+    _, want = read_scores(tmp_path / "want.csv")
+    other = other_vocabulary(ds, tmp_path / "other")
+    moved = checkpoint_copy(ckpt, tmp_path / "ck", lambda m: m["train_config"].update(data=str(other)))
+    assert len(json_manifest(moved)["dataset"]["vocabulary"]) == 64  # recorded at training
+    for given in ([], ["--data", other]):
+        r = run_cli("predict", "--checkpoint", moved, "--input", rows, "--output", tmp_path / "s.csv", *given)
+        assert r.code == 2 and r.out == "" and not (tmp_path / "s.csv").exists(), r.err
+        (line,) = r.err.strip().splitlines()
+        assert f"the model was trained on {ds}, but " in line and "holds another vocabulary" in line, line
+        assert f"{other}" in line and "pass --data DIR, the dataset it was trained on" in line, line
+    r = run_cli("predict", "--checkpoint", moved, "--input", rows, "--output", tmp_path / "s.csv", "--data", ds)
+    assert r.code == 0, r.err
+    np.testing.assert_array_equal(read_scores(tmp_path / "s.csv")[1], want)
+    # made again from the same rows, at the path the checkpoint records: its vocabulary is the same
+    r = run_cli("transcode", "--input", ds.parent / "train.csv", "--out", tmp_path / "again", "--label", "y",
+                "--numerical", "a", "--categorical", "c", "--test-rows", "100")  # fmt: skip
+    assert r.code == 0, r.err
+    again = checkpoint_copy(ckpt, tmp_path / "ck2", lambda m: m["train_config"].update(data=str(tmp_path / "again")))
+    r = run_cli("predict", "--checkpoint", again, "--input", rows, "--output", tmp_path / "s2.csv")
+    assert r.code == 0, r.err
+    np.testing.assert_array_equal(read_scores(tmp_path / "s2.csv")[1], want)
+
+
+def json_manifest(ckpt: Path) -> dict:
+    import json
+
+    from dlrmkit.checkpoint.save_load import resolve_checkpoint
+
+    return json.loads((Path(resolve_checkpoint(str(ckpt))) / "manifest.json").read_text())
+
+
+def test_a_checkpoint_without_the_vocabularys_fingerprint_is_read_as_before(csv_model, tmp_path):
+    """A checkpoint saved before the vocabulary's fingerprint was recorded: the path it records is
+    read while the dataset's fingerprint (its spec and binary files) matches, else refused in one
+    line (a --data given is read, as before); one that records no dataset at all is read as before
+    (table sizes checked)."""
+    ds, ckpt = csv_model
+    rows = tmp_path / "rows.csv"
+    write_rows(rows, 30, start=1000)
+    write_rows(tmp_path / "other.csv", 600, start=1)  # other rows: the same three values, counted otherwise
+    other = tmp_path / "other"
+    r = run_cli("transcode", "--input", tmp_path / "other.csv", "--out", other, "--label", "y", "--numerical", "a",
+                "--categorical", "c", "--test-rows", "100")  # fmt: skip
+    assert r.code == 0, r.err
+
+    def older(m: dict, keep_dataset: bool = True) -> None:
+        m["train_config"]["data"] = str(other)
+        m["dataset"].pop("vocabulary")
+        if not keep_dataset:
+            del m["dataset"]
+
+    old = checkpoint_copy(ckpt, tmp_path / "old", older)
+    r = run_cli("predict", "--checkpoint", old, "--input", rows)
+    assert r.code == 2 and r.out == "", r.err
+    (line,) = r.err.strip().splitlines()
+    assert f"the model was trained on {ds}, but {other}, the dataset path it records, holds other files" in line, line
+    for checkpoint, given in ((old, ["--data", other]), (old, ["--data", ds]), (tmp_path / "oldest", [])):
+        if not checkpoint.exists():
+            checkpoint_copy(ckpt, checkpoint, lambda m: older(m, keep_dataset=False))
+        r = run_cli("predict", "--checkpoint", checkpoint, "--input", rows, *given)
+        assert r.code == 0 and "scored 30" in r.err, (checkpoint, given, r.err)

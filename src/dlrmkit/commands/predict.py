@@ -346,7 +346,9 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
             )
 
     b = read_blend(checkpoint) if is_blend(checkpoint) else None
-    for folder in b.folders if b is not None else [checkpoint]:  # raw rows: the dataset's bags, one id each
+    folders = b.folders if b is not None else [checkpoint]
+    check_trained_on(folders, data, bool(getattr(args, "data", None)), spec, vocab)
+    for folder in folders:  # raw rows: the dataset's bags, one id each
         check_bags(folder, data, spec.categorical_names, spec.hotness)
     if b is not None:  # its members' logits, weighted, times its temperature's 1/T
         models, weights, scale = load_members(b, check), b.weights, b.scale
@@ -376,6 +378,40 @@ def score(checkpoint: str, path: str, args: argparse.Namespace, report: PredictR
                 report.rows_scored += len(probs)
                 kept_here = [k.slice(lo, len(probs)) for k in kept]
                 yield Scored(rows[sl], None if labels is None else labels[sl], probs, kept_here)
+
+
+def check_trained_on(folders: list[str], data: str, given: bool, spec: Any, vocab: Any) -> None:
+    """The vocabulary that encodes the rows is the one each model (a blend's every member) was
+    trained with, as its manifest records it (a folder of the same path on another machine, or
+    the dataset made again from other rows, numbers the values otherwise): its fingerprint
+    (dlrmkit.data.fingerprint.vocabulary_fingerprint), so a dataset made again from the same rows
+    passes; a checkpoint saved before that was recorded: the whole dataset's fingerprint, where
+    `data` is the path it records rather than one given (--data); one that records neither: only
+    the tables' sizes are checked against the vocabulary, as before."""
+    from dlrmkit.checkpoint.save_load import read_manifest, resolve_checkpoint
+    from dlrmkit.data.fingerprint import dataset_fingerprint, vocabulary_fingerprint
+
+    where = f"--data {data}" if given else f"{data}, the dataset path it records,"
+    ours: dict[str, str] = {}
+    for folder in folders:
+        recorded = read_manifest(resolve_checkpoint(folder)).get("dataset") or {}
+        key = "vocabulary" if "vocabulary" in recorded else "fingerprint" if "fingerprint" in recorded and not given else None
+        if key is None:
+            continue
+        if key not in ours and key == "vocabulary":
+            ours[key] = vocabulary_fingerprint(vocab.columns, vocab.max_table_size, vocab.values)
+        elif key not in ours:
+            ours[key] = dataset_fingerprint(spec)
+        if recorded[key] == ours[key]:
+            continue
+        held, hint = "another vocabulary: its categories would read as other ids", ""
+        if key == "fingerprint":
+            held = "other files (the checkpoint records their fingerprint, not its vocabulary's): its categories may read as other ids"
+            hint = " (or this path as --data, to read its vocabulary all the same)"
+        raise DlrmkitError(
+            f"{folder}: the model was trained on {str(recorded.get('path'))[:200]}, but {where} holds {held}; "
+            f"pass --data DIR, the dataset it was trained on{hint}"
+        )
 
 
 def model_ids(cfg: Any, ids: np.ndarray, dense: np.ndarray, stored_as: Any) -> np.ndarray:

@@ -199,6 +199,8 @@ def where_to_resume(cfg: TrainConfig) -> str:
 
 
 def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
+    from dlrmkit.data.feature_spec import FeatureSpec
+    from dlrmkit.data.split_binary import check_held_out
     from dlrmkit.train.trainer import Trainer
 
     from dlrmkit.train import run_dir
@@ -209,6 +211,7 @@ def _run(args: argparse.Namespace, cfg: TrainConfig, env: Any) -> int:
     check_selection_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
     check_outputs(cfg, getattr(args, "config", None))  # before any work: a bad path is found now, not after training
     check_one_process_options(cfg, getattr(args, "config", None), given(TrainConfig, args))
+    check_held_out(FeatureSpec.from_yaml(cfg.data))  # a bad val or test file found now, not after training
     if cfg.device.precision == "fp16" and env.rank == 0:
         from dlrmkit.device import resolve_device
 

@@ -363,6 +363,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.data):
         raise DlrmkitError(f"--data {args.data}: no such dataset folder")
     space = load_space(args.space)
+    from dlrmkit.data.split_binary import check_held_out, open_dataset
+
+    check_held_out(open_dataset(args.data)[0])  # a bad file or value: one line now, not every trial pruned by it
     hold_output_lock(out, "--out")  # one writer per folder, before any work
     if db and not os.path.lexists(db):  # creating a new study storage: one creator
         hold_output_lock(db, "--storage")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -373,9 +373,10 @@ class Vocabulary:
             yaml.safe_dump(doc, f, sort_keys=False)
         return d
 
-    @classmethod
-    def load(cls, dataset_dir: str) -> "Vocabulary":
-        """Load the vocabulary saved next to a dataset (the folder, or its vocabulary/ folder)."""
+    @staticmethod
+    def read_tables(dataset_dir: str) -> tuple[dict[str, Any], Iterator[tuple[pa.Array, np.ndarray]]]:
+        """The vocabulary document saved next to a dataset, and its tables' (values, counts), read
+        one at a time as the iterator is advanced (`load` keeps them all)."""
         d = (
             dataset_dir
             if os.path.exists(os.path.join(dataset_dir, VOCAB_FILE))
@@ -387,24 +388,37 @@ class Vocabulary:
                 f"{dataset_dir}: no vocabulary ({VOCAB_DIR}/{VOCAB_FILE}); was it made by preprocess/transcode?"
             )
         doc = read_vocabulary_doc(path)
+
+        def tables() -> Iterator[tuple[pa.Array, np.ndarray]]:
+            for name in doc["files"]:
+                table_path = os.path.join(d, name)
+                if not os.path.isfile(table_path):
+                    raise DatasetError(f"{table_path}: not a regular file (a vocabulary table is named in {path})")
+                if os.path.dirname(os.path.realpath(table_path)) != os.path.realpath(d):  # a link out of the folder
+                    raise DatasetError(
+                        f"{table_path}: points outside the vocabulary folder {d}; its tables are its own files"
+                    )
+                try:
+                    t = read_vocabulary_table(table_path)
+                    values = t["value"].combine_chunks().cast(pa.string())
+                    counts = np.asarray(t["count"].to_numpy(), dtype=np.int64)
+                except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:
+                    raise DatasetError(
+                        f"{table_path}: not a vocabulary table (an Arrow file with 'value' and 'count' columns): "
+                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                    ) from None
+                yield values, counts
+
+        return doc, tables()
+
+    @classmethod
+    def load(cls, dataset_dir: str) -> "Vocabulary":
+        """Load the vocabulary saved next to a dataset (the folder, or its vocabulary/ folder)."""
+        doc, tables = cls.read_tables(dataset_dir)
         values, counts = [], []
-        for name in doc["files"]:
-            table_path = os.path.join(d, name)
-            if not os.path.isfile(table_path):
-                raise DatasetError(f"{table_path}: not a regular file (a vocabulary table is named in {path})")
-            if os.path.dirname(os.path.realpath(table_path)) != os.path.realpath(d):  # a link out of the folder
-                raise DatasetError(
-                    f"{table_path}: points outside the vocabulary folder {d}; its tables are its own files"
-                )
-            try:
-                t = read_vocabulary_table(table_path)
-                values.append(t["value"].combine_chunks().cast(pa.string()))
-                counts.append(np.asarray(t["count"].to_numpy(), dtype=np.int64))
-            except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:
-                raise DatasetError(
-                    f"{table_path}: not a vocabulary table (an Arrow file with 'value' and 'count' columns): "
-                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                ) from None
+        for v, c in tables:
+            values.append(v)
+            counts.append(c)
         known = {"encoder", "columns", "files", "frequency_threshold", "max_table_size", "cardinalities", "id_rule"}
         return cls(
             list(doc["columns"]),

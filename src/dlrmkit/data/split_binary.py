@@ -249,6 +249,10 @@ class SplitBinaryDataset:
             row = int(np.flatnonzero(bad)[0])
             path = _rel(self.label.file_of_row(start + row), self.spec.base_directory)
             raise DatasetError(f"{path}: row {start + row} has label {int(v[row])}, not 0 or 1")
+        self.check_numerical(dense, start)
+
+    def check_numerical(self, dense: np.ndarray, start: int) -> None:
+        """Numerical features of rows start.. finite; the first offending row is named (file and row)."""
         if dense.size:
             finite = np.isfinite(dense)
             if not finite.all():
@@ -289,6 +293,22 @@ def open_dataset(path: str) -> tuple[FeatureSpec, SplitBinaryDataset, SplitBinar
     """Load the spec in `path` and the train and test mappings, checking files against the spec."""
     spec = FeatureSpec.from_yaml(path)
     return spec, SplitBinaryDataset(spec, TRAIN), SplitBinaryDataset(spec, TEST)
+
+
+def check_held_out(spec: FeatureSpec, chunk: int = 1 << 18) -> None:
+    """The val and test mappings, which a run reads only at its evaluations and its end, checked
+    before it trains: their files against the spec (opening them) and every row's ids (within the
+    cardinalities) and numerical values (finite), as `read` checks them, chunk by chunk; their
+    labels are not read (the test rows are read, and scored, once at the end), so a bad label
+    there is still found then."""
+    val = open_val(spec)
+    for ds in ([val] if val is not None else []) + [SplitBinaryDataset(spec, TEST)]:
+        for start in range(0, ds.rows, chunk):
+            end = min(start + chunk, ds.rows)
+            if ds.categorical:
+                ds.check_ids(np.concatenate([c.read(start, end) for c in ds.categorical], axis=1), start)
+            if ds.numerical is not None:
+                ds.check_numerical(ds.numerical.read(start, end), start)
 
 
 def open_val(spec: FeatureSpec) -> SplitBinaryDataset | None:

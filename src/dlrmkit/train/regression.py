@@ -205,7 +205,7 @@ def fit(
     (`refit_*`), so `train` prints its lift against the regression that saw the rows it saw (the
     train rows, or with --refit both)."""
     from dlrmkit.data.fingerprint import dataset_fingerprint
-    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.data.split_binary import check_held_out, open_dataset
     from dlrmkit.resources import check_memory
     from dlrmkit.data.split_binary import RAW_NUMERICAL, numerical_scale
     from dlrmkit.train.selection import check_both_labels, validation_split
@@ -215,6 +215,7 @@ def fit(
     if max_iter < 1 or batch_size < 1:
         raise DlrmkitError("--max-iter and --batch-size must be >= 1")
     spec, train, test = open_dataset(data)
+    check_held_out(spec)  # a bad val or test value found before the fits, not after them
     if train.multi_hot:
         raise DlrmkitError(f"{data}: multi-hot (bags of {spec.hotness} ids); the baseline reads one-hot datasets")
     if len(train) == 0:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Protocol
 
-from dlrmkit.errors import DlrmkitError, RunEnded
+from dlrmkit.errors import DatasetError, DlrmkitError, RunEnded
 from dlrmkit.checkpoint import save_load as ckpt
 from dlrmkit.options import flatten
 
@@ -45,6 +45,7 @@ class TrainerState(Protocol):
     last_saved_step: int
     last_save_time: float
     data_fingerprint: str | None
+    vocabulary_fingerprint: str | None  # "": the dataset has no vocabulary (or none that loads)
 
     def check_loss(self) -> None: ...
 
@@ -71,7 +72,7 @@ def save(trainer: TrainerState, final: bool = False) -> str:
         final=final,
         **loss_scale_fields(trainer.loss_scaler),
         **extras,
-        dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer)},
+        dataset={"path": os.path.abspath(cfg.data), "fingerprint": fingerprint(trainer), **vocabulary(trainer)},
         run_id=run_id(trainer),
     )
     path = ckpt.save_checkpoint(
@@ -118,6 +119,22 @@ def fingerprint(trainer: TrainerState) -> str:
 
         trainer.data_fingerprint = dataset_fingerprint(trainer.spec)
     return trainer.data_fingerprint
+
+
+def vocabulary(trainer: TrainerState) -> dict[str, str]:
+    """{"vocabulary": its fingerprint} of a dataset with a vocabulary, which `predict` compares
+    with the dataset it encodes raw rows by (dlrmkit.data.fingerprint); computed once per trainer,
+    on rank 0 only (the rank that writes the manifest): the vocabulary is loaded for it."""
+    if trainer.dist.rank != 0:
+        return {}
+    if trainer.vocabulary_fingerprint is None:
+        from dlrmkit.data.fingerprint import dataset_vocabulary_fingerprint
+
+        try:
+            trainer.vocabulary_fingerprint = dataset_vocabulary_fingerprint(trainer.spec.base_directory) or ""
+        except DatasetError:  # a vocabulary that does not load: predict refuses the dataset anyway
+            trainer.vocabulary_fingerprint = ""
+    return {"vocabulary": trainer.vocabulary_fingerprint} if trainer.vocabulary_fingerprint else {}
 
 
 def save_final(trainer: TrainerState, hint: bool = True) -> None:

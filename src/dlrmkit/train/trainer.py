@@ -224,6 +224,7 @@ class Trainer:
         self.last_saved_step: int | None = None
         self.samples_seen = 0  # training samples (global) since the run began: the log's x axis
         self.data_fingerprint: str | None = None  # computed at the first save or resume
+        self.vocabulary_fingerprint: str | None = None  # computed at the first save
         self.eval_progress = False  # a progress bar for the final evaluation only
         self.best_auc = float("nan")
         self.lr_scales: list[tuple[int, float]] = []  # --lr-decay-on-plateau: (step, scale from then on)
