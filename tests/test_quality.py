@@ -172,8 +172,8 @@ def test_auto_searches_candidates_on_validation_rows_and_config_repeats_without_
     assert r.code == 0, r.err
     # 1,200 training rows, no val mapping: cross-validated (tests/test_folds.py)
     assert "search: 7 candidate recipes on all 5 folds' validation rows" in r.out, r.out
-    # the base's one thread, and the candidates with 400-wide MLPs a second core where there is one
-    assert sorted(set(threads)) == sorted({1, recipe_search.WIDE_THREADS}), threads
+    # one thread in every candidate, the 400-wide ones too (two spin waiting for each other on a busy machine)
+    assert set(threads) == {1}, threads
     assert r.out.count("<- chosen") == 1 and "why:" in r.out
     assert_test_rows_read_last(reads)
     cfg = yaml.safe_load(open(run / "config.yaml"))
@@ -371,15 +371,14 @@ def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
     assert yaml.safe_load(open(tmp_path / "run" / "config.yaml"))["interaction"] == "dcn"
 
 
-def test_candidates_with_wide_mlps_run_two_threads_and_the_users_threads_win():
+def test_candidates_with_wide_mlps_run_the_bases_one_thread_and_the_users_threads_win():
     wide = [c for c in recipe_search.candidates(3) if c.values.get("top_mlp", [0])[0] == 400]
     assert [c.name for c in wide] == ["dlrm+wide+fm, wide top MLP", "deepfm, adam, lr decay"]
-    assert 1 <= recipe_search.WIDE_THREADS <= 2 and all(c.values["threads"] == recipe_search.WIDE_THREADS for c in wide)
-    assert not any("threads" in c.values for c in recipe_search.candidates(3) if c.name not in {w.name for w in wide})
+    assert not any("threads" in c.values for c in recipe_search.candidates(3))
     from dlrmkit.config import TrainConfig
     from dlrmkit.train.recipe import Recipe, fill
 
-    for given, want in ((None, recipe_search.WIDE_THREADS), (1, 1)):
+    for given, want in ((None, 1), (2, 2)):
         cfg = TrainConfig.of(data="x", threads=given)
         fill(cfg, Recipe("small-data", {"threads": 1, **wide[1].values}))
         assert cfg.device.threads == want

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from dlrmkit.errors import NonFiniteLoss
-from dlrmkit.resources import usable_cores
 
 # validation AUCs this close are a tie, broken by the lower log loss: 0.002 on 4,000 validation
 # rows, scaled as an AUC's sampling error is, by 1/sqrt(rows) (near_tie_auc)
@@ -32,8 +31,6 @@ LOGLOSS_SIGNIFICANCE = 2.0
 # frequent value has a bucket of its own besides): the DLRM's, and the regression's, whose single
 # weight per bucket shares one C with the ids
 BUCKETS, REGRESSION_BUCKETS = 256, 32
-# intra-op threads of the candidates with 400-wide MLPs: two where the process may use two cores
-WIDE_THREADS = min(2, usable_cores())
 # options that describe the deep part: a user who gives one asked for a deep model, so the
 # candidates without it (the regression) are not tried
 DEEP_OPTIONS = ("interaction", "dcn_layers", "dcn_rank", "dcn_structure", "bottom_mlp", "top_mlp", "dropout")
@@ -96,10 +93,9 @@ def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
         )
     ] if num_numerical else []  # fmt: skip
     # the two DeepFM-sized candidates: dim 16, a 400-400-400 top MLP by Adam, the FM term, buckets;
-    # two threads where there are two cores (the base's one leaves the second idle: these MLPs keep
-    # it busy, and give the same figures bit for bit; docs/BENCHMARKS.md)
+    # one thread, as the base (two were 1.5x faster on an idle machine and 4-40x slower on a busy
+    # one, their threads spinning while they wait for each other; docs/BENCHMARKS.md)
     deepfm_sized = {
-        "threads": WIDE_THREADS,
         "fm": True,
         "embedding_dim": 16,
         "bottom_mlp": [64, 16] if num_numerical else [],
