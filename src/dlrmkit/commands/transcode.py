@@ -10,7 +10,11 @@ reason and column behind most of them (a --numerical column holding ids or words
 
 A categorical value longer than 1,024 bytes is read as its first 32 characters and its SHA-256
 (equal values stay equal; the vocabulary holds a few hundred bytes per value); the rows so read are
-counted by column and printed, and `predict` reads its rows by the same rule."""
+counted by column and printed, and `predict` reads its rows by the same rule.
+
+The held-out rows are the last valid rows in file order, or with --split-by COL the latest by that
+column (a time stamp: numbers or ISO dates/times), so files in any order split by time; the
+dataset records which (`split` in its metadata)."""
 
 from __future__ import annotations
 
@@ -42,14 +46,20 @@ class TranscodeOptions:
     header: bool = option(True, "the files have no header row (give --columns)", flag="--no-header", negate=True)
     columns: str | None = option(None, "comma-separated column names, with --no-header", parse=ct.names)
     test_rows: int | None = option(
-        None, "the last N valid rows are the test mapping", parse=ct.nonneg_rows, group="test"
+        None,
+        "the last N valid rows (or the latest by --split-by) are the test mapping",
+        parse=ct.nonneg_rows,
+        group="test",
     )
     test_fraction: float | None = option(
-        None, "the last fraction F of the valid rows are the test mapping", parse=ct.fraction, group="test"
+        None,
+        "the last fraction F of the valid rows (or the latest by --split-by) are the test mapping",
+        parse=ct.fraction,
+        group="test",
     )
     val_rows: int | None = option(
         None,
-        "the N valid rows before the test rows are the val mapping (model selection)",
+        "the N valid rows before the test rows (by --split-by: the next latest) are the val mapping (model selection)",
         parse=ct.nonneg_rows,
         group="val",
     )
@@ -59,6 +69,15 @@ class TranscodeOptions:
         "`train` then holds out its own)",
         parse=ct.fraction,
         group="val",
+    )
+    split_by: str | None = option(
+        None,
+        "the held-out rows are the latest by column COL, wherever they are in the files: test the rows with "
+        "the largest values, val the next; COL holds numbers or ISO dates/times (2024-01-02T03:04:05, with Z "
+        "or +01:00, else UTC); equal values go by file order; a missing or other value is a bad row "
+        "(default: the last rows in file order)",
+        parse=ct.text,
+        metavar="COL",
     )
     frequency_threshold: int = option(1, "categories seen fewer than K times share id 0", parse=ct.frequency_threshold)
     max_table_size: int | None = option(
@@ -104,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         test_fraction=args.test_fraction,
         val_rows=args.val_rows,
         val_fraction=args.val_fraction,
+        split_by=args.split_by,
         frequency_threshold=args.frequency_threshold,
         max_table_size=args.max_table_size,
         log=args.log_transform,
@@ -125,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}: {rows['train']:,} train{val} + {rows['test']:,} test rows, cardinalities {spec.cardinalities}"
     )
+    split = spec.metadata["split"]
+    if "split_by" in split:  # the values the held-out rows start from (a date as its seconds since 1970 UTC)
+        held = [f"{m} from {split[f'{m}_from']!r}" for m in ("test", "val") if f"{m}_from" in split]
+        print(f"held out the latest rows by {one_line(args.split_by)}: {', '.join(held)}")
     from dlrmkit.commands.validate import MOSTLY_NEW, new_ids_note, unknown_in_test
 
     for column, share in zip(opts.categorical, unknown_in_test(args.out)):

@@ -4,6 +4,17 @@ path. Files are streamed in Arrow record batches: one pass counts valid rows (to
 split), one counts categories of the training rows, one encodes; memory is bounded by the
 vocabulary.
 
+Held-out rows: the last valid rows in file order (test the last, validation the ones before), or
+with `split_by` (`--split-by COL`) the latest by that column: test the rows with the largest
+values, validation the next, equal values in file order (of two equal values the later row is the
+later), so the counts are exactly those asked for and a file already in time order splits as it
+does without the option. A value is a number or an ISO date/time (`2024-01-02`,
+`2024-01-02T03:04:05.123`, with `Z` or `+01:00`: its seconds since 1970-01-01 UTC, without a zone
+read as UTC), compared as float64; a missing or other value is a bad row (`bad_split_value`). The
+counting pass keeps each valid row's value (8 bytes a row, as `sortable` integers), the cuts are
+bisected over them in place (`add_latest`), then each row's mapping (1 byte a row) serves the other
+two passes; each mapping keeps file order.
+
 Long categorical values: a value longer than LONG_VALUE_BYTES (after its field is trimmed) is read
 as `long_value_key(value)`, its first 32 characters and the SHA-256 of its bytes, so equal values
 stay equal and each distinct value costs at most a few hundred bytes; the rows so read are counted
@@ -32,7 +43,12 @@ from dlrmkit.data.val_split import val_rows
 from dlrmkit.errors import DlrmkitError
 
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
-REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable")
+REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable", "bad_split_value")
+# the ISO dates/times --split-by reads: without a zone (read as UTC), and with a time and a zone
+_DATE = r"\d{4}-\d{2}-\d{2}"
+_TIME = r"[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,9})?)?)?"
+DATE_TIME_RE = rf"^{_DATE}({_TIME})?$"
+ZONED_DATE_TIME_RE = rf"^{_DATE}{_TIME}(Z|[+-]\d{{2}}(:?\d{{2}})?)$"
 BATCH_BYTES = 8 << 20
 LONG_VALUE_BYTES = 1024  # a categorical value longer than this is read as long_value_key(value)
 PARQUET_BATCH_ROWS = 1 << 16
@@ -64,6 +80,7 @@ class TranscodeOptions:
     label_values: tuple[str, str] | None = None  # the label's values read as 0 and 1; None: 0/1 as numbers
     keep: list[str] = field(default_factory=list)  # columns read as text only, carried to the output (predict)
     long_value_bytes: int | None = LONG_VALUE_BYTES  # None: categorical values read whole (an older vocabulary)
+    split_by: str | None = None  # held-out rows: the latest by this column (None: the last in file order)
 
 
 def float16_hint(opts: "TranscodeOptions", out_of_range: int) -> str:
@@ -156,10 +173,11 @@ def repeated(names: list[str]) -> list[str]:
 
 
 def _needed(opts: TranscodeOptions) -> list[str]:
-    """The columns read: the label (when there is one), the numerical and categorical ones, then
-    those kept as text (`keep`)."""
+    """The columns read: the label (when there is one), the numerical and categorical ones, the
+    split_by column, then those kept as text (`keep`)."""
     label = [opts.label] if opts.label is not None else []
-    return list(dict.fromkeys([*label, *opts.numerical, *opts.categorical, *opts.keep]))
+    split = [opts.split_by] if opts.split_by is not None else []
+    return list(dict.fromkeys([*label, *opts.numerical, *opts.categorical, *split, *opts.keep]))
 
 
 def _check_columns(
@@ -449,6 +467,7 @@ def clean(
     rows: np.ndarray,
     rows_out: list[np.ndarray] | None = None,
     kept_out: list[list[pa.Array]] | None = None,
+    keys_out: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
     """Valid rows only: labels (bool; all False without a label column), numerical
     (opts.numerical_dtype) and categorical string columns. `rows` holds each row's 1-based data-row
@@ -459,9 +478,11 @@ def clean(
     `rows_out` (for `predict`) receives the data-row numbers of the valid rows, `kept_out` the
     valid rows' values of the `keep` columns, as text (a missing Parquet value as ""). A column kept
     and not read by the model never makes a row bad: a value there that is not UTF-8 is kept with
-    \\xNN escapes, and counted (`report.escaped`)."""
+    \\xNN escapes, and counted (`report.escaped`). With `opts.split_by`, a row whose value there is
+    missing or neither a number nor an ISO date/time is bad (`bad_split_value`), and `keys_out`
+    receives the valid rows' values (`split_keys`)."""
     text, utf8, escaped = {}, {}, []
-    model_columns = {opts.label, *opts.numerical, *opts.categorical}
+    model_columns = {opts.label, *opts.numerical, *opts.categorical, opts.split_by} - {None}
     for c in _needed(opts):
         arr, ok = _as_text(t.column(c).combine_chunks(), escape=c not in model_columns)
         text[c] = _field(arr)
@@ -509,6 +530,7 @@ def clean(
         stored = stored.astype(opts.numerical_dtype)
     range_cols = np.isfinite(stored)
     range_ok = range_cols.all(axis=1)  # beyond the dtype's range: a bad row, never +-inf
+    keys, key_ok = split_keys(text[opts.split_by]) if opts.split_by is not None else (None, np.ones(n, dtype=bool))
     if report is not None:
         report.read += n
         named = list(utf8)
@@ -517,6 +539,7 @@ def clean(
             ("bad_label", utf8_ok & ~lab_ok, [opts.label], None),
             ("bad_number", utf8_ok & lab_ok & ~num_ok, opts.numerical, num_cols),
             ("out_of_range", utf8_ok & lab_ok & num_ok & ~range_ok, opts.numerical, range_cols),
+            ("bad_split_value", utf8_ok & lab_ok & num_ok & range_ok & ~key_ok, [opts.split_by], None),
         )
         for reason, mask_bad, cols, col_ok in checks:
             bad_rows = np.flatnonzero(mask_bad)
@@ -538,11 +561,13 @@ def clean(
                 {cols[k]: int(m) for k, m in zip(ks, counts)},
                 {cols[k]: where(int(i)) for k, i in zip(ks, firsts)},
             )
-    good = utf8_ok & lab_ok & num_ok & range_ok
+    good = utf8_ok & lab_ok & num_ok & range_ok & key_ok
     if report is not None:  # kept values escaped in the rows kept (a skipped row's are never written)
         report.escaped += sum(int((bad & good).sum()) for bad in escaped)
     if rows_out is not None:
         rows_out.append(rows[good])
+    if keys_out is not None and keys is not None:
+        keys_out.append(keys[good])
     dense = stored[good]
     mask = pa.array(good)
     if kept_out is not None:
@@ -551,14 +576,83 @@ def clean(
     return lab_val[good] == 1, dense, cats
 
 
+def split_keys(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 value of each --split-by field, which are valid): a number, or an ISO date/time as
+    its seconds since 1970-01-01 UTC (without a zone: UTC); missing, other text, an impossible date
+    (2024-02-30) or a number beyond float64 is not valid."""
+    keys = np.full(len(values), np.nan)
+    number = pc.fill_null(pc.match_substring_regex(values, NUMBER_RE), False).to_numpy(zero_copy_only=False)
+    if number.any():
+        keys[number] = pc.cast(values.filter(pa.array(number)), pa.float64()).to_numpy()
+    for pattern, unit in ((DATE_TIME_RE, pa.timestamp("ns")), (ZONED_DATE_TIME_RE, pa.timestamp("ns", "UTC"))):
+        if number.all():  # a column of numbers: no date to look for
+            break
+        date = pc.fill_null(pc.match_substring_regex(values, pattern), False).to_numpy(zero_copy_only=False)
+        if date.any():
+            ns = pc.cast(_cast_or_null(values.filter(pa.array(date)), unit), pa.int64())
+            keys[date] = ns.to_numpy(zero_copy_only=False).astype(np.float64) / 1e9  # null -> nan
+    return keys, np.isfinite(keys)
+
+
+def _cast_or_null(values: pa.Array, to: pa.DataType) -> pa.Array:
+    """`values` cast to `to`, each value that cannot be as null: halved until the casts succeed, so
+    a few impossible values cost a few casts each, not one cast a value."""
+    try:
+        return pc.cast(values, to)
+    except pa.ArrowInvalid:
+        if len(values) == 1:
+            return pa.nulls(1, to)
+        half = len(values) // 2
+        return pa.concat_arrays([_cast_or_null(values.slice(0, half), to), _cast_or_null(values.slice(half), to)])
+
+
+def sortable(keys: np.ndarray) -> np.ndarray:
+    """float64 values as uint64 in the same order (-0.0 as 0.0): one 8-byte array a row, compared
+    and bisected exactly."""
+    u = (keys + 0.0).view(np.uint64)
+    return np.where(u >> np.uint64(63) == 1, ~u, u | np.uint64(1 << 63))
+
+
+def _unsortable(v: int) -> float:
+    """The float64 a `sortable` value stands for."""
+    u = v & ~(1 << 63) if v >> 63 else ~v & ((1 << 64) - 1)
+    return float(np.array([u], np.uint64).view(np.float64)[0])
+
+
+def add_latest(where: np.ndarray, chunks: list[np.ndarray], k: int) -> float:
+    """Add 1 to `where` (a uint8 a row) at the `k` rows latest by `chunks` (the rows' `sortable`
+    values, in file order): the largest values, of equal values the last in file order, so exactly
+    `k` rows; returns the smallest value taken. The cut is bisected bit by bit (64 counts over the
+    values): no copy of them, no sort."""
+    if k <= 0:
+        return float("nan")
+    cut = 0  # the largest t with at least k values >= t: the k-th largest value
+    for bit in range(63, -1, -1):
+        t = np.uint64(cut | 1 << bit)
+        if sum(np.count_nonzero(c >= t) for c in chunks) >= k:
+            cut = int(t)
+    at = np.uint64(cut)
+    need = k - sum(np.count_nonzero(c > at) for c in chunks)  # rows of the cut value taken: the last ones
+    end = len(where)
+    for c in reversed(chunks):
+        taken = c > at
+        if need:
+            equal = np.flatnonzero(c == at)[-need:]
+            taken[equal] = True
+            need -= len(equal)
+        where[end - len(c) : end] += taken
+        end -= len(c)
+    return _unsortable(cut)
+
+
 def iter_clean(
-    opts: TranscodeOptions, report: Report | None
+    opts: TranscodeOptions, report: Report | None, keys_out: list[np.ndarray] | None = None
 ) -> Iterator[tuple[np.ndarray, np.ndarray, list[pa.Array]]]:
     for k, path in enumerate(opts.inputs):
         if report is not None:
             report.file_index = k
         for t, rows in iter_batches(opts, path, report):
-            yield clean(opts, t, report, path, rows)
+            yield clean(opts, t, report, path, rows, keys_out=keys_out)
 
 
 def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
@@ -573,6 +667,10 @@ def transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     twice = sorted(repeated(named))
     if twice:
         raise DlrmkitError(f"column '{twice[0]}' is named more than once in --label/--numerical/--categorical")
+    if opts.split_by is not None and opts.split_by == opts.label:
+        raise DlrmkitError(f"--split-by {opts.split_by} is the --label column: name a time column (numbers or dates)")
+    if opts.split_by is not None and not (opts.test_rows or opts.test_fraction or opts.val_rows or opts.val_fraction):
+        raise DlrmkitError("--split-by orders the held-out rows: give --test-rows/--test-fraction (or --val-*) too")
     mappings = 3 if opts.val_rows or opts.val_fraction else 2
     allow_open_files(mappings * (len(opts.categorical) + 2), f"{len(opts.categorical):,} --categorical columns")
     with output_lock(opts.out):  # one writer per --out
@@ -602,6 +700,8 @@ def main_cause(opts: TranscodeOptions, report: Report) -> tuple[int, str, str, s
             "the rows do not have the expected number of fields: check --delimiter (quotes do not make "
             "one field of a value holding the delimiter)"
         )
+    elif reason == "bad_split_value":
+        advice = f"--split-by {col} must hold numbers or ISO dates/times (2024-01-02T03:04:05): is it the time column?"
     else:
         advice = f"column {col} is not UTF-8 text"
     return n, reason, col, advice
@@ -621,9 +721,38 @@ def too_many_skipped(opts: TranscodeOptions, report: Report) -> DlrmkitError | N
     )
 
 
+def _held_out(
+    opts: TranscodeOptions, keys: list[np.ndarray] | None, n_test: int, n_val: int
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """(how the rows were split, as the FeatureSpec records it; each valid row's mapping, 0 train,
+    1 val, 2 test, or None for the last rows in file order). With --split-by, the held-out rows
+    are the latest by its values (`add_latest`), and the record gives the smallest value of each."""
+    given = {k: getattr(opts, k) for k in ("test_rows", "test_fraction", "val_rows", "val_fraction")}
+    given = {k: v for k, v in given.items() if v is not None}
+    if keys is None:
+        return {"held_out": "the last valid rows in file order (test last, val before it)", **given}, None
+    for i, chunk in enumerate(keys):  # in place: 8 bytes a valid row, 1 more for `where`
+        keys[i] = sortable(chunk)
+    where = np.zeros(sum(len(c) for c in keys), np.uint8)  # held-out rows 1, test rows 2
+    test_from, val_from = add_latest(where, keys, n_test), add_latest(where, keys, n_test + n_val)
+    keys.clear()
+    split = {
+        "held_out": (
+            "the latest rows by column split_by (test the largest values, val the next; a number, or an ISO "
+            "date/time as seconds since 1970-01-01 UTC; equal values in file order, the later row the later)"
+        ),
+        "split_by": opts.split_by,
+        **given,
+        **({"test_from": test_from} if n_test else {}),
+        **({"val_from": val_from} if n_val else {}),
+    }
+    return split, where
+
+
 def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     report = Report()
-    total = sum(len(lab) for lab, _, _ in iter_clean(opts, report))
+    keys: list[np.ndarray] | None = [] if opts.split_by is not None else None
+    total = sum(len(lab) for lab, _, _ in iter_clean(opts, report, keys))
     if total == 0:
         from dlrmkit.data.criteo_count import no_valid_rows
 
@@ -641,11 +770,24 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
     if boundary <= 0:
         hint = float16_hint(opts, report.skipped["out_of_range"])
         raise DlrmkitError(f"--test-*/--val-* options leave no training rows ({total} valid rows){hint}")
+    split, held_out = _held_out(opts, keys, n_test, n_val)
+
+    def mappings(seen: int, n: int) -> np.ndarray:
+        """Each row's mapping (0 train, 1 val, 2 test) in a batch of `n` valid rows after `seen`."""
+        if held_out is None:
+            at = np.arange(seen, seen + n)
+            return (at >= boundary).astype(np.uint8) + (at >= boundary + n_val)
+        if seen + n > len(held_out):
+            raise DlrmkitError(f"{', '.join(opts.inputs)}: the inputs changed while being read (more valid rows)")
+        return held_out[seen : seen + n]
+
     acc, seen = CountAccumulator(len(opts.categorical)), 0
-    for lab, _, cats in iter_clean(opts, None):
-        take = max(0, min(len(lab), boundary - seen))
-        if take:
-            acc.add([value_counts(c.slice(0, take)) for c in cats])
+    for lab, _, cats in iter_clean(opts, None):  # the training rows' categories only
+        train = mappings(seen, len(lab)) == 0
+        if train.all():
+            acc.add([value_counts(c) for c in cats])
+        elif train.any():
+            acc.add([value_counts(c.filter(pa.array(train))) for c in cats])
         seen += len(lab)
     vocab = Vocabulary.build(
         opts.categorical,
@@ -667,11 +809,13 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                 if cats
                 else np.zeros((len(lab), 0), np.int64)
             )
-            bounds = [0, boundary - seen, boundary + n_val - seen, len(lab)]
-            bounds = [max(0, min(len(lab), b)) for b in bounds]
-            for mapping, lo, hi in zip(("train", "val", "test"), bounds[:-1], bounds[1:]):
-                if hi > lo:
-                    writer.append(mapping, dense[lo:hi], ids[lo:hi], lab[lo:hi])
+            where = mappings(seen, len(lab))
+            for k, mapping in enumerate(("train", "val", "test")):
+                rows = where == k  # in file order
+                if rows.all():
+                    writer.append(mapping, dense, ids, lab)
+                elif rows.any():
+                    writer.append(mapping, dense[rows], ids[rows], lab[rows])
             seen += len(lab)
         vocab.save(writer.tmp_dir)
         meta = {
@@ -688,6 +832,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
             "frequency_threshold": opts.frequency_threshold,
             "max_table_size": opts.max_table_size,
             "vocabulary_rows": "train mapping only (val and test rows are never counted)",
+            "split": split,
             "numerical_transform": (
                 f"missing/negative -> 0, log(1+x), {opts.numerical_dtype}"
                 if opts.log
