@@ -1,5 +1,6 @@
 """Loader throughput: samples/s reading a split binary dataset into torch batches (the
-trainer's path: memory-mapped contiguous batches, converted in a background thread).
+trainer's path: contiguous batches, one positioned read per file, converted in a background
+thread).
 
     python benchmarks/bench_loader.py --data DIR --batch-size 2048 65536
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from dlrmkit.allocator import keep_freed_memory
 from dlrmkit.data.loader import Prefetcher, batch_bounds, to_batch
 from dlrmkit.data.split_binary import open_dataset
 
@@ -18,6 +20,7 @@ def main() -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--batch-size", type=int, nargs="+", default=[2048, 65536])
     a = p.parse_args()
+    keep_freed_memory()  # as the CLI does: each batch's arrays reuse freed pages, not fresh ones
     _, train, _ = open_dataset(a.data)
     for bs in a.batch_size:
         bounds = batch_bounds(len(train), bs, drop_last=True)

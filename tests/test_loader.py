@@ -1,3 +1,7 @@
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -203,3 +207,41 @@ def test_prefetch_thread_stops_when_consumer_stops_near_end_of_epoch(dataset):
     assert len(started) == 1
     gen.close()
     assert wait_dead(started, timeout=1.0) == []
+
+
+# ---- a dataset file truncated while it is read ---------------------------------------------------
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_file_truncated_while_train_reads_it_is_one_line(dataset_copy, tmp_path):
+    """train SIGSTOPs itself after step 2 (DLRMKIT_FAULT), the numerical file is cut to its first
+    512 rows, and train continues: its next read past them ends the command with one line naming
+    the file and both sizes, exit 2 (the files were memory-mapped: SIGBUS, exit -7, no message)."""
+    target = dataset_copy / "train" / "numerical.bin"
+    size = target.stat().st_size
+    args = [sys.executable, "-m", "dlrmkit", "train", "--data", str(dataset_copy), "--no-progress",
+            "--batch-size", "64", "--max-steps", "200", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DLRMKIT_FAULT="train:step-2@:SIGSTOP")
+    proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and not stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None and stopped(proc.pid), (
+            proc.stderr.read() if proc.poll() is not None else "not stopped"
+        )
+        os.truncate(target, 512 * 8)  # 4 float16 features a row
+        proc.send_signal(signal.SIGCONT)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert lines == [
+        f"dlrmkit train: error: train/numerical.bin: the file shrank to 4,096 bytes while it was read "
+        f"(it held {size:,} when opened)"
+    ], err

@@ -147,6 +147,30 @@ def test_chunked_features_read_across_boundaries(small_dataset):
         np.testing.assert_array_equal(raw.ids, ids[lo:hi])
 
 
+def test_a_chunk_file_cut_shorter_after_opening_is_one_line_naming_it(small_dataset):
+    """Rows are copied with positioned reads, not memory-mapped: a chunk file that shrinks while
+    the dataset is open is a DatasetError naming that chunk and both sizes at the first read that
+    reaches past its new end (a mapped file: SIGBUS); rows before the cut, and the other chunks,
+    still read as written."""
+    out, written = small_dataset
+    spec = FeatureSpec.from_yaml(str(out))
+    base = str(out)
+    for chunk in spec.source_spec["train"]:
+        if chunk["features"][0] == "cat_1.bin":
+            chunk["files"] = split_file(os.path.join(base, chunk["files"][0]), np.int16, 1, [40, 47], base)
+    spec.write(base)
+    train = SplitBinaryDataset(FeatureSpec.from_yaml(base), "train")
+    os.truncate(os.path.join(base, "train", "cat_1.bin.part1"), 2 * 10)  # int16: 10 of its 47 rows
+    ids = written["train"][1]
+    np.testing.assert_array_equal(train.read(30, 50).ids, ids[30:50])  # chunk 0, then 10 rows of chunk 1
+    with pytest.raises(DatasetError) as info:
+        train.read(45, 51)
+    assert str(info.value) == (
+        f"{os.path.join('train', 'cat_1.bin.part1')}: the file shrank to 20 bytes while it was read "
+        "(it held 94 when opened)"
+    )
+
+
 # ---- files that do not match the spec ---------------------------------------------------------------
 
 

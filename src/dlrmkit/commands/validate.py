@@ -115,7 +115,7 @@ def check_rows(spec, datasets: dict) -> None:
 
 
 def validate(path: str) -> dict:
-    """Read every row once (chunked, memory-mapped); raise DatasetError at the first bad value."""
+    """Read every row once (chunked); raise DatasetError at the first bad value."""
     spec, train, test = open_dataset(path)
     cards = spec.cardinalities
     summary: dict = {"mappings": {}, "tables": [], "zero_unknown": zero_unknown(spec)}

@@ -27,7 +27,7 @@ SPLIT_BINARY = "split_binary"
 MAX_SPEC_BYTES = 8 << 20  # a Criteo spec is ~10 KB; each byte is parsed in Python
 # dtypes each channel may use (NVIDIA's DLRM: bool labels, float16 numericals, integer ids), in
 # the machine's byte order. Anything else (object, strings, structured, big-endian) is refused:
-# memory-mapped as `object`, file bytes would be read as Python pointers.
+# read as `object`, file bytes would be taken for Python pointers.
 ALLOWED_DTYPES = {
     LABEL: ("bool", "uint8", "int8"),
     NUMERICAL: ("float16", "float32"),

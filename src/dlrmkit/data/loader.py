@@ -1,6 +1,6 @@
-"""Batches from a memory-mapped dataset, converted to tensors in a background thread.
+"""Batches from a split-binary dataset, converted to tensors in a background thread.
 
-Batches are contiguous row ranges (sequential reads from the memory map); shuffling permutes
+Batches are contiguous row ranges (one positioned read per file and batch); shuffling permutes
 the order of batches per epoch, seeded, as NVIDIA's DLRM loader does. numpy and torch release
 the GIL while copying, so the prefetch thread overlaps reading with the training step.
 """
@@ -36,7 +36,7 @@ def to_batch(raw: RawBatch) -> Batch:
     from dlrmkit.data.multi_hot import fixed_bags
 
     return Batch(
-        dense=torch.from_numpy(np.array(raw.dense, dtype=np.float32)),  # a copy: float32 files map read-only
+        dense=torch.from_numpy(np.array(raw.dense, dtype=np.float32)),  # float32, a copy
         ids=fixed_bags(raw.ids, raw.hotness)
         if raw.hotness is not None
         else torch.from_numpy(np.asarray(raw.ids, dtype=np.int64)),

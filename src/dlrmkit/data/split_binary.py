@@ -1,6 +1,6 @@
 """Split binary files: one file per categorical feature, one for all numerical features
-(row-major), one for labels. Reading memory-maps them; writing appends chunk by chunk into
-a temporary folder that is renamed only when the dataset is complete."""
+(row-major), one for labels. Reading copies rows with positioned reads (`Rows`); writing
+appends chunk by chunk into a temporary folder that is renamed only when the dataset is complete."""
 
 from __future__ import annotations
 
@@ -19,12 +19,65 @@ def _rel(path: str, base: str) -> str:
     return os.path.relpath(path, base)
 
 
+class _Fd:
+    """A file descriptor open for reading, closed when the last `Rows` of its file goes."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __del__(self, close=os.close) -> None:  # `close` bound now: at exit `os` may be gone first
+        close(self.fd)
+
+
+class Rows:
+    """Rows [first, first + n) of one chunk file, copied out with positioned reads. Not a memory
+    map: a file cut shorter while mapped ends the process with SIGBUS at the next page touched;
+    here a short read is one line naming the file (the read's own byte count, so no window
+    between a check and the copy)."""
+
+    __slots__ = ("name", "file", "fd", "size", "row_bytes", "first", "n")
+
+    def __init__(self, name: str, file: _Fd | None, size: int, row_bytes: int, first: int, n: int):
+        self.name, self.file, self.fd, self.size = name, file, file.fd if file else -1, size
+        self.row_bytes, self.first, self.n = row_bytes, first, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: slice) -> "Rows":
+        a, b, _ = rows.indices(self.n)
+        return Rows(self.name, self.file, self.size, self.row_bytes, self.first + a, max(b - a, 0))
+
+    def read_into(self, out: np.ndarray, a: int, got: int = 0) -> None:
+        """Rows [a, a + len(out)) of this piece into `out` (C-contiguous), of which the first
+        `got` bytes are already there."""
+        view = memoryview(out).cast("B")
+        offset = (self.first + a) * self.row_bytes
+        try:
+            while got < len(view):  # one call, but for a file cut shorter and reads over 2 GiB (Linux)
+                more = os.preadv(self.fd, [view[got:]], offset + got)
+                if not more:
+                    raise DatasetError(
+                        f"{self.name}: the file shrank to {os.fstat(self.fd).st_size:,} bytes while "
+                        f"it was read (it held {self.size:,} when opened)"
+                    )
+                got += more
+        except OSError as exc:
+            raise self.unreadable(exc) from None
+
+    def unreadable(self, exc: OSError) -> DatasetError:
+        """EIO and the like: a failing disk, a lost network mount."""
+        return DatasetError(f"{self.name}: cannot read ({exc.strerror or exc})")
+
+
 class Column:
-    """A [rows, width] array stored in one or more chunk files, memory-mapped."""
+    """A [rows, width] array stored in one or more chunk files (`Rows`)."""
 
     def __init__(self, files: list[str], dtype: np.dtype, width: int, base: str):
         self.files, self.dtype, self.width = files, np.dtype(dtype), width
-        self.parts: list[np.ndarray] = []
+        self.parts: list[Rows] = []
         row_bytes = self.dtype.itemsize * width
         for path in files:
             if not os.path.exists(path):
@@ -35,16 +88,13 @@ class Column:
                     f"{_rel(path, base)}: size {size} bytes is not a whole number of rows "
                     f"({width} x {self.dtype} = {row_bytes} bytes per row); the file is truncated or has the wrong dtype"
                 )
-            rows = size // row_bytes
-            if rows == 0:
-                self.parts.append(np.empty((0, width), dtype=self.dtype))
-            else:
-                try:
-                    self.parts.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rows, width)))
-                except OSError as exc:  # unreadable, or the process's limit of mappings reached
-                    raise DatasetError(f"{_rel(path, base)}: cannot read ({exc.strerror or exc})") from None
+            try:
+                file = _Fd(os.open(path, os.O_RDONLY | os.O_CLOEXEC)) if size else None
+            except OSError as exc:  # unreadable, or the process's limit of open files reached
+                raise DatasetError(f"{_rel(path, base)}: cannot read ({exc.strerror or exc})") from None
+            self.parts.append(Rows(_rel(path, base), file, size, row_bytes, 0, size // row_bytes))
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
-        self.rows = int(self.starts[-1])
+        self.rows = self.total = int(self.starts[-1])  # total: rows in the chunks (`rows`: in the window)
         self.offset = 0  # first row of a window (see `window`)
 
     def window(self, lo: int, hi: int) -> "Column":
@@ -53,8 +103,8 @@ class Column:
         out.offset, out.rows = self.offset + lo, hi - lo
         return out
 
-    def pieces(self) -> list[tuple[str, np.ndarray]]:
-        """(file, rows) of each chunk this column's rows lie in, clipped to its window (views)."""
+    def pieces(self) -> list[tuple[str, Rows]]:
+        """(file, rows) of each chunk this column's rows lie in, clipped to its window."""
         lo, hi = self.offset, self.offset + self.rows
         return [
             (path, part[max(lo - s, 0) : min(hi - s, len(part))])
@@ -68,7 +118,8 @@ class Column:
         out = copy.copy(self)
         out.files, out.parts = [f for f, _ in both], [p for _, p in both]
         out.starts = np.cumsum([0] + [len(p) for p in out.parts])
-        out.rows, out.offset = int(out.starts[-1]), 0
+        out.rows = out.total = int(out.starts[-1])
+        out.offset = 0
         return out
 
     def file_of_row(self, row: int) -> str:
@@ -76,16 +127,24 @@ class Column:
         return self.files[int(np.searchsorted(self.starts, row + self.offset, side="right")) - 1]
 
     def read(self, start: int, end: int) -> np.ndarray:
-        """Rows [start, end) as a [n, width] array (a view when they lie in one chunk)."""
-        start, end = start + self.offset, end + self.offset
-        if len(self.parts) == 1:
-            return self.parts[0][start:end]
-        pieces = []
-        for part, lo in zip(self.parts, self.starts[:-1]):
+        """Rows [start, end) as a new [n, width] array, read from the chunks they lie in."""
+        start, end = start + self.offset, min(end + self.offset, self.total)
+        out = np.empty((max(end - start, 0), self.width), self.dtype)
+        if len(self.parts) == 1:  # one file, the common case: one call (`read_into` when it comes back short)
+            part = self.parts[0]
+            if start < end:
+                try:
+                    got = os.preadv(part.fd, [out], (part.first + start) * part.row_bytes)
+                except OSError as exc:
+                    raise part.unreadable(exc) from None
+                if got < out.nbytes:
+                    part.read_into(out, start, got)
+            return out
+        for part, lo in zip(self.parts, self.starts[:-1].tolist()):
             a, b = max(start - lo, 0), min(end - lo, len(part))
             if a < b:
-                pieces.append(part[a:b])
-        return np.concatenate(pieces) if pieces else np.empty((0, self.width), self.dtype)
+                part.read_into(out[lo + a - start : lo + b - start], a)
+        return out
 
 
 @dataclass
@@ -99,7 +158,7 @@ class RawBatch:
 
 
 class SplitBinaryDataset:
-    """One mapping (train or test) of a FeatureSpec dataset, memory-mapped and checked."""
+    """One mapping (train or test) of a FeatureSpec dataset, its files opened and checked."""
 
     def __init__(self, spec: FeatureSpec, mapping: str):
         self.spec, self.mapping = spec, mapping
@@ -209,10 +268,11 @@ class SplitBinaryDataset:
         """Rows [start, end). Ids are checked against the cardinalities (vectorized, per batch)."""
         n = end - start
         dense = self.numerical.read(start, end) if self.numerical else np.zeros((n, 0), np.float16)
-        ids = np.empty((n, int(self.id_columns[-1])), dtype=self.id_dtype)
-        stored = int(self.id_columns[len(self.categorical)])  # then the buckets' columns
+        cols = self.id_columns.tolist()  # Python ints: indexing with numpy's took 0.5 us a table
+        ids = np.empty((n, cols[-1]), dtype=self.id_dtype)
+        stored = cols[len(self.categorical)]  # then the buckets' columns
         for t, col in enumerate(self.categorical):
-            ids[:, self.id_columns[t] : self.id_columns[t + 1]] = col.read(start, end)
+            ids[:, cols[t] : cols[t + 1]] = col.read(start, end)
         labels = self.label.read(start, end)[:, 0]
         if check_ids and n:
             if stored:

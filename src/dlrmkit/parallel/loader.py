@@ -94,7 +94,7 @@ class DistBatchLoader(BatchLoader):
         if self.rank == 0:
             raw = self.dataset.read(lo, hi)
             self.bytes_read += g * self.row_bytes
-            dense = torch.from_numpy(np.array(raw.dense, dtype=np.float32))  # a copy: float32 files map read-only
+            dense = torch.from_numpy(np.array(raw.dense, dtype=np.float32))  # float32, a copy
             ids = torch.from_numpy(np.asarray(raw.ids, dtype=np.int64))
             labels = torch.from_numpy(np.asarray(raw.labels, dtype=np.float32))
         else:
