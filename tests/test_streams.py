@@ -286,11 +286,8 @@ def test_a_long_value_gets_the_same_id_from_csv_and_parquet_as_transcode_gave_it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dlrmkit.commands.predict import _long_value_bytes
-    from dlrmkit.data.encoder import Vocabulary
-    from dlrmkit.data.transcode import (
-        LONG_VALUE_BYTES, Report, TranscodeOptions, clean, iter_batches, long_value_key, transcode,
-    )  # fmt: skip
+    from dlrmkit.data.encoder import LONG_VALUE_BYTES, Vocabulary, long_value_key
+    from dlrmkit.data.transcode import Report, TranscodeOptions, clean, iter_batches, transcode
 
     long = ["é" * 700 + str(k) for k in range(3)]  # 1,401 bytes: over the limit in bytes, not in characters
     rows = [(i % 2, i, long[i % 3] if i % 4 else f"s{i % 5}", f"b{i % 3}") for i in range(200)]
@@ -302,7 +299,7 @@ def test_a_long_value_gets_the_same_id_from_csv_and_parquet_as_transcode_gave_it
     opts = TranscodeOptions([str(csv)], str(tmp_path / "ds"), "label", ["x"], ["c1", "c2"], test_rows=20)
     transcode(opts)
     vocab = Vocabulary.load(str(tmp_path / "ds"))
-    assert _long_value_bytes(vocab) == LONG_VALUE_BYTES
+    assert vocab.long_value_bytes() == LONG_VALUE_BYTES
     keys = {long_value_key(v.encode()) for v in long}
     assert keys <= set(vocab.values[0].to_pylist()) and max(len(k.encode()) for k in keys) <= 202
     ids = {}
@@ -316,8 +313,11 @@ def test_a_long_value_gets_the_same_id_from_csv_and_parquet_as_transcode_gave_it
         assert report.long_values == {"c1": 150}
     assert (ids["rows.csv"] == ids["rows.parquet"]).all() and (ids["rows.csv"] > 0).all()
     assert len(set(ids["rows.csv"][[1, 2, 3]])) == 3  # the three long values stay three
+    # the library's encode reads a raw long value as transcode did
+    raw = vocab.encode({"c1": [rows[i][2].strip() for i in (1, 2, 3)], "c2": ["b1", "b2", "b0"]})
+    assert (raw[:, 0] == ids["rows.csv"][[1, 2, 3]]).all() and (raw > 0).all()
     old = Vocabulary(["c1"], [pa.array(["v" * 2000])], [np.array([5])])
-    assert _long_value_bytes(old) is None
+    assert old.long_value_bytes() is None and old.encode({"c1": ["v" * 2000]})[0, 0] == 1
 
 
 def test_a_parquet_row_of_more_than_16_mib_of_values_is_one_line(tmp_path):

@@ -198,7 +198,7 @@ def _table_batches(
         missing_label_hint="; rows without the label column: add --no-label",
         label_values=_label_values(meta, path),
         keep=kept_columns(args),
-        long_value_bytes=_long_value_bytes(vocab),
+        long_value_bytes=vocab.long_value_bytes(),
     )
     tr = Report()
     tables = [vocab.id_table(t) for t in range(len(opts.categorical))]
@@ -220,17 +220,6 @@ def _table_batches(
         raise DlrmkitError(f"{tr.first[0] if tr.first else path}: bad row; stopped because of --strict")
     report.rows_read, report.skipped, report.first_bad_rows = tr.read, dict(tr.skipped), list(tr.first)
     report.empty_lines, report.escaped, report.long_values = tr.empty_lines, tr.escaped, dict(tr.long_values)
-
-
-def _long_value_bytes(vocab: Any) -> int | None:
-    """The length past which a categorical value is read as its key, as transcode read it: None
-    (read whole) for a vocabulary holding a longer value, which a transcode before the rule wrote."""
-    import pyarrow.compute as pc
-
-    from dlrmkit.data.transcode import LONG_VALUE_BYTES
-
-    longest = max((int(pc.max(pc.binary_length(v)).as_py() or 0) for v in vocab.values if len(v)), default=0)
-    return None if longest > LONG_VALUE_BYTES else LONG_VALUE_BYTES
 
 
 def kept_columns(args: argparse.Namespace) -> list[str]:

@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def long_values_note(counts: dict) -> str:
     """The rows whose categorical value was read as its key (longer than the transcode limit), by column."""
-    from dlrmkit.data.transcode import LONG_VALUE_BYTES
+    from dlrmkit.data.encoder import LONG_VALUE_BYTES
 
     by_column = ", ".join(f"{one_line(str(c))} {n:,}" for c, n in counts.items())
     return (

@@ -12,7 +12,8 @@ is deterministic on any engine); id 0 is shared by rare, unseen and missing valu
 
 The vocabulary is saved next to the dataset (``<dataset>/vocabulary/``) and reloads with
 `Vocabulary.load(dataset_dir)`; `Vocabulary.encode(columns)` turns new raw rows into the same
-ids, and `log_transform` applies the numerical transform of the Criteo path::
+ids (a value longer than LONG_VALUE_BYTES read as its `long_value_key`, as transcode read it),
+and `log_transform` applies the numerical transform of the Criteo path::
 
     vocab = Vocabulary.load("criteo_ds")
     ids = vocab.encode({"C1": ["68fd1e64", None], ...})   # int64 [rows, tables]
@@ -21,6 +22,7 @@ ids, and `log_transform` applies the numerical transform of the Criteo path::
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -265,6 +267,29 @@ def read_vocabulary_table(path: str) -> pa.Table:
     return reader.read_all()
 
 
+LONG_VALUE_BYTES = 1024  # a categorical value longer than this is read as long_value_key(value)
+
+
+def long_value_key(value: bytes) -> str:
+    """What a categorical value longer than LONG_VALUE_BYTES is read as: its first 32 characters,
+    '...sha256:' and the SHA-256 of its UTF-8 bytes (at most 202 bytes; equal values, equal keys).
+    It is its own field as transcode's `clean` trims it (no surrounding whitespace, no enclosing
+    quotes)."""
+    return f"{value.decode('utf-8')[:32]}...sha256:{hashlib.sha256(value).hexdigest()}"
+
+
+def shorten_long(values: pa.Array, limit: int) -> tuple[pa.Array, np.ndarray]:
+    """(values with each one longer than `limit` bytes replaced by its `long_value_key`, which
+    rows were): the keys are computed once per distinct long value."""
+    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    long = lengths > limit
+    if not long.any():
+        return values, long
+    distinct = pc.dictionary_encode(values.filter(pa.array(long)))
+    keys = pa.array([long_value_key(v) for v in distinct.dictionary.cast(pa.binary()).to_pylist()], pa.string())
+    return pc.replace_with_mask(values, pa.array(long), keys.take(distinct.indices).cast(values.type)), long
+
+
 @dataclass
 class Vocabulary:
     """Per-column ordered values: `values[t][k]` has id ``fold(k + 1)`` (see module doc)."""
@@ -342,8 +367,18 @@ class Vocabulary:
             columns = [columns[c] for c in self.columns]
         if len(columns) != len(self.columns):
             raise DatasetError(f"encode: expected {len(self.columns)} categorical columns, got {len(columns)}")
+        limit = self.long_value_bytes()
+        if limit is not None:  # as transcode read them
+            columns = [shorten_long(to_string_array(col), limit)[0] for col in columns]
         encoded = [self.encode_column(t, col) for t, col in enumerate(columns)]
         return np.stack(encoded, axis=1) if encoded else np.zeros((0, 0), np.int64)
+
+    def long_value_bytes(self) -> int | None:
+        """The length past which a raw value is read as its `long_value_key`, as transcode read it:
+        LONG_VALUE_BYTES, or None (values read whole) for a vocabulary holding a longer value,
+        which a transcode before the rule wrote."""
+        longest = max((int(pc.max(pc.binary_length(v)).as_py() or 0) for v in self.values if len(v)), default=0)
+        return None if longest > LONG_VALUE_BYTES else LONG_VALUE_BYTES
 
     # ---- persistence --------------------------------------------------------------------
     def save(self, dataset_dir: str) -> str:

@@ -25,7 +25,6 @@ expanded."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,7 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from dlrmkit.data.encoder import CountAccumulator, Vocabulary, to_string_array, value_counts
+from dlrmkit.data.encoder import (
+    LONG_VALUE_BYTES,
+    CountAccumulator,
+    Vocabulary,
+    shorten_long,
+    to_string_array,
+    value_counts,
+)
 from dlrmkit.data.output_dir import check_replaceable, output_lock
 from dlrmkit.data.split_binary import SplitBinaryWriter, allow_open_files
 from dlrmkit.data.val_split import val_rows
@@ -50,7 +56,6 @@ _TIME = r"[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,9})?)?)?"
 DATE_TIME_RE = rf"^{_DATE}({_TIME})?$"
 ZONED_DATE_TIME_RE = rf"^{_DATE}{_TIME}(Z|[+-]\d{{2}}(:?\d{{2}})?)$"
 BATCH_BYTES = 8 << 20
-LONG_VALUE_BYTES = 1024  # a categorical value longer than this is read as long_value_key(value)
 PARQUET_BATCH_ROWS = 1 << 16
 # a row group whose needed columns hold at most this many bytes uncompressed has its text columns read
 # dictionary-encoded: Arrow's dictionary of a column gathers the values of its plain pages over the row group
@@ -300,25 +305,6 @@ def _shorten_dictionary(col: pa.DictionaryArray, limit: int) -> tuple[pa.Diction
 
 def _expanded(col: pa.Array) -> pa.Array:
     return pc.take(col.dictionary, col.indices) if pa.types.is_dictionary(col.type) else col
-
-
-def long_value_key(value: bytes) -> str:
-    """What a categorical value longer than LONG_VALUE_BYTES is read as: its first 32 characters,
-    '...sha256:' and the SHA-256 of its UTF-8 bytes (at most 202 bytes; equal values, equal keys).
-    It is its own field as `clean` trims it (no surrounding whitespace, no enclosing quotes)."""
-    return f"{value.decode('utf-8')[:32]}...sha256:{hashlib.sha256(value).hexdigest()}"
-
-
-def shorten_long(values: pa.Array, limit: int) -> tuple[pa.Array, np.ndarray]:
-    """(values with each one longer than `limit` bytes replaced by its `long_value_key`, which
-    rows were): the keys are computed once per distinct long value."""
-    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
-    long = lengths > limit
-    if not long.any():
-        return values, long
-    distinct = pc.dictionary_encode(values.filter(pa.array(long)))
-    keys = pa.array([long_value_key(v) for v in distinct.dictionary.cast(pa.binary()).to_pylist()], pa.string())
-    return pc.replace_with_mask(values, pa.array(long), keys.take(distinct.indices).cast(values.type)), long
 
 
 def _parquet_text(col: pa.Array) -> pa.Array:
