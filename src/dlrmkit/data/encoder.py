@@ -301,6 +301,7 @@ class Vocabulary:
     max_table_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     _lookups: dict[int, "ValueIndex | None"] = field(default_factory=dict, repr=False, compare=False)
+    _longest: int | None = field(default=None, repr=False, compare=False)  # bytes of its longest value
 
     @classmethod
     def build(
@@ -377,8 +378,9 @@ class Vocabulary:
         """The length past which a raw value is read as its `long_value_key`, as transcode read it:
         LONG_VALUE_BYTES, or None (values read whole) for a vocabulary holding a longer value,
         which a transcode before the rule wrote."""
-        longest = max((int(pc.max(pc.binary_length(v)).as_py() or 0) for v in self.values if len(v)), default=0)
-        return None if longest > LONG_VALUE_BYTES else LONG_VALUE_BYTES
+        if self._longest is None:  # once per Vocabulary: encode asks on every call
+            self._longest = max((int(pc.max(pc.binary_length(v)).as_py() or 0) for v in self.values if len(v)), default=0)
+        return None if self._longest > LONG_VALUE_BYTES else LONG_VALUE_BYTES
 
     # ---- persistence --------------------------------------------------------------------
     def save(self, dataset_dir: str) -> str:

@@ -50,26 +50,24 @@ class Rows:
         a, b, _ = rows.indices(self.n)
         return Rows(self.name, self.file, self.size, self.row_bytes, self.first + a, max(b - a, 0))
 
-    def read_into(self, out: np.ndarray, a: int, got: int = 0) -> None:
-        """Rows [a, a + len(out)) of this piece into `out` (C-contiguous), of which the first
-        `got` bytes are already there."""
-        view = memoryview(out).cast("B")
+    def read_into(self, out: np.ndarray, a: int) -> None:
+        """Rows [a, a + len(out)) of this piece into `out` (C-contiguous): one call, but for a file
+        cut shorter and reads over 2 GiB (Linux)."""
         offset = (self.first + a) * self.row_bytes
         try:
-            while got < len(view):  # one call, but for a file cut shorter and reads over 2 GiB (Linux)
-                more = os.preadv(self.fd, [view[got:]], offset + got)
-                if not more:
-                    raise DatasetError(
-                        f"{self.name}: the file shrank to {os.fstat(self.fd).st_size:,} bytes while "
-                        f"it was read (it held {self.size:,} when opened)"
-                    )
-                got += more
-        except OSError as exc:
-            raise self.unreadable(exc) from None
-
-    def unreadable(self, exc: OSError) -> DatasetError:
-        """EIO and the like: a failing disk, a lost network mount."""
-        return DatasetError(f"{self.name}: cannot read ({exc.strerror or exc})")
+            got = os.preadv(self.fd, [out], offset)
+            if got < out.nbytes:
+                view = memoryview(out).cast("B")
+                while got < len(view):
+                    more = os.preadv(self.fd, [view[got:]], offset + got)
+                    if not more:
+                        raise DatasetError(
+                            f"{self.name}: the file shrank to {os.fstat(self.fd).st_size:,} bytes while "
+                            f"it was read (it held {self.size:,} when opened)"
+                        )
+                    got += more
+        except OSError as exc:  # EIO and the like: a failing disk, a lost network mount
+            raise DatasetError(f"{self.name}: cannot read ({exc.strerror or exc})") from None
 
 
 class Column:
@@ -130,15 +128,9 @@ class Column:
         """Rows [start, end) as a new [n, width] array, read from the chunks they lie in."""
         start, end = start + self.offset, min(end + self.offset, self.total)
         out = np.empty((max(end - start, 0), self.width), self.dtype)
-        if len(self.parts) == 1:  # one file, the common case: one call (`read_into` when it comes back short)
-            part = self.parts[0]
+        if len(self.parts) == 1:  # one file, the common case: no loop over chunks (a read is a few microseconds)
             if start < end:
-                try:
-                    got = os.preadv(part.fd, [out], (part.first + start) * part.row_bytes)
-                except OSError as exc:
-                    raise part.unreadable(exc) from None
-                if got < out.nbytes:
-                    part.read_into(out, start, got)
+                self.parts[0].read_into(out, start)
             return out
         for part, lo in zip(self.parts, self.starts[:-1].tolist()):
             a, b = max(start - lo, 0), min(end - lo, len(part))
