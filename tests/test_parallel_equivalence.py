@@ -39,10 +39,12 @@ def check_matches(reference: dict, tmp_path: Path) -> None:
         rel, atol = (1e-3, 1e-4) if "fp16" in name else (1e-5, 1e-6)
         assert got["losses"] == pytest.approx(ref["losses"], rel=rel, abs=atol), name
         assert ref["losses"][0] != pytest.approx(ref["losses"][-1]), "training must move the loss"
+        # gradients are summed across ranks in another order than one process sums its batch: a few
+        # float32 roundings apart after the steps (MLPs: 2.1e-6 measured at most; tables: 1.1e-6, an
+        # Adagrad row whose gradients nearly cancel, each step divided by their root mean square),
+        # where a wrong row or shard is off by a step of the learning rate (0.05)
         for t, (a, b) in enumerate(zip(ref["tables"], got["tables"])):
-            torch.testing.assert_close(b, a, rtol=rel, atol=atol, msg=f"{name}: table {t}")
-        # the MLPs' gradients are summed across ranks in another order than one process sums its
-        # batch: a few float32 roundings apart after the steps (2.1e-6 measured at most)
+            torch.testing.assert_close(b, a, rtol=rel, atol=max(atol, 5e-6), msg=f"{name}: table {t}")
         for a, b in zip(ref["dense"], got["dense"]):
             torch.testing.assert_close(b, a, rtol=rel, atol=max(atol, 5e-6), msg=f"{name}: dense parameter")
         assert got.get("scale") == ref.get("scale"), name
