@@ -41,8 +41,8 @@ def check_matches(reference: dict, tmp_path: Path) -> None:
         assert ref["losses"][0] != pytest.approx(ref["losses"][-1]), "training must move the loss"
         # gradients are summed across ranks in another order than one process sums its batch: a few
         # float32 roundings apart after the steps (MLPs: 2.1e-6 measured at most; tables: 1.1e-6, an
-        # Adagrad row whose gradients nearly cancel, each step divided by their root mean square),
-        # where a wrong row or shard is off by a step of the learning rate (0.05)
+        # Adagrad row whose gradients nearly cancel, each step divided by the root of their summed
+        # squares), where a wrong row or shard is off by a step of the learning rate (0.05)
         for t, (a, b) in enumerate(zip(ref["tables"], got["tables"])):
             torch.testing.assert_close(b, a, rtol=rel, atol=max(atol, 5e-6), msg=f"{name}: table {t}")
         for a, b in zip(ref["dense"], got["dense"]):
