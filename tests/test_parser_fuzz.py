@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -147,3 +148,56 @@ def test_csv_parser_random_bytes(data):
 )
 def test_csv_parser_mutated_rows(picks, edits):
     check_csv(as_block(mutate(CSV_ROWS, picks, edits)))
+
+
+def check_quoted_lines(lines: list[bytes]) -> None:
+    """Every line `quoted_lines` admits splits as Python's csv module splits it (strict), into the
+    fields Arrow's quoting reader gives; every line csv itself would write with quotes is admitted."""
+    import csv
+    import io
+
+    from dlrmkit.data.transcode import _read_fields, quoted_lines
+
+    lines = [ln.replace(b"\n", b"").replace(b"\r", b"") for ln in lines]
+    block = b"".join(ln + b"\n" for ln in lines)
+    b = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(b == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    fields, stray = quoted_lines(b, starts, ends, ord(","))
+    with patch("dlrmkit.data.transcode.QUOTE_CHUNK_BYTES", 7):  # a few lines at a time: the same answer
+        chunked = quoted_lines(b, starts, ends, ord(","))
+    np.testing.assert_array_equal(chunked[0], fields)
+    np.testing.assert_array_equal(chunked[1], stray)
+    for line, n, out in zip(lines, fields, stray):
+        q = n > 0
+        assert out == (b'"' in line and not q), line  # a line with quotes is either read as CSV or stray
+        text = line.decode("latin-1")
+        strict = csv.reader([text], strict=True)
+        try:
+            want = next(strict)
+        except csv.Error:
+            assert not q, line  # csv rejects it: never read as quoted
+            continue
+        if not q:  # left out: a line csv would write as it is holds no quote (a quote in it is out of place)
+            written = io.StringIO()
+            csv.writer(written, lineterminator="").writerow(want)
+            assert '"' not in text or written.getvalue() != text, (line, want)
+            continue
+        assert n == len(want), (line, want)
+        names = [f"f{i}" for i in range(n)]
+        got = _read_fields(line + b"\n", names, names, ",", quoted=True)
+        assert len(got) == 1 and [got[c][0].as_py().decode("latin-1") for c in names] == want, (line, want)
+
+
+QUOTE_BYTES = st.lists(st.sampled_from([b'"', b",", b"a", b" ", b'""', b'"a,b"']), max_size=10).map(b"".join)
+
+
+@FUZZ
+@given(st.lists(QUOTE_BYTES, min_size=1, max_size=12))
+def test_quoted_lines_split_as_csv_does(lines):
+    check_quoted_lines(lines)
+
+
+def test_quoted_lines_cases():
+    lines = [b'1,"x, y",3', b'4,5" screen,6', b'7,"open,8', b'"a"x"b,c"', b'13,"said ""hi""",14', b'"",""""']
+    check_quoted_lines(lines)

@@ -1,5 +1,5 @@
 """Turn any CSV/TSV/Parquet file with named columns into a FeatureSpec dataset (same encoder as
-`dlrmkit preprocess criteo`).
+`dlrmkit preprocess criteo`). One line is one row; a field in CSV quotes may hold the delimiter.
 
 Bad rows (a wrong field count, a label other than 0/1 or the --label-values, a numerical value that is not a number or
 is beyond the storage type's range, bytes that are not UTF-8) are skipped and counted by reason;

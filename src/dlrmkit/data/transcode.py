@@ -56,6 +56,7 @@ _TIME = r"[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,9})?)?)?"
 DATE_TIME_RE = rf"^{_DATE}({_TIME})?$"
 ZONED_DATE_TIME_RE = rf"^{_DATE}{_TIME}(Z|[+-]\d{{2}}(:?\d{{2}})?)$"
 BATCH_BYTES = 8 << 20
+QUOTE_CHUNK_BYTES = 1 << 20  # `quoted_lines` looks at this many bytes of lines at a time
 PARQUET_BATCH_ROWS = 1 << 16
 # a row group whose needed columns hold at most this many bytes uncompressed has its text columns read
 # dictionary-encoded: Arrow's dictionary of a column gathers the values of its plain pages over the row group
@@ -354,12 +355,75 @@ def _header(path: str, block: bytes, delim: bytes) -> list[str]:
     return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
 
 
+def quoted_lines(b: np.ndarray, starts: np.ndarray, ends: np.ndarray, delim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each line's field count where its quotes are CSV's, else 0; lines with quotes that are not):
+    of the lines of block `b` (bytes `starts[i]` to `ends[i]`, a newline), those whose quotes all
+    follow RFC 4180 within the line: a field that holds a quote starts and ends with one, and inside
+    it quotes come doubled. Such a field may hold the delimiter. A line with a quote anywhere else (a
+    stray one, an unclosed one, one after a space) is read with its quotes as ordinary characters,
+    as a line without quotes has none, so a quote never joins lines. Vectorized over the quotes'
+    runs: a run's parity (quotes before it on its line) says whether it opens, escapes inside or
+    closes a field. Taken QUOTE_CHUNK_BYTES of whole lines at a time, so a block full of quotes
+    holds a few arrays of that size at once."""
+    n = len(starts)
+    if n > 1 and ends[-1] - starts[0] > QUOTE_CHUNK_BYTES:
+        fields, stray = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        i = 0
+        while i < n:  # a loop over chunks of lines: at least one line each
+            j = max(i + 1, int(np.searchsorted(ends, starts[i] + QUOTE_CHUNK_BYTES)))
+            lo = starts[i]
+            fields[i:j], stray[i:j] = quoted_lines(b[lo : ends[j - 1] + 1], starts[i:j] - lo, ends[i:j] - lo, delim)
+            i = j
+        return fields, stray
+    quotes = np.flatnonzero(b == 34)
+    if not len(quotes):
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    line = np.searchsorted(ends, quotes)
+    per_line = np.bincount(line, minlength=n)
+    before_line = np.searchsorted(quotes, starts)  # quotes before each line
+    first = np.flatnonzero(np.diff(quotes, prepend=-2) != 1)  # each run's first quote (its index in `quotes`)
+    run_len = np.diff(np.append(first, len(quotes)))
+    run_start, run_line = quotes[first], line[first]
+    run_end = run_start + run_len - 1
+    odd_before = (first - before_line[run_line]) & 1
+    odd_after = (odd_before + run_len) & 1
+    at_start = (run_start == starts[run_line]) | ((b[run_start - 1] == delim) & (odd_before == 0))
+    at_end = (b[run_end + 1] == 10) | ((b[run_end + 1] == delim) & (odd_after == 0))
+    odd_len = (run_len & 1).astype(bool)
+    ok = np.where(
+        at_start,
+        (odd_before == 0) & (odd_len != at_end),  # opens a field (odd), or is the whole field ("" or """")
+        (odd_before == 1) & (odd_len == at_end),  # closes the field (odd) or escapes inside it (even)
+    )
+    bad_runs = np.bincount(run_line[~ok], minlength=n)
+    quoted = (per_line > 0) & (per_line % 2 == 0) & (bad_runs == 0)
+    delims = np.flatnonzero(b == delim)
+    d_line = np.searchsorted(ends, delims)
+    inside = ((np.searchsorted(quotes, delims) - before_line[d_line]) & 1).astype(bool)
+    fields = np.bincount(d_line[~inside], minlength=n) + 1
+    return np.where(quoted, fields, 0), (per_line > 0) & ~quoted
+
+
+def _read_fields(block: bytes, names: list[str], needed: list[str], delim: str, quoted: bool) -> pa.Table:
+    return pacsv.read_csv(
+        pa.py_buffer(block),
+        read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=len(block) + 1),
+        parse_options=pacsv.ParseOptions(
+            delimiter=delim, quote_char='"' if quoted else False, newlines_in_values=False, ignore_empty_lines=False
+        ),
+        convert_options=pacsv.ConvertOptions(
+            column_types=dict.fromkeys(needed, pa.binary()), include_columns=needed, strings_can_be_null=False
+        ),
+    )
+
+
 def _text_batches(
     opts: TranscodeOptions, path: str, needed: list[str], report: Report | None
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
-    """Delimited text, split into lines and fields without quote handling: a field's surrounding
-    quotes are removed later, and a stray quote is an ordinary character, so it can never join
-    lines and hide the rows after it. A line with the wrong number of fields is a counted bad row."""
+    """Delimited text, one row per line. A field quoted as CSV quotes it (`quoted_lines`) may hold
+    the delimiter and doubled quotes, never a line break; any other quote is an ordinary character
+    (a field's surrounding quotes are removed later), so a quote can never join lines and hide the
+    rows after it. A line with the wrong number of fields is a counted bad row."""
     from dlrmkit.data.criteo_tsv import Task, check_compression, iter_blocks
 
     check_compression(path)
@@ -386,6 +450,8 @@ def _text_batches(
         ends = np.flatnonzero(b == 10)
         starts = np.concatenate([[0], ends[:-1] + 1])
         nfields = np.diff(np.searchsorted(np.flatnonzero(b == delim[0]), ends), prepend=0) + 1
+        quoted_fields, stray = quoted_lines(b, starts, ends, delim[0])
+        nfields = np.where(quoted_fields > 0, quoted_fields, nfields)
         line_no = data_row + np.arange(1, len(ends) + 1)
         data_row += len(ends)
         blank = ends == starts  # empty lines are not rows (as CSV readers skip them): counted apart
@@ -406,16 +472,23 @@ def _text_batches(
         keep = ~blank & ~wrong
         if not keep.any():
             continue
-        if not keep.all():
-            block = b[np.repeat(keep, ends - starts + 1)].tobytes()
-        table = pacsv.read_csv(
-            pa.py_buffer(block),
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=len(block) + 1),
-            parse_options=pacsv.ParseOptions(delimiter=delim.decode(), quote_char=False, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(needed, pa.binary()), include_columns=needed, strings_can_be_null=False
-            ),
-        )
+        # a line without quotes reads the same with quoting or without: only stray quotes need the plain reader
+        stray &= keep
+        csv_quoted, sep = keep & ~stray, delim.decode()
+        parts = [
+            _read_fields(
+                block if lines.all() else b[np.repeat(lines, ends - starts + 1)].tobytes(), names, needed, sep, q
+            )
+            for lines, q in ((csv_quoted, True), (stray, False))
+            if lines.any()
+        ]
+        table = parts[0]
+        if len(parts) == 2:  # back to file order: the rows of stray quotes after the others in the parts
+            in_stray = stray[keep]
+            order = np.where(in_stray, int(csv_quoted.sum()) + np.cumsum(in_stray) - 1, np.cumsum(~in_stray) - 1)
+            table = pa.concat_tables(parts).take(pa.array(order))
+        if len(table) != int(keep.sum()):  # quoted_lines admits no line Arrow would join: a bug, never input
+            raise RuntimeError(f"{path}: {len(table)} rows read from {int(keep.sum())} lines")
         yield table, line_no[keep]
 
 
@@ -683,8 +756,8 @@ def main_cause(opts: TranscodeOptions, report: Report) -> tuple[int, str, str, s
         )
     elif reason == "wrong_field_count":
         advice = (
-            "the rows do not have the expected number of fields: check --delimiter (quotes do not make "
-            "one field of a value holding the delimiter)"
+            "the rows do not have the expected number of fields: check --delimiter (a field in quotes may "
+            "hold the delimiter, as CSV quotes it, but not a line break)"
         )
     elif reason == "bad_split_value":
         advice = f"--split-by {col} must hold numbers or ISO dates/times (2024-01-02T03:04:05): is it the time column?"
