@@ -342,6 +342,24 @@ def test_a_quoted_field_holds_the_delimiter_but_never_a_line_break(tmp_path):
     assert "(a field in quotes may hold the delimiter, as CSV quotes it, but not a line break)" in line
 
 
+def test_missing_numbers_are_zero_and_counted_by_column(tmp_path):
+    """R writes a missing number as NA, pandas as an empty field, databases as NULL: each is 0, as an
+    empty field is, and counted; a word is still a bad number, and NA stays a category of its own."""
+    src = tmp_path / "na.csv"
+    src.write_text("y,a,b,c\n1,NA,1,x\n0,2.5,NaN,y\n1,,2, NA \n0,null,3,NA\n1,7,N/A,x\n0,abc,4,y\n")
+    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--numerical", "a,b",
+                "--categorical", "c")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "rows read 6  written 5  skipped 1 (bad_number 1)" in r.out
+    assert "numerical values missing (empty, NA, NaN, null, ...), read as 0: a 3, b 2" in r.out
+    assert f"{src}:7: data row 6: bad_number in column a ('abc')" in r.out
+    _, train, _ = open_dataset(str(tmp_path / "o"))
+    batch = train.read(0, len(train))
+    np.testing.assert_array_equal(batch.dense, [[0, 1], [2.5, 0], [0, 2], [0, 3], [7, 0]])
+    ids = batch.ids[:, 0]
+    assert ids[2] == ids[3] != ids[0] == ids[4]
+
+
 def test_an_empty_column_name_is_shown_quoted(tmp_path):
     """A header with a trailing delimiter has a last column without a name: the line naming the
     columns not used, and an error listing the header's names, show it as '' (it was nothing)."""

@@ -88,6 +88,10 @@ def print_report(out: str, report: dict, up_to_date: bool) -> None:
         print(f"empty lines skipped {report['empty_lines_skipped']:,}")
     if report.get("long_values_as_keys"):
         print(long_values_note(report["long_values_as_keys"]))
+    if report.get("numerical_missing"):
+        missing = report["numerical_missing"]
+        by_column = ", ".join(f"{one_line(str(c))} {n:,}" for c, n in missing.items())
+        print(f"numerical values missing (empty, NA, NaN, null, ...), read as 0: {by_column}")
     for pos in report["first_bad_rows"]:
         print(f"  bad row: {pos}")
     unused = report.get("unused_columns") or []

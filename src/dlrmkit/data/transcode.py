@@ -49,6 +49,10 @@ from dlrmkit.data.val_split import val_rows
 from dlrmkit.errors import DlrmkitError
 
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
+# a numerical field holding one of these is missing, read as 0 as an empty one is: pandas' read_csv markers
+# (R's write.csv writes NA, pandas' to_csv an empty field, databases NULL)
+MISSING_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+                  "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")  # fmt: skip
 REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable", "bad_split_value")
 # the ISO dates/times --split-by reads: without a zone (read as UTC), and with a time and a zone
 _DATE = r"\d{4}-\d{2}-\d{2}"
@@ -61,6 +65,7 @@ PARQUET_BATCH_ROWS = 1 << 16
 # a row group whose needed columns hold at most this many bytes uncompressed has its text columns read
 # dictionary-encoded: Arrow's dictionary of a column gathers the values of its plain pages over the row group
 DICTIONARY_READ_BYTES = 64 << 20
+MISSING = pa.array(MISSING_VALUES)
 
 
 @dataclass
@@ -114,6 +119,7 @@ class Report:
     first_by_column: dict[tuple[str, str], str] = field(default_factory=dict)  # the first such row, located
     unused: list[str] = field(default_factory=list)  # the first file's columns not read (neither label nor feature)
     long_values: dict[str, int] = field(default_factory=dict)  # column -> rows whose value was read as its key
+    missing: dict[str, int] = field(default_factory=dict)  # numerical column -> rows written with it missing (0)
 
     def count_columns(self, reason: str, counts: dict[str, int], where: dict[str, str]) -> None:
         """Rows skipped for `reason`, by the column that failed; `where` locates the first row of
@@ -569,10 +575,11 @@ def clean(
             if lab_ok.any():
                 lab_val[lab_ok] = pc.cast(label.filter(pa.array(lab_ok)), pa.float64()).to_numpy()
             lab_ok &= (lab_val == 0) | (lab_val == 1)
-    num_oks, nums = [], []
+    num_oks, nums, missing = [], [], []
     for c in opts.numerical:
         s = text[c]
-        empty = pc.fill_null(pc.equal(s, ""), True).to_numpy(zero_copy_only=False)
+        empty = pc.or_(pc.is_in(s, value_set=MISSING), pc.is_null(s)).to_numpy(zero_copy_only=False)  # Parquet null
+        missing.append(empty)
         ok = empty | pc.fill_null(pc.match_substring_regex(s, NUMBER_RE), False).to_numpy(zero_copy_only=False)
         num_oks.append(ok)
         vals = np.full(len(s), np.nan)
@@ -623,6 +630,9 @@ def clean(
     good = utf8_ok & lab_ok & num_ok & range_ok & key_ok
     if report is not None:  # kept values escaped in the rows kept (a skipped row's are never written)
         report.escaped += sum(int((bad & good).sum()) for bad in escaped)
+        for c, empty in zip(opts.numerical, missing):
+            if (n_missing := int((empty & good).sum())) > 0:
+                report.missing[c] = report.missing.get(c, 0) + n_missing
     if rows_out is not None:
         rows_out.append(rows[good])
     if keys_out is not None and keys is not None:
@@ -909,6 +919,7 @@ def _transcode(opts: TranscodeOptions) -> tuple[Any, Report]:
                     "rows_skipped": report.skipped,
                     "empty_lines_skipped": report.empty_lines,
                     **({"long_values_as_keys": dict(report.long_values)} if report.long_values else {}),
+                    **({"numerical_missing": dict(report.missing)} if report.missing else {}),
                     **_unused_record(report.unused),
                     "first_bad_rows": report.first,
                 }
