@@ -321,17 +321,19 @@ def test_a_header_read_as_one_column_suggests_the_delimiter(tmp_path):
 def test_a_quoted_field_holds_the_delimiter_but_never_a_line_break(tmp_path):
     src = tmp_path / "ua.csv"
     src.write_text(
-        'y,ua,city\n1,"Mozilla/5.0 (X11, Linux)",a\n0,"curl/8.0",b\n0,"Mozilla/5.0 (Mac, Intel)",a\n'
+        '"y","ua","city, state"\n1,"Mozilla/5.0 (X11, Linux)",a\n0,"curl/8.0",b\n0,"Mozilla/5.0 (Mac, Intel)",a\n'
         '1,"say ""hi"", twice",b\n0,Mozilla/5.0 (X11, Linux),a\n1,"Mozilla/5.0 (X11, Linux)",b\n'
     )
-    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--categorical", "ua,city")
+    r = run_cli("transcode", "--input", src, "--out", tmp_path / "o", "--label", "y", "--categorical", "ua")
     assert r.code == 0, r.err
+    assert "columns not used: city, state" in r.out  # a quoted name holding the delimiter is one column
     # the one unquoted comma is a field too many: a bad row, located; the quoted ones are one field each
     assert "rows read 6  written 5  skipped 1 (wrong_field_count 1)" in r.out, r.out
     assert f"{src}:6: data row 5: wrong_field_count (4 fields, expected 3)" in r.out
     _, train, _ = open_dataset(str(tmp_path / "o"))
     ids = train.read(0, len(train)).ids[:, 0]
     assert ids[0] == ids[4] and len(set(ids.tolist())) == 4  # the same user agent, quoted alike, is one id
+    assert train.read(0, len(train)).ids.shape == (5, 1)
 
     # a quoted value over two lines is two bad rows, never one row that hides the lines after it
     src.write_text('y,ua,city\n1,"two\nlines",a\n0,"Mozilla/5.0 (Mac, Intel)",a\n')

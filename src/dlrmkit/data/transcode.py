@@ -25,6 +25,7 @@ expanded."""
 
 from __future__ import annotations
 
+import csv
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -358,7 +359,11 @@ def _header(path: str, block: bytes, delim: bytes) -> list[str]:
         line = block[: len(block) - len(rest)].count(b"\n") + 1
         where = f" (line {line} is the first that is not)" if rest else ""
         raise DlrmkitError(f"{path}:1: the header line is blank{where}; the column names must be on line 1")
-    return [c.strip().strip('"').strip() for c in text.split(delim.decode())]
+    try:  # names in CSV quotes may hold the delimiter, as data fields may (`quoted_lines`)
+        names = next(csv.reader([text], delimiter=delim.decode(), strict=True))
+    except csv.Error:  # a quote out of place: an ordinary character, as on a data line
+        names = text.split(delim.decode())
+    return [c.strip().strip('"').strip() for c in names]
 
 
 def quoted_lines(b: np.ndarray, starts: np.ndarray, ends: np.ndarray, delim: int) -> tuple[np.ndarray, np.ndarray]:
