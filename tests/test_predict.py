@@ -191,6 +191,32 @@ def test_transcoded_csv_dataset_scores_its_csv(tmp_path):
     np.testing.assert_array_equal(got[-50:, 0], np.arange(n - 49, n + 1))
 
 
+def test_quoted_fields_and_missing_numbers_are_read_as_transcode_read_them(tmp_path):
+    """Values in CSV quotes holding the delimiter, and numbers missing as NA, null or empty: predict
+    reads the raw rows as transcode did, so its scores are evaluate's on the dataset."""
+    rng = np.random.default_rng(3)
+    colors = ['"red, dark"', "green", '"blue ""navy"""', "red"]
+    lines = ["y,a,c"]
+    for i in range(300):
+        a = ["NA", "null", ""][i % 3] if i % 7 == 0 else f"{rng.normal():.4f}"
+        lines.append(f"{int(rng.random() < 0.3 + 0.3 * (i % 4 == 0))},{a},{colors[i % 4]}")
+    src = tmp_path / "rows.csv"
+    src.write_text("\n".join(lines) + "\n")
+    ds = tmp_path / "ds"
+    r = run_cli("transcode", "--input", src, "--out", ds, "--label", "y", "--numerical", "a", "--categorical", "c",
+                "--test-rows", 60)  # fmt: skip
+    assert r.code == 0 and "written 300  skipped 0" in r.out, r.out + r.err
+    assert "numerical values missing (empty, NA, NaN, null, ...), read as 0: a 43" in r.out
+    assert "cardinalities [5]" in r.out  # four colors and the unknown id
+    r = run_cli("train", "--data", ds, *TRAIN, "--run-dir", tmp_path / "run")
+    assert r.code == 0, r.err
+    ckpt = tmp_path / "run" / "checkpoints"
+    r = run_cli("predict", "--checkpoint", ckpt, "--input", src, "--output", tmp_path / "s.csv")
+    assert r.code == 0 and "scored 300  skipped 0" in r.out, r.out + r.err
+    _, got = read_scores(tmp_path / "s.csv")
+    np.testing.assert_allclose(got[-60:, 2], evaluate_probs(ds, ckpt)[0], rtol=1e-5, atol=1e-7)
+
+
 def test_dataset_without_raw_format_is_a_one_line_error(tiny_data, tmp_path):
     r = run_cli("train", "--data", tiny_data, "--max-steps", 2, "--no-progress", "--run-dir", tmp_path / "R")
     assert r.code == 0, r.err
