@@ -26,6 +26,7 @@ print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def faults(keep: str) -> tuple[bool, int]:
+    """(whether the allocator was tuned, the page faults of 20 steps), with huge pages as the CLI sets them."""
     env = {
         "DLRMKIT_KEEP_FREED_MEMORY": keep,
         "THP_MEM_ALLOC_ENABLE": "1",
@@ -39,8 +40,10 @@ def faults(keep: str) -> tuple[bool, int]:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's; this C library is another")
 def test_kept_memory_cuts_page_faults_of_repeated_steps():
-    (tuned_off, default), (tuned_on, kept) = faults("0"), faults("1")
-    assert not tuned_off and tuned_on
+    # the fewest of three runs each, alternated: what else runs on the machine moves the counts
+    runs = [(faults("0"), faults("1")) for _ in range(3)]
+    assert all(not off[0] and on[0] for off, on in runs)
+    default, kept = min(off[1] for off, _ in runs), min(on[1] for _, on in runs)
     assert kept < default / 2, (kept, default)
 
 
