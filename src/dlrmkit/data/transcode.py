@@ -52,8 +52,8 @@ from dlrmkit.errors import DlrmkitError
 NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
 # a numerical field holding one of these is missing, read as 0 as an empty one is: pandas' read_csv markers
 # (R's write.csv writes NA, pandas' to_csv an empty field, databases NULL)
-MISSING_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
-                  "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")  # fmt: skip
+MISSING_VALUES = pa.array(["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                           "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"])  # fmt: skip
 REASONS = ("wrong_field_count", "bad_label", "bad_number", "out_of_range", "undecodable", "bad_split_value")
 # the ISO dates/times --split-by reads: without a zone (read as UTC), and with a time and a zone
 _DATE = r"\d{4}-\d{2}-\d{2}"
@@ -66,7 +66,6 @@ PARQUET_BATCH_ROWS = 1 << 16
 # a row group whose needed columns hold at most this many bytes uncompressed has its text columns read
 # dictionary-encoded: Arrow's dictionary of a column gathers the values of its plain pages over the row group
 DICTIONARY_READ_BYTES = 64 << 20
-MISSING = pa.array(MISSING_VALUES)
 
 
 @dataclass
@@ -583,7 +582,8 @@ def clean(
     num_oks, nums, missing = [], [], []
     for c in opts.numerical:
         s = text[c]
-        empty = pc.or_(pc.is_in(s, value_set=MISSING), pc.is_null(s)).to_numpy(zero_copy_only=False)  # Parquet null
+        missing_value = pc.or_(pc.is_in(s, value_set=MISSING_VALUES), pc.is_null(s))  # null: Parquet's
+        empty = missing_value.to_numpy(zero_copy_only=False)
         missing.append(empty)
         ok = empty | pc.fill_null(pc.match_substring_regex(s, NUMBER_RE), False).to_numpy(zero_copy_only=False)
         num_oks.append(ok)
