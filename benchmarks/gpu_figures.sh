@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU tests and figures, for a machine with a CUDA GPU, in one call of a few minutes
-# (`bash benchmarks/gpu_figures.sh $OUT all`; the parts alone: `tests`, `figures`).
+# (`bash benchmarks/gpu_figures.sh $OUT all`; the parts alone: `tests`, `profile`, `figures`).
 #   tests:   the GPU tests, at most 240 s (the GPU step against the CPU step, bench and train on the
 #            GPU, train under torchrun with NCCL, fp16 and TF32);
+#   profile: benchmarks/gpu_profile.py, the kernels that take a 64K bf16 step's GPU time, for
+#            both table gradient paths (at most 120 s);
 #   figures: `dlrmkit bench --device cuda` on mlperf-shape, whose MLP and embedding shapes are
 #            NVIDIA's small Criteo model's (its tables are smaller: 26 x 200k rows), at batch 64K
 #            and 2048, fp32 (TF32) and bf16 (AMP), with and without CUDA graphs, and once with the
@@ -11,7 +13,7 @@
 # that holds a CUDA torch (PY=... for another) and this checkout's src/.
 # The whole script keeps to BUDGET seconds (default 420): each part has a time limit, and a figure
 # is skipped, saying so, once the budget is spent; the most telling figures run first.
-# Usage: [BUDGET=SECONDS] bash benchmarks/gpu_figures.sh [OUTDIR] [tests|figures|all]
+# Usage: [BUDGET=SECONDS] bash benchmarks/gpu_figures.sh [OUTDIR] [tests|profile|figures|all]
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu_out}
@@ -30,6 +32,11 @@ if [ "$PART" = tests ] || [ "$PART" = all ]; then
   timeout 240 $PY -m pytest -q -rfEs --durations=8 -p no:cacheprovider $PER_TEST tests/test_device.py \
     tests/test_train_device.py tests/test_precision.py 2>&1 | tee "$OUT/tests.log"
 fi
+if [ "$PART" = profile ] || [ "$PART" = all ]; then
+  echo "### where a step's GPU time goes: benchmarks/gpu_profile.py (batch 64K, bf16; table gradients by bag, then COO)"
+  timeout 120 $PY benchmarks/gpu_profile.py --batch-size 65536 --precision bf16 --table-grads bag,coo 2>&1 |
+    grep -v Warning | tee "$OUT/profile.log"
+fi
 [ "$PART" = figures ] || [ "$PART" = all ] || exit 0
 
 RUN_JSON=$(mktemp)
@@ -41,7 +48,11 @@ bench() {  # bench NAME ARGS...: one run, its json merged into $OUT/gpu_bench.js
     return
   fi
   echo "### $name: dlrmkit bench --device cuda --model mlperf-shape --steps 10 --windows 3 --warmup 3 $*"
-  if timeout $((BUDGET - SECONDS)) $PY -m dlrmkit bench --device cuda --model mlperf-shape --steps 10 --windows 3 --warmup 3 "$@" --json "$RUN_JSON"; then
+  timeout $((BUDGET - SECONDS)) $PY -m dlrmkit bench --device cuda --model mlperf-shape --steps 10 --windows 3 --warmup 3 "$@" --json "$RUN_JSON"
+  local rc=$?
+  if [ $rc = 124 ]; then
+    echo "(stopped: $name, at the end of the ${BUDGET}s budget)"
+  elif [ $rc = 0 ]; then
     $PY - "$RUN_JSON" "$OUT/gpu_bench.json" "$name" <<'PY'
 import json, pathlib, sys
 run, merged, name = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
@@ -50,7 +61,7 @@ runs[name] = json.loads(run.read_text())
 merged.write_text(json.dumps(runs, indent=1))
 PY
   else
-    echo "(failed: $name)"
+    echo "(failed: $name, exit $rc)"
   fi
 }
 # most telling first: the large batch in both precisions, then what graphs and host tables change

@@ -120,6 +120,7 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     from dlrmkit.perf.workload import random_batches
     from dlrmkit.train.step import training_step
     from dlrmkit.model.dlrm import DLRM, ModelConfig
+    from dlrmkit.model.embedding import FusedTable
     from dlrmkit.optim.build import build_optimizers
 
     cfg = ModelConfig(**TINY_CFG)
@@ -135,6 +136,9 @@ def _steps(placement: str, graphs: bool, steps: int = 3):
     gpu_step = gpu.gpu_training_step(
         gpu_model, build_optimizers(gpu_model, "sgd", 0.1), "fp32", cuda, ids_device, pinned
     )
+    # GPU tables keep their gradients by bag (SparseSGD's index_add_ path); host tables, by the CPU kernel's rule
+    tables = [m for m in gpu_model.embeddings.modules() if isinstance(m, FusedTable)]
+    assert tables and (placement == "host" or all(t.deferred for t in tables))
     if graphs:
         gpu.graph_mlps(gpu_model, pinned[0], "fp32", cuda, ids_device)
         assert "forward" in vars(gpu_model.top_mlp) and "forward" in vars(gpu_model.bottom_mlp)  # graphed

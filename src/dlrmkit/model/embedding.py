@@ -156,7 +156,7 @@ class BagGrad:
     row apply in lookup order. The same gradient as the sparse COO tensor (rows, grad[bags]) without
     its [lookups, dim] copy."""
 
-    rows: torch.Tensor  # int64 [lookups], sorted (dim >= SORT_MIN_DIM) or in lookup order
+    rows: torch.Tensor  # int64 [lookups], sorted (dim >= SORT_MIN_DIM, on the CPU) or in lookup order
     bags: torch.Tensor  # int64 [lookups], row of `grad` each lookup takes
     grad: torch.Tensor  # [bags, dim], the pooled output's gradient (any strides; read at update time)
 
@@ -183,7 +183,9 @@ class PooledLookup(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         values, offsets = ctx.saved_tensors
         bags = bag_of_each(offsets, len(values))
-        if ctx.sink is None or ctx.weight_shape[1] >= SORT_MIN_DIM:
+        # sorted for a COO gradient (sink None) and for the CPU kernel's walk of a wide table; a GPU's
+        # deferred update adds atomically (SparseSGD), so it takes the lookups in any order
+        if ctx.sink is None or (ctx.weight_shape[1] >= SORT_MIN_DIM and not values.is_cuda):
             # duplicates keep lookup order (the fp32 sum order is defined); int32 keys sort in half the time
             keys = values.int() if ctx.weight_shape[0] <= torch.iinfo(torch.int32).max else values
             rows, order = keys.sort(stable=True)

@@ -30,18 +30,21 @@ def check_choice(optimizer: str, embedding_optimizer: str | None, precision: str
             raise DlrmkitError("--optimizer split-sgd updates the tables with split SGD: use --embedding-optimizer sgd")
 
 
-def defer_table_grads(embeddings: torch.nn.Module) -> None:
-    """Split-SGD, SparseSGD and the Adagrads read table gradients by bag when the fused kernel is
-    available (no per-lookup gradient copy, docs/BENCHMARKS.md). Replicated tables keep ordinary gradients:
-    the data-parallel all-reduce needs them."""
+def defer_table_grads(embeddings: torch.nn.Module, on_gpu: bool = False) -> None:
+    """Split-SGD, SparseSGD and the Adagrads read the gradients of CPU tables by bag when the fused
+    kernel is available (no per-lookup gradient copy, docs/BENCHMARKS.md). With `on_gpu` (SparseSGD),
+    GPU tables too: SparseSGD adds their lookups to the rows with one index_add_, with no sort or
+    coalesce. Replicated tables keep ordinary gradients: the data-parallel all-reduce needs them."""
     from dlrmkit.model.embedding import FusedTable
     from dlrmkit.optim.split_sgd_kernel import fused_kernel
 
-    if fused_kernel() is None:
-        return
     replicated = {id(p) for p in getattr(embeddings, "replicated_parameters", lambda: [])()}
     for table in embeddings.modules():
-        if isinstance(table, FusedTable) and id(table.weight) not in replicated and table.weight.device.type == "cpu":
+        if not isinstance(table, FusedTable) or id(table.weight) in replicated:
+            continue
+        if on_gpu and table.weight.is_cuda:
+            table.defer_grads()
+        elif table.weight.device.type == "cpu" and fused_kernel() is not None:
             table.defer_grads()
 
 
@@ -92,7 +95,7 @@ def build_optimizers(
     emb = resolve_embedding_optimizer(optimizer, embedding_optimizer)
     if emb == "sgd":
         sparse_opt: Optimizer = SparseSGD(sparse, lr=lr)
-        defer_table_grads(model.embeddings)
+        defer_table_grads(model.embeddings, on_gpu=True)
     elif emb == "adam":
         sparse_opt = TableAdam(sparse, lr=lr, weight_decay=embedding_weight_decay)
     elif emb == "adagrad":

@@ -58,7 +58,9 @@ class SparseSGD(Optimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
     summed without a sort or coalesce; torch's dense += sparse kernel does this faster than
     index_add_ and uses both cores (figures: docs/BENCHMARKS.md). Tables that defer their gradients
-    (FusedTable.defer_grads) are updated by the fused kernel straight from the pooled gradient."""
+    (FusedTable.defer_grads) are updated straight from the pooled gradient: on the CPU by the fused
+    kernel, on a GPU by one index_add_ of each lookup's pooled row (atomic adds, so duplicates of a
+    row add in no set order)."""
 
     def __init__(self, params, lr: float):
         super().__init__(params, {"lr": lr})
@@ -72,7 +74,9 @@ class SparseSGD(Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 for g in take_bag_grads(p):  # deferred table gradients: read by bag
-                    if not fused_sgd_bag_step(p, g, group["lr"]):
+                    if p.is_cuda:  # atomic adds on the GPU: no sort or coalesce of the lookups
+                        p.index_add_(0, g.rows, g.grad.index_select(0, g.bags).to(p.dtype), alpha=-group["lr"])
+                    elif not fused_sgd_bag_step(p, g, group["lr"]):
                         p.add_(g.to_sparse(p.shape).to(p.dtype), alpha=-group["lr"])
                 if p.grad is None:
                     continue

@@ -11,8 +11,8 @@ After warm-up, the bottom and top MLPs (static shapes) are captured in CUDA grap
 torch.cuda.make_graphed_callables, as NVIDIA's DLRM captures its step. The jagged lookups vary in
 size from batch to batch, so they stay outside the graphs.
 
-Written without a GPU at hand: on CPU the CUDA parts are skipped with that reason, and
-docs/BENCHMARKS.md says they are not yet measured.
+The GPU tests (tests/test_device.py, tests/test_train_device.py) skip without a GPU, saying so;
+benchmarks/gpu_figures.sh runs them on one, and docs/BENCHMARKS.md ("GPU path") holds the figures.
 """
 
 from __future__ import annotations
