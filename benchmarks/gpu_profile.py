@@ -3,7 +3,7 @@ MLPs in CUDA graphs), timed, then profiled: the kernels that take the GPU's time
 steps, and the GPU's busy share of the wall time. `--table-grads` compares the tables' gradient
 paths side by side: `bag` (what SparseSGD does on a GPU: the pooled gradient kept by bag, added to
 the rows by one atomic index_add_) and `coo` (a sparse COO gradient sorted by row, added by
-torch's dense += sparse, which coalesces it).
+torch's dense += sparse, which on a GPU runs the same index_add_ kernel).
 
     python benchmarks/gpu_profile.py --batch-size 65536 --precision bf16 --table-grads bag,coo
 """
