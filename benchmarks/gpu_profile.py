@@ -1,9 +1,9 @@
 """Where the time of `dlrmkit bench --device cuda`'s step goes: the same step (tables on the GPU,
 MLPs in CUDA graphs), timed, then profiled: the kernels that take the GPU's time, summed over a few
-steps, and the GPU's busy share of the wall time. `--table-grads` compares the tables' gradient
-paths side by side: `bag` (what SparseSGD does on a GPU: the pooled gradient kept by bag, added to
-the rows by one atomic index_add_) and `coo` (a sparse COO gradient sorted by row, added by
-torch's dense += sparse, which on a GPU runs the same index_add_ kernel).
+steps, beside the step's wall time. `--table-grads` compares the tables' gradient paths side by
+side: `bag` (what SparseSGD does on a GPU: the pooled gradient kept by bag, added to the rows by
+one atomic index_add_) and `coo` (a sparse COO gradient sorted by row, added by torch's
+dense += sparse, which on a GPU runs the same index_add_ kernel).
 
     python benchmarks/gpu_profile.py --batch-size 65536 --precision bf16 --table-grads bag,coo
 """
@@ -61,11 +61,8 @@ def run(a: argparse.Namespace, table_grads: str, device: torch.device) -> None:
             sync()
     events = prof.key_averages()
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    busy_us = sum(getattr(e, key) for e in events)
-    wall_us = a.profile_steps * a.batch_size / rate * 1e6
     print(
-        f"  {device.type.upper()} busy {busy_us / a.profile_steps / 1e3:.2f} ms of {wall_us / a.profile_steps / 1e3:.2f} ms a step "
-        f"(kernel time summed over {a.profile_steps} profiled steps; wall from the timed windows)"
+        f"  times summed over {a.profile_steps} profiled steps (their total on the last line); a step's wall time above"
     )
     print(events.table(sort_by=key, row_limit=a.rows, max_name_column_width=70))
 
