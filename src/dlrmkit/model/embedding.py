@@ -153,8 +153,8 @@ SORT_MIN_DIM = 128
 @dataclass
 class BagGrad:
     """A table's gradient kept by bag: lookup i adds grad[bags[i]] to row rows[i]; duplicates of a
-    row apply in lookup order. The same gradient as the sparse COO tensor (rows, grad[bags]) without
-    its [lookups, dim] copy."""
+    row apply in lookup order on the CPU (a GPU's SparseSGD adds them atomically, in no set order).
+    The same gradient as the sparse COO tensor (rows, grad[bags]) without its [lookups, dim] copy."""
 
     rows: torch.Tensor  # int64 [lookups], sorted (dim >= SORT_MIN_DIM, on the CPU) or in lookup order
     bags: torch.Tensor  # int64 [lookups], row of `grad` each lookup takes
