@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
@@ -197,7 +198,12 @@ def tell_torchrun(line: str) -> None:
     """Under torchrun, the rank's one-line error also goes into the error file torchrun's agent
     reads (TORCHELASTIC_ERROR_FILE, in the format torch.distributed.elastic's ErrorHandler writes),
     so the failure summary torchrun prints after its own traceback names the error, not a link to
-    its docs. Created only, never written over: an existing file at that path stays as it is."""
+    its docs. Created only, never written over: an existing file at that path stays as it is.
+
+    The file appears whole or not at all: it is written beside the path and then linked to it.
+    When one rank fails, torchrun SIGTERMs the others and then reads each one's error file; a rank
+    stopped halfway through writing would otherwise leave an empty file, which the agent cannot
+    parse, and the agent itself would then fail instead of restarting the worker group."""
     from dlrmkit.parallel.options import launched_by_torchrun
 
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
@@ -207,11 +213,16 @@ def tell_torchrun(line: str) -> None:
     import time
 
     record = {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}
+    draft = f"{path}.{os.getpid()}.draft"
     try:
-        with open(path, "x", encoding="utf-8") as f:
+        with open(draft, "x", encoding="utf-8") as f:
             json.dump(record, f)
+        os.link(draft, path)  # fails, leaving the existing file, when one is there
     except OSError:
         pass  # the line on stderr is the message; the summary then shows torchrun's default
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
 
 
 def entry() -> None:
