@@ -7,13 +7,12 @@ summed straight from the pooled gradient (split_sgd_kernel.fused_adagrad_bag_ste
 from __future__ import annotations
 
 import torch
-from torch.optim import Optimizer
 
-from dlrmkit.optim.sparse import clear_bag_grads, sparse_parts, take_bag_grad
+from dlrmkit.optim.sparse import TableOptimizer, sparse_parts, take_bag_grad
 from dlrmkit.optim.split_sgd_kernel import fused_adagrad_bag_step
 
 
-class RowWiseAdagrad(Optimizer):
+class RowWiseAdagrad(TableOptimizer):
     """Per touched row i (duplicate lookups summed first, in fp32):
     acc[i] += mean(g_i^2);  w[i] -= lr * g_i / (sqrt(acc[i]) + eps)."""
 
@@ -26,10 +25,6 @@ class RowWiseAdagrad(Optimizer):
                 self.state[p]["sum"] = torch.full(
                     (p.shape[0],), initial_accumulator_value, dtype=torch.float32, device=p.device
                 )
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        super().zero_grad(set_to_none)
-        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -45,16 +45,19 @@ def take_bag_grad(p: torch.Tensor):
     )
 
 
-def clear_bag_grads(opt: Optimizer) -> None:
-    """Drops the deferred table gradients (FusedTable.defer_grads) of `opt`'s parameters, as
-    zero_grad drops ordinary ones."""
-    for group in opt.param_groups:
-        for p in group["params"]:
-            if getattr(p, "bag_grads", None):
-                p.bag_grads.clear()
+class TableOptimizer(Optimizer):
+    """An optimizer of embedding tables: zero_grad also drops the deferred table gradients
+    (FusedTable.defer_grads) of its parameters, as it drops ordinary ones."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if getattr(p, "bag_grads", None):
+                    p.bag_grads.clear()
 
 
-class SparseSGD(Optimizer):
+class SparseSGD(TableOptimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
     summed without a sort or coalesce; torch's dense += sparse kernel does this faster than
     index_add_ and uses both cores (figures: docs/BENCHMARKS.md). Tables that defer their gradients
@@ -64,10 +67,6 @@ class SparseSGD(Optimizer):
 
     def __init__(self, params, lr: float):
         super().__init__(params, {"lr": lr})
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        super().zero_grad(set_to_none)
-        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -86,7 +85,7 @@ class SparseSGD(Optimizer):
         return None
 
 
-class SparseAdagrad(Optimizer):
+class SparseAdagrad(TableOptimizer):
     """Adagrad on touched rows with an element-wise accumulator, as torch.optim.Adagrad does for
     sparse gradients: duplicates are summed first, then acc += g^2, w -= lr * g / (sqrt(acc) + eps).
     Tables that defer their gradients (FusedTable.defer_grads) are updated by the fused kernel, each
@@ -109,10 +108,6 @@ class SparseAdagrad(Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value, dtype=torch.float32)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        super().zero_grad(set_to_none)
-        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):

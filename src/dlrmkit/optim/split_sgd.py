@@ -15,14 +15,13 @@ fp32 in order (index_add_, exactly as SparseSGD updates an fp32 table), and is s
 from __future__ import annotations
 
 import torch
-from torch.optim import Optimizer
 
 from dlrmkit.optim.bf16_split import join_fp32, split_fp32, truncate_to_bf16  # noqa: F401 (part of this module's API)
-from dlrmkit.optim.sparse import clear_bag_grads, take_bag_grads
+from dlrmkit.optim.sparse import TableOptimizer, take_bag_grads
 from dlrmkit.optim.split_sgd_kernel import fused_bag_step, fused_dense_step, fused_sparse_step
 
 
-class SplitSGD(Optimizer):
+class SplitSGD(TableOptimizer):
     """Plain SGD on split bf16/int16 weights. Taking ownership of `params`: on construction each
     fp32 parameter's data is replaced by its bf16 top half (the low half goes to state["low"]);
     parameters that are already bf16 start with a zero low half. Use `master_weight(p)` for the
@@ -57,10 +56,6 @@ class SplitSGD(Optimizer):
             if low.shape != p.shape:
                 raise ValueError(f"split-SGD state of shape {tuple(low.shape)} for a parameter of {tuple(p.shape)}")
             self.state[p]["low"] = low.to(device=p.device, dtype=torch.int16).clone()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        super().zero_grad(set_to_none)
-        clear_bag_grads(self)
 
     @torch.no_grad()
     def step(self, closure=None):
