@@ -6,6 +6,10 @@ empty one made the agent itself fail instead of restarting the worker group)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
@@ -58,3 +62,31 @@ def test_no_error_file_outside_torchrun(tmp_path, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     cli.tell_torchrun("dlrmkit train: error: x")
     assert not path.exists()
+
+
+def test_error_files_are_whole_when_a_signal_stops_the_writer(tmp_path):
+    """A real SIGTERM at an arbitrary moment, as torchrun sends it: a process writing error files
+    one after another is stopped, and every file at an error-file path parses (drafts beside them
+    may stay, in torchrun's own temporary folder)."""
+    writer = (
+        "import os\n"
+        "from dlrmkit import cli\n"
+        "os.environ.update(WORLD_SIZE='2', RANK='0')\n"
+        "print('ready', flush=True)\n"
+        "for i in range(1_000_000):\n"
+        f"    os.environ['TORCHELASTIC_ERROR_FILE'] = os.path.join({str(tmp_path)!r}, f'error{{i}}.json')\n"
+        "    cli.tell_torchrun('dlrmkit train: error: ' + 'x' * 200_000)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "error0.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # then stop it wherever it is
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    written = sorted(tmp_path.glob("error*.json"))
+    assert written, "the writer wrote no error file before the signal"
+    for path in written:
+        assert json.loads(path.read_text())["message"]["message"].startswith("dlrmkit train: error: "), path
+    assert len(list(tmp_path.iterdir())) <= len(written) + 1  # at most the one draft the signal stopped
