@@ -59,8 +59,8 @@ class TableOptimizer(Optimizer):
 
 class SparseSGD(TableOptimizer):
     """Plain SGD on touched rows: w[i] -= lr * sum of the gradient rows for id i. Duplicates are
-    summed without a sort or coalesce; torch's dense += sparse kernel does this faster than
-    index_add_ and uses both cores (figures: docs/BENCHMARKS.md). Tables that defer their gradients
+    summed without a sort or coalesce; on the CPU torch's dense += sparse kernel does this faster
+    than index_add_ and uses both cores (figures: docs/BENCHMARKS.md). Tables that defer their gradients
     (FusedTable.defer_grads) are updated straight from the pooled gradient: on the CPU by the fused
     kernel, on a GPU by one index_add_ of each lookup's pooled row (atomic adds, so duplicates of a
     row add in no set order)."""
