@@ -18,7 +18,11 @@ def free_port() -> int:
 
 
 def torchrun_env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    """One thread per rank, the checkout's sources, and TMPDIR in the scratch folder: torchrun's
+    agent makes a `torchelastic_*` folder under TMPDIR for every launch and leaves it there."""
+    from helpers import scratch_cwd
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=scratch_cwd())
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     return env
 
