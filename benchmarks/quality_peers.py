@@ -62,7 +62,8 @@ def logistic(parts) -> dict:
     from sklearn.metrics import log_loss, roc_auc_score
     from sklearn.preprocessing import OneHotEncoder
 
-    enc = OneHotEncoder(handle_unknown="ignore").fit(parts[0].ids)
+    # a log without categorical columns has no one-hot block
+    enc = OneHotEncoder(handle_unknown="ignore").fit(parts[0].ids) if parts[0].ids.shape[1] else None
     ys = [p.labels.astype(np.int64) for p in parts]
     scores = []
     # raw numbers: both their signed log and the numbers as they are, chosen on the validation rows
@@ -71,7 +72,8 @@ def logistic(parts) -> dict:
         dense = numerical(parts, signed_log)
         mu, sd = dense[0].mean(0), dense[0].std(0)
         sd = np.where(sd > 1e-12, sd, 1.0)
-        xs = [sp.hstack([enc.transform(p.ids), (d - mu) / sd]).tocsr() for p, d in zip(parts, dense)]
+        ids = [enc.transform(p.ids) if enc else None for p in parts]
+        xs = [sp.hstack([b for b in (i, sp.csr_matrix((d - mu) / sd)) if b is not None]).tocsr() for i, d in zip(ids, dense)]
         for c in C_GRID:
             m = LogisticRegression(C=c, max_iter=5000).fit(xs[0], ys[0])
             pv, pt = m.predict_proba(xs[1])[:, 1], m.predict_proba(xs[2])[:, 1]
