@@ -73,7 +73,10 @@ def logistic(parts) -> dict:
         mu, sd = dense[0].mean(0), dense[0].std(0)
         sd = np.where(sd > 1e-12, sd, 1.0)
         ids = [enc.transform(p.ids) if enc else None for p in parts]
-        xs = [sp.hstack([b for b in (i, sp.csr_matrix((d - mu) / sd)) if b is not None]).tocsr() for i, d in zip(ids, dense)]
+        xs = [
+            sp.hstack([b for b in (i, sp.csr_matrix((d - mu) / sd)) if b is not None]).tocsr()
+            for i, d in zip(ids, dense)
+        ]
         for c in C_GRID:
             m = LogisticRegression(C=c, max_iter=5000).fit(xs[0], ys[0])
             pv, pt = m.predict_proba(xs[1])[:, 1], m.predict_proba(xs[2])[:, 1]
