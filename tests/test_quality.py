@@ -120,6 +120,35 @@ def test_temperature_recovers_a_known_scale_and_folds_into_the_weights():
     assert expected_calibration_error(labels, p) == pytest.approx(0.5 * 0.1 + 0.5 * 0.4)
 
 
+def test_no_temperature_where_the_validation_rows_cannot_fit_one():
+    from dlrmkit.train.calibration import MIN_LABEL_ROWS, fit_scale, unfitted
+
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 2, 2000)
+    y = (rng.random(len(z)) < 1 / (1 + np.exp(-z))).astype(np.float64)
+    assert unfitted(3.0 * z, y) is None and fit_scale(3.0 * z, y) < 0.5  # an overconfident model, fitted
+    # every click above every non-click: the log loss falls without end as T falls
+    separated = np.where(y == 1, np.abs(z) + 0.1, -np.abs(z))
+    assert "every click above every non-click" in unfitted(separated, y)
+    assert fit_scale(separated, y) == 1.0
+    # a handful of clicks: the temperature would follow their noise
+    few = np.zeros(500)
+    few[: MIN_LABEL_ROWS - 1] = 1
+    assert "9 clicks and 491 non-clicks" in unfitted(rng.normal(size=500), few)
+    assert fit_scale(5.0 * rng.normal(size=500) + 3 * few, few) == 1.0
+
+
+def test_three_validation_rows_leave_the_temperature_at_one_and_say_why(tmp_path):
+    write_csv(tmp_path / "x.csv", 1500)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "300", "--val-rows", "3")
+    r = run_cli("train", "--data", tmp_path / "d", "--run-dir", tmp_path / "run", "--no-progress", "--epochs", "2",
+                "--search-budget", "0", "--calibration", "temperature")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "calibration: temperature 1 (the validation rows hold" in r.err, r.err
+    metrics = json.load(open(tmp_path / "run" / "metrics.json"))
+    assert metrics["temperature"] == 1.0  # fitted on these 3 rows (1 click) it was 0.59
+
+
 def test_wide_init_starts_the_model_at_the_validated_regression(tmp_path):
     from dlrmkit.config import TrainConfig
     from dlrmkit.train import regression

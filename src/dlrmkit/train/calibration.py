@@ -16,13 +16,29 @@ import torch
 
 BINS = 10  # equal-width probability bins of the reliability table and the ECE
 MIN_SCALE, MAX_SCALE = 0.02, 50.0  # the 1/T searched: beyond, the model is not worth calibrating
+MIN_LABEL_ROWS = 10  # fewer validation rows of either label than this: no temperature
+
+
+def unfitted(logits: np.ndarray, labels: np.ndarray) -> str | None:
+    """Why no temperature is fitted on these validation logits, or None. A handful of clicks (or
+    non-clicks) gives a temperature that follows their noise; and where every click's logit is
+    above every non-click's, the log loss keeps falling as T falls (no best T exists), so a fit
+    would make the model as confident as the search allows on the test rows too."""
+    y = labels.astype(bool)
+    clicks, others = int(y.sum()), int((~y).sum())
+    if min(clicks, others) < MIN_LABEL_ROWS:
+        return (f"the validation rows hold {clicks:,} click{'s' * (clicks != 1)} and {others:,} "
+                f"non-click{'s' * (others != 1)}, fewer than {MIN_LABEL_ROWS} of one")  # fmt: skip
+    if float(logits[y].min()) > float(logits[~y].max()):
+        return "the validation logits rank every click above every non-click: no temperature minimizes their log loss"
+    return None
 
 
 def fit_scale(logits: np.ndarray, labels: np.ndarray, iters: int = 50) -> float:
     """The a = 1/T minimizing mean log loss of sigmoid(a * logit): Newton's method on a convex
-    function of one variable, started at 1 (no change)."""
+    function of one variable, started at 1 (no change); 1 where `unfitted` says why not."""
     z, y = logits.astype(np.float64), labels.astype(np.float64)
-    if len(z) == 0 or y.min() == y.max():
+    if unfitted(z, y) is not None:
         return 1.0
     a = 1.0
     for _ in range(iters):
@@ -152,7 +168,11 @@ def calibrate_run(trainer, val: dict[str, float]) -> dict[str, float]:
         if trainer.dist.rank == 0:
             print(f"calibration: skipped ({why}); temperature 1", file=sys.stderr)
         return val
-    fitted = calibrate(trainer.model, *val_logits(trainer))
+    z, y = val_logits(trainer)
+    why = unfitted(z, y)
+    if why is not None and trainer.dist.rank == 0:
+        print(f"calibration: temperature 1 ({why})", file=sys.stderr)
+    fitted = calibrate(trainer.model, z, y)
     trainer.temperature = fitted["temperature"]
     trainer.log({"event": "calibration", "step": trainer.step, "mapping": "val", **fitted})
     return {**val, "logloss": fitted["val_logloss_after"]}
