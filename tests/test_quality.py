@@ -169,6 +169,29 @@ def test_wide_init_starts_the_model_at_the_validated_regression(tmp_path):
     assert torch.allclose(got, lr.logits(dense, ids), atol=1e-4)  # the deep part starts at 0
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["batches-held", "batches-streamed"])
+def test_the_regression_fit_is_the_minimum_of_its_objective(tmp_path, monkeypatch, held):
+    """The fit's written-out gradient (sparse products on batches held in memory, a gather and a
+    bincount on streamed ones) against autograd's of the same objective: ~0 at the fit."""
+    from dlrmkit.data.split_binary import open_dataset
+    from dlrmkit.train import regression
+
+    write_csv(tmp_path / "x.csv", 900)
+    transcode(tmp_path / "x.csv", tmp_path / "d", "--test-rows", "100")
+    spec, train, _ = open_dataset(str(tmp_path / "d"))
+    if not held:
+        monkeypatch.setattr(regression, "HELD_VALUES", 0)
+    c = 0.3
+    lr = regression.train_on(spec.cardinalities, train, c, signed=True, batch_size=256)
+    rows = train.read(0, len(train))
+    dense, ids = torch.tensor(np.array(rows.dense)), torch.from_numpy(rows.ids.astype(np.int64))
+    y = torch.from_numpy(np.asarray(rows.labels, dtype=np.float64))
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(lr.logits(dense, ids), y, reduction="sum")
+    grads = torch.autograd.grad(loss + lr.penalty() / c, lr.parameters())
+    assert max(float(g.abs().max()) for g in grads) < 1e-3 * len(train)  # L-BFGS's stop: 1e-5 per row
+    assert float(lr.ids.detach().abs().max()) > 0.05 and float(lr.num.detach().abs().max()) > 0.05  # it moved
+
+
 def spy_reads(monkeypatch) -> list[str]:
     """Every read of a mapping from now on, as 'mapping:rows', in order."""
     reads: list[str] = []
