@@ -225,3 +225,35 @@ def test_sparse_sgd_with_deferred_table_gradients_matches_per_lookup_updates():
     (tables[1](ids) * upstream).sum().backward()
     opts[1].zero_grad()
     assert tables[1].weight.bag_grads == []
+
+
+@pytest.mark.parametrize("decoupled", [True, False], ids=["adamw", "adam-l2"])
+def test_dense_adam_on_the_cpu_is_torchs_fused_kernel_and_stays_so_after_a_load(decoupled):
+    from dlrmkit.optim.build import ScaledAdam
+
+    def make(fused_ok: bool):
+        gen = torch.Generator().manual_seed(0)
+        params = [
+            torch.randn(40, 7, generator=gen, requires_grad=True),
+            torch.randn(7, generator=gen, requires_grad=True),
+        ]
+        opt = ScaledAdam(params, lr=0.05, lr_scale=0.2, weight_decay=0.1, decoupled=decoupled)
+        if not fused_ok:
+            for group in opt.param_groups:
+                group["fused"] = None
+        return params, opt
+
+    (a, fused), (b, plain) = make(True), make(False)
+    assert all(g["fused"] for g in fused.param_groups) and not any(g["fused"] for g in plain.param_groups)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        grads = [torch.randn(p.shape, generator=gen) for p in a]
+        for p, q, g in zip(a, b, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        plain.step()
+    for p, q, start in zip(a, b, make(True)[0]):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        assert (p - start).abs().mean() > 1e-3  # they stepped
+    fused.load_state_dict(plain.state_dict())  # a state saved unfused (a GPU's, say)
+    assert all(g["fused"] for g in fused.param_groups)

@@ -112,15 +112,26 @@ def dense_adagrad(params: list, lr: float) -> Optimizer:
     (torch's fused CPU Adagrad: several times faster than its per-op loop, docs/BENCHMARKS.md). The
     choice is this process's: a checkpoint's saved flag is put back after loading (a CPU run's
     state may resume on a GPU, where torch has no fused Adagrad)."""
-    fused = bool(params) and all(p.device.type == "cpu" and p.dtype in (torch.float32, torch.bfloat16) for p in params)
+    fused = on_cpu(params)
     opt = torch.optim.Adagrad(params, lr=lr, eps=1e-10, fused=fused or None)
+    opt.register_load_state_dict_post_hook(keep_fused(fused))
+    return opt
 
-    def keep_fused(optimizer: Optimizer) -> None:
+
+def on_cpu(params: list) -> bool:
+    """Whether torch's fused CPU kernels can step `params`: every one a CPU float32 or bfloat16 tensor."""
+    return bool(params) and all(p.device.type == "cpu" and p.dtype in (torch.float32, torch.bfloat16) for p in params)
+
+
+def keep_fused(fused: bool):
+    """A load_state_dict post-hook that puts this process's fused flag back over the checkpoint's
+    (a CPU run's state may resume on a GPU, and the other way round)."""
+
+    def hook(optimizer: Optimizer) -> None:
         for group in optimizer.param_groups:
             group["fused"] = fused or None
 
-    opt.register_load_state_dict_post_hook(keep_fused)
-    return opt
+    return hook
 
 
 class ScaledAdam(torch.optim.AdamW):
@@ -129,9 +140,12 @@ class ScaledAdam(torch.optim.AdamW):
     Adam's own rate in proportion, as LAMB's does."""
 
     def __init__(self, params, lr: float, lr_scale: float, weight_decay: float = 0.0, decoupled: bool = True):
-        super().__init__(params, lr=lr, weight_decay=weight_decay if decoupled else 0.0)
+        params = list(params)
+        fused = on_cpu(params)  # torch's fused CPU Adam: one kernel per parameter (docs/BENCHMARKS.md)
+        super().__init__(params, lr=lr, weight_decay=weight_decay if decoupled else 0.0, fused=fused or None)
         for group in self.param_groups:
             group["lr_scale"], group["l2"] = lr_scale, 0.0 if decoupled else weight_decay
+        self.register_load_state_dict_post_hook(keep_fused(fused))
 
     @torch.no_grad()
     def step(self, closure=None):
