@@ -60,9 +60,9 @@ class BaselineOptions:
     )
     c_grid: list[float] | None = option(
         None,
-        "the C values tried on the validation rows, comma-separated (default: "
+        "the C values tried on the validation rows, comma-separated (default: each of "
         + ",".join(f"{c:g}" for c in C_COARSE)
-        + " until the validation AUC falls, then the best one's neighbours among "
+        + ", then the best one's neighbours among "
         + ",".join(f"{c:g}" for c in C_GRID)
         + ")",
         parse=c_values,
