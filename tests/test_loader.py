@@ -245,3 +245,22 @@ def test_a_file_truncated_while_train_reads_it_is_one_line(dataset_copy, tmp_pat
         f"dlrmkit train: error: train/numerical.bin: the file shrank to 4,096 bytes while it was read "
         f"(it held {size:,} when opened)"
     ], err
+
+
+def test_small_batches_are_read_inline_and_large_ones_in_a_thread(dataset, monkeypatch):
+    from dlrmkit.data import loader as loader_module
+
+    row = loader_module.row_bytes(dataset)
+    columns = [dataset.label, dataset.numerical, *dataset.categorical]
+    on_disk = sum(os.path.getsize(os.path.join(dataset.spec.base_directory, f)) for c in columns for f in c.files)
+    assert row * len(dataset) == on_disk
+    monkeypatch.setattr(loader_module, "PREFETCH_BYTES", 16 * row)
+    before = prefetch_threads()
+    small, large = BatchLoader(dataset, 15, shuffle=False), BatchLoader(dataset, 16, shuffle=False)
+    assert (small.prefetch, large.prefetch, BatchLoader(dataset, 15, prefetch=1).prefetch) == (0, 2, 1)
+    inline = small.epoch(0)
+    assert next(inline).ids[:, 0].tolist() == list(range(15)) and prefetch_threads() == before
+    ahead = large.epoch(0)
+    assert next(ahead).ids[:, 0].tolist() == list(range(16)) and len(prefetch_threads() - before) == 1
+    inline.close()
+    ahead.close()

@@ -2,7 +2,9 @@
 
 Batches are contiguous row ranges (one positioned read per file and batch); shuffling permutes
 the order of batches per epoch, seeded, as NVIDIA's DLRM loader does. numpy and torch release
-the GIL while copying, so the prefetch thread overlaps reading with the training step.
+the GIL while copying, so the prefetch thread overlaps reading with the training step; batches
+under PREFETCH_BYTES are read inline instead, where the thread's handoff of each batch (the GIL
+and a queue) costs more than the read it hides (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -114,6 +116,15 @@ class Prefetcher:
             self.thread.join(timeout=10)
 
 
+PREFETCH_BYTES = 1 << 20  # a batch this large or larger is read ahead in a thread
+
+
+def row_bytes(dataset: SplitBinaryDataset) -> int:
+    """Bytes one row of `dataset` takes on disk: its numerical values, its label, its ids."""
+    numerical = dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0
+    return numerical + dataset.label.dtype.itemsize + sum(c.dtype.itemsize * c.width for c in dataset.categorical)
+
+
 def prefetched(source: Iterator, depth: int) -> Iterator:
     """`source`, run `depth` items ahead in a thread (or inline when depth <= 0)."""
     if depth <= 0:
@@ -136,10 +147,14 @@ class BatchLoader:
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
-        prefetch: int = 2,
+        prefetch: int | None = None,
         pin_memory: bool = False,
     ):
+        """`prefetch`: batches read ahead in a thread (0: inline); None: 2 where a batch takes
+        PREFETCH_BYTES or more, else 0."""
         self.dataset, self.batch_size = dataset, batch_size
+        if prefetch is None:
+            prefetch = 2 if batch_size * row_bytes(dataset) >= PREFETCH_BYTES else 0
         self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
         self.pin_memory = pin_memory  # page-locked batches (made in the prefetch thread) copy to a GPU without blocking
         self.bounds = batch_bounds(len(dataset), batch_size, drop_last)
@@ -153,7 +168,7 @@ class BatchLoader:
             yield self.dataset.read(lo, hi)
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        """Batches of `epoch` from batch index `start` on, prefetched in a thread."""
+        """Batches of `epoch` from batch index `start` on, prefetched in a thread (`prefetch`)."""
         batches = (to_batch(raw) for raw in self.raw_batches(epoch, start))
         if self.pin_memory:
             batches = (pin_batch(b) for b in batches)

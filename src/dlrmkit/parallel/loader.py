@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlrmkit.data.loader import Batch, BatchLoader, pin_batch, prefetched, to_batch
+from dlrmkit.data.loader import Batch, BatchLoader, pin_batch, prefetched, row_bytes, to_batch
 from dlrmkit.data.multi_hot import fixed_bags
 from dlrmkit.data.split_binary import SplitBinaryDataset
 from dlrmkit.errors import DlrmkitError
@@ -42,17 +42,14 @@ class DistBatchLoader(BatchLoader):
     ):
         if strategy not in LOADERS:
             raise DlrmkitError(f"unknown --loader '{strategy}' (choose {', '.join(LOADERS)})")
-        super().__init__(dataset, batch_size, **kw)
+        super().__init__(dataset, batch_size, **{"prefetch": 2, **kw})  # each rank's reads beside its collectives
         self.rank, self.world_size, self.strategy = rank, world_size, strategy
         self.group = group  # of the broadcast strategy's CPU tensors (DistContext.cpu_group)
         self.id_tables = list(id_tables or [])
         self.bytes_read = 0
         self.ahead = None  # an IdsAhead: epochs' batches come with ids exchanged during the previous step
-        id_sizes = [c.dtype.itemsize * c.width for c in dataset.categorical]  # a row's bag of each table
-        self.row_bytes = (
-            (dataset.numerical.dtype.itemsize * dataset.num_numerical if dataset.numerical else 0) + 1 + sum(id_sizes)
-        )
-        self.id_bytes = id_sizes
+        self.row_bytes = row_bytes(dataset)
+        self.id_bytes = [c.dtype.itemsize * c.width for c in dataset.categorical]  # a row's bag of each table
 
     def local_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         for b in self.order(epoch)[start:]:
