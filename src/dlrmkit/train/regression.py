@@ -21,8 +21,8 @@ LBFGS_HISTORY = 20  # past steps L-BFGS keeps (two vectors of the weights' size 
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # the C values `select` may try, strong to weak
 C_COARSE = C_GRID[::2]  # tried first; then the best one's neighbours in C_GRID
 GRAD_TOL = 1e-5  # stop when every gradient entry of the mean loss is below this (scikit-learn: 1e-4)
-NEAR_TIE_AUC = 0.001
-HELD_VALUES = 8_000_000  # training rows x features up to which a fit holds its batches in memory (~40 bytes each)  # validation AUCs this close are a tie, broken by the lower log loss
+NEAR_TIE_AUC = 0.001  # validation AUCs this close are a tie, broken by the lower log loss
+HELD_VALUES = 8_000_000  # training rows x features up to which a fit holds its batches in memory (~40 bytes each)
 
 
 class LogisticRegression:
