@@ -1,8 +1,9 @@
 """The logistic regression `dlrmkit baseline` reports and `--wide-init regression` starts the
 DLRM's wide term from: one-hot categorical features plus the numerical features, same loader and
 same splits as `train`. The objective is scikit-learn's LogisticRegression (L2): sum of log losses
-+ ||w||^2 / (2C), bias unpenalized, minimized full-batch with L-BFGS; the gradient of each step
-streams over the training rows, so memory is the weights (one float per id), not the data. C is
++ ||w||^2 / (2C), bias unpenalized, minimized full-batch with L-BFGS on its gradient written out;
+up to HELD_VALUES the training rows are held in memory, past it each gradient streams over them,
+so memory is the weights (one float per id), not the data. C is
 chosen on the validation rows from a small log grid, coarse to fine (`select`), as
 LogisticRegressionCV chooses it (best validation AUC, near-ties by log loss). Numerical features
 are standardized with the training rows' mean and deviation (after sign(x) log(1+|x|) when they are raw, as `train`'s recipe does)."""
