@@ -31,7 +31,7 @@ from quality_choice import VARIANT
 from dlrmkit.metrics import roc_auc
 from dlrmkit.train.blend import BAGS, SEEDED_SHARE, ensemble_selection, mean_logits
 from dlrmkit.train.calibration import kept_scale, log_loss_of_logits, row_log_losses
-from dlrmkit.train.options import SelectionOptions
+from dlrmkit.train.options import BLEND_SEEDS
 from dlrmkit.train.recipe_search import Candidate, choose
 
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--with", dest="extra", default="", help="more grid variants as candidates")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--bags", type=int, default=BAGS, help="ensemble selection's bootstrap samples (0: unbagged)")
-    parser.add_argument("--blend-seeds", type=int, default=SelectionOptions.blend_seeds, help="runs per blend member")
+    parser.add_argument("--blend-seeds", type=int, default=BLEND_SEEDS, help="runs per blend member")
     args = parser.parse_args(argv)
     extra = [v for v in args.extra.split(",") if v]
     folder, wanted, seeds = args.folder, args.datasets, [int(s) for s in args.seeds.split(",")]

@@ -16,15 +16,15 @@ import sys
 
 from dlrmkit.train.recipe_search import Candidate, choose
 
-# candidate (dlrmkit.train.recipe_search.candidates) -> its quality_grid.py variant
+# candidate (dlrmkit.train.recipe_search.candidates, in its order) -> its quality_grid.py variant
 VARIANT = {
     "regression": "regression-k2-std",
     "regression, buckets": "regression-k2-std-b32",
     "dlrm+wide": "base-k2-std",
     "dlrm+wide, buckets": "base-k2-std-b256",
     "dlrm+wide+fm": "fm-k2-std",
-    "dlrm+wide+fm, wide top MLP": "big-fm-b256",
     "deepfm, adam, lr decay": "deepfm-adam-plateau",
+    "dlrm+wide+fm, wide top MLP": "big-fm-b256",
 }
 
 

@@ -425,7 +425,7 @@ def test_auto_search_keeps_a_deep_model_when_a_deep_option_is_given(tmp_path):
 
 def test_candidates_with_wide_mlps_run_the_bases_one_thread_and_the_users_threads_win():
     wide = [c for c in recipe_search.candidates(3) if c.values.get("top_mlp", [0])[0] == 400]
-    assert [c.name for c in wide] == ["dlrm+wide+fm, wide top MLP", "deepfm, adam, lr decay"]
+    assert [c.name for c in wide] == ["deepfm, adam, lr decay", "dlrm+wide+fm, wide top MLP"]
     assert not any("threads" in c.values for c in recipe_search.candidates(3))
     from dlrmkit.config import TrainConfig
     from dlrmkit.train.recipe import Recipe, fill

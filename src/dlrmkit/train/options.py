@@ -11,6 +11,8 @@ from dlrmkit import cli_types as ct
 from dlrmkit.options import option
 
 SEARCH_BUDGET = 7  # --search-budget's default: every candidate of dlrmkit.train.recipe_search
+BLEND_SEEDS = 2  # --blend-seeds' default
+TIME_LIMIT = 4.5  # --time-limit's default, in minutes: a 46,000-row log's run within 5 (docs/BENCHMARKS.md)
 
 
 @dataclass
@@ -138,13 +140,23 @@ class SelectionOptions:
         "default: the search decides)",
         parse=blend_text,
     )
-    blend_seeds: int = option(
-        2,
+    blend_seeds: int | None = option(
+        None,
         "a blend: train each member weighing a tenth of the blend or more N times, with seeds --seed, "
         "--seed+1, ..., each a run of its own, and average their logits (the mean of two seeds ranks better "
         "than one; a blend of one member, --blend NAME=1, too; a run that is no blend, or --folds without "
-        "--refit: unused; default {default})",
+        f"--refit: unused; default {BLEND_SEEDS}, or 1 where --time-limit says so)",
         parse=ct.int_range(1, MAX_BLEND_SEEDS),
+    )
+    time_limit: float | None = option(
+        None,
+        "--preset auto's search: the wall-clock minutes the run aims its training at; candidates after the "
+        "first start only in the first 75%% of them, and a blend leaves out its second seeds, then its refits, "
+        "where their time, estimated from the search's runs, would pass them (options given are kept; what is "
+        f"left out is printed and config.yaml records it; 0: no limit; default {TIME_LIMIT:g} on up to 100,000 "
+        "training rows, else none)",
+        metavar="MINUTES",
+        parse=ct.float_range(0.0, 1e6),
     )
 
 

@@ -13,6 +13,7 @@ always win.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from dlrmkit.data.id_counts import by_count, id_counts
 from dlrmkit.data.split_binary import RAW_NUMERICAL, SplitBinaryDataset, numerical_scale
 from dlrmkit.optim.names import lr_family
 from dlrmkit.train import blend
-from dlrmkit.train.options import SEARCH_BUDGET
+from dlrmkit.train.options import BLEND_SEEDS, SEARCH_BUDGET, TIME_LIMIT
 
 SMALL_ROWS = 100_000
 LARGE_ROWS = 10_000_000
@@ -238,7 +239,8 @@ def fill(cfg: Any, recipe: Recipe) -> list[str]:
 def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     """--preset auto: the base recipe for the dataset's size; on data up to LARGE_ROWS training
     rows (the SEARCHED bases) with validation rows, in one process, a search over candidate
-    recipes on the validation rows (dlrmkit.train.recipe_search) picks the values. Fills `cfg`'s
+    recipes on the validation rows (dlrmkit.train.recipe_search) picks the values, leaving out
+    what would pass --time-limit (dlrmkit.train.time_limit). Fills `cfg`'s
     unset options (they reach config.yaml with --search-budget 0, so `train --config` repeats the
     run without the search);
     returns what was chosen and why, for rank 0 to print; where the run is a blend (chosen by
@@ -249,10 +251,14 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
     from dlrmkit.train.selection import cross_folds, validation_split
+    from dlrmkit.train.time_limit import Clock
 
+    sel, start = cfg.selection, time.perf_counter()
+    given = {"blend_seeds": sel.blend_seeds is not None, "refit": sel.refit is not None}  # the time limit keeps them
     spec, train, _ = open_dataset(cfg.data)
     base = choose(spec, train)
-    sel = cfg.selection
+    minutes = sel.time_limit if sel.time_limit is not None else TIME_LIMIT if base.name == "small-data" else 0
+    clock = Clock(60.0 * minutes, start)
     check_folds(cfg)
     budget = sel.search_budget if sel.search_budget is not None else SEARCH_BUDGET
     lines: list[str] = []
@@ -268,6 +274,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
         if validation_split(spec, train, sel.val_fraction)[1] is None:
             raise DlrmkitError(f"--blend: {cfg.data} gives no validation rows to fit the blend's temperature on")
         sel.search_budget = 0
+        sel.blend_seeds = sel.blend_seeds or BLEND_SEEDS
         members = member_configs(cfg, base, train.num_numerical)
         if cross_folds(cfg):
             head = f"blend of {len(members)} (--blend, no search), each member trained once per fold (--folds {sel.folds}):"
@@ -301,7 +308,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
                 how = FOLDS_REFIT if sel.refit else FOLDS_BAG
                 base.reasons.append(FOLDS_WHY.format(k=FOLDS, rows=rows, both=both) + how.format(
                     k=FOLDS, seen=FOLDS - 1, rows=rows, limit=FOLD_ROWS, rarer=rarer, few=FEW_VAL_LABELS))  # fmt: skip
-            winner, tried, left_out = recipe_search.search(cfg, base, budget, train, fill)
+            winner, tried, left_out = recipe_search.search(cfg, base, budget, train, fill, clock)
             lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg)) + left_out
             if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
                 sel.refit = True
@@ -312,8 +319,11 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             recipe_search.release(tried, keep={m.name for m in members} or {winner.name})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
+                timed = within_time(cfg, members, tried, clock, given)
+                if not sel.refit:
+                    lines = [line for line in lines if line != f"  {REFIT_WHY}"]
                 said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg), bool(sel.refit))
-                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said])
+                text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said, *timed])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
                 return text, member_configs(cfg, base, train.num_numerical, trained), None
             if base.values.get("calibration") != "temperature":
@@ -333,6 +343,26 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
         base.values["search_budget"] = 0
     text = describe(base, fill(cfg, base))
     return ("\n".join([text, *lines]) if lines else text), [], taken
+
+
+def within_time(cfg: Any, members: list, tried: list, clock: Any, given: dict[str, bool]) -> list[str]:
+    """--time-limit on the blend the search chose (dlrmkit.train.time_limit): fills --blend-seeds
+    (its default, or 1 where the second seeds would pass the limit) and, where the refits would,
+    --refit false, unless given; returns the lines saying what was left out."""
+    from dlrmkit.train.refit import wanted
+    from dlrmkit.train.selection import cross_folds
+    from dlrmkit.train.time_limit import blend_time, trim
+
+    sel = cfg.selection
+    seeds = sel.blend_seeds or BLEND_SEEDS
+    total = sum(m.weight for m in members)
+    runs = {m.name: len(blend.seeded(m, total, seeds, cfg.seed)) for m in members}
+    cost = blend_time(runs, tried, wanted(cfg, parallel=False, say=False), bool(cross_folds(cfg)))
+    drop_seeds, drop_refits, lines = trim(clock, cost, given["blend_seeds"], given["refit"])
+    sel.blend_seeds = 1 if drop_seeds else seeds
+    if drop_refits:
+        sel.refit = False
+    return lines
 
 
 def default_folds(cfg: Any, spec: FeatureSpec, train: SplitBinaryDataset) -> tuple[int, int | None]:

@@ -105,18 +105,14 @@ def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
         **({"numerical_buckets": BUCKETS} if num_numerical else {}),
     }
     with_buckets = f"numerical features also {BUCKETS}-quantile buckets" if num_numerical else ""
+    # the costliest last (its 400-wide MLP runs every step at batch 64): where --time-limit stops
+    # the search, it is the first candidate left out
     return [
         every_id,
         *regression_buckets,
         Candidate("dlrm+wide", {}, "the DLRM with its wide term, trained from scratch"),
         *dlrm_buckets,
         Candidate("dlrm+wide+fm", {"fm": True}, "the DLRM with the wide and factorization-machine terms"),
-        Candidate(
-            "dlrm+wide+fm, wide top MLP",
-            {**deepfm_sized, "embedding_weight_decay": 0.0},
-            "a DeepFM-sized model: dim 16, top MLP 400-400-400 trained by Adam, the FM term"
-            + (f", {with_buckets}" if with_buckets else ""),
-        ),
         Candidate(
             "deepfm, adam, lr decay",
             {
@@ -133,6 +129,12 @@ def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
             "beside the FM term, Adam 0.001 on whole tables (L2 0.01 on every row) and the MLPs, batch 512, "
             "the learning rate x0.1 at each evaluation without a better validation AUC, stop after 2"
             + (f"; {with_buckets}" if with_buckets else ""),
+        ),
+        Candidate(
+            "dlrm+wide+fm, wide top MLP",
+            {**deepfm_sized, "embedding_weight_decay": 0.0},
+            "a DeepFM-sized model: dim 16, top MLP 400-400-400 trained by Adam, the FM term"
+            + (f", {with_buckets}" if with_buckets else ""),
         ),
     ]
 
@@ -293,7 +295,9 @@ def release(tried: list[Candidate], keep: set[str]) -> None:
     gc.collect()  # a trainer's references among its parts: freed by the cycle collector
 
 
-def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candidate, list[Candidate], list[str]]:
+def search(
+    cfg: Any, base: Any, budget: int, train: Any, apply, clock: Any = None
+) -> tuple[Candidate, list[Candidate], list[str]]:
     """Tries the first `budget` candidates on the dataset whose train mapping is `train`, each as
     `apply` (recipe.fill) fills a copy of `cfg` from the base recipe plus the candidate's values.
     Options the user gave win in every candidate; candidates that come out the same are tried once
@@ -302,8 +306,9 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
     true) gets no candidate without the deep part. A candidate whose training loss goes NaN or
     infinite is left out, named in a line of its own; where every one does, the first one's error
     stops the run. Each candidate's figures are printed as it ends (a search may take minutes;
-    standard output, as the recipe's lines: an error stays one line). Returns (winner, tried, the
-    lines of those left out)."""
+    standard output, as the recipe's lines: an error stays one line). With a `clock`
+    (dlrmkit.train.time_limit.Clock), the candidates after the first are tried only while it says
+    the search is open. Returns (winner, tried, the lines of those left out)."""
     from dlrmkit.data.split_binary import numerical_scale
     from dlrmkit.options import flatten
 
@@ -311,6 +316,7 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
     tried: list[Candidate] = []
     seen: list[dict] = []
     failed: list[tuple[str, NonFiniteLoss]] = []
+    late: list[str] = []  # not tried: past the time limit's share for the search
     given = flatten(cfg)
     deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
     pool = [c for c in candidates(num_numerical, base.name) if not (deep_asked and c.values.get("deep") is False)]
@@ -325,6 +331,10 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
         if shape in seen:
             continue
         seen.append(shape)
+        if budget > 0 and tried and clock is not None and not clock.search_open():
+            late.append(clock.skipped(cand.name))
+            print(f"search {k}/{len(pool)}: {cand.name}: not tried (--time-limit)", flush=True)
+            continue
         if budget > 0:
             try:
                 cand.result, cand.trained = train_candidate(trial)
@@ -347,7 +357,7 @@ def search(cfg: Any, base: Any, budget: int, train: Any, apply) -> tuple[Candida
         name, exc = failed[0]
         raise NonFiniteLoss(f"search candidate {name}: {exc}") from None
     left_out = [f"  {name:<26} left out: its training {str(exc).split(';')[0]}" for name, exc in failed]
-    return choose(tried), tried, left_out
+    return choose(tried), tried, left_out + late
 
 
 def check_numbers(cfg: Any, base: Any, regression: Candidate, apply) -> None:

@@ -51,7 +51,7 @@ from dlrmkit.train.train_loss import TrainLoss, nonfinite_error
 # writes, and what happens once training ends (a refit too: another training, after it)
 TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorboard", "final_checkpoint",
               "resume", "progress", "calibration", "checkpoint_every", "checkpoint_every_seconds",
-              "search_budget", "blend", "blend_seeds", "refit")  # fmt: skip
+              "search_budget", "blend", "blend_seeds", "refit", "time_limit")  # fmt: skip
 
 # where this process's runs have trained (device, GPU, table placement): a search or a blend builds
 # many trainers, and the line is printed once for each place

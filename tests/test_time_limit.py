@@ -1,0 +1,145 @@
+"""--time-limit: a searched run leaves out its optional training where it would pass the limit
+(the search's later candidates, then a blend's second seeds, then its refits), says so, keeps
+the options given, and config.yaml repeats what ran."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from helpers import run_cli
+from dlrmkit.train import time_limit
+from dlrmkit.train.time_limit import BlendTime, Clock, blend_time, refit_seconds, trim
+from test_selection import transcode, write_csv
+
+
+def spent(seconds: float, limit: float) -> Clock:
+    """A clock that has run `seconds` of `limit`."""
+    return Clock(limit, time.perf_counter() - seconds)
+
+
+@pytest.mark.parametrize(
+    "seconds, cost, given, dropped",
+    [
+        (50, BlendTime(seeds=20, refits=20), {}, (False, False)),  # 90 of 100: all of it
+        (50, BlendTime(seeds=30, refits=30), {}, (True, False)),  # 110: the seeds go, the refits fit
+        (50, BlendTime(seeds=30, refits=60), {}, (True, True)),  # the refits alone pass it too
+        (50, BlendTime(seeds=30, refits=60), {"seeds_given": True, "refit_given": True}, (False, False)),
+        (50, BlendTime(seeds=0, refits=60), {}, (False, True)),  # no second seed to leave out
+        (500, BlendTime(seeds=0, refits=0), {}, (False, False)),  # nothing optional left
+    ],
+)
+def test_a_blend_leaves_out_its_second_seeds_then_its_refits(seconds, cost, given, dropped):
+    flags = {"seeds_given": False, "refit_given": False, **given}
+    seeds, refits, lines = trim(spent(seconds, 100.0), cost, **flags)
+    assert (seeds, refits) == dropped
+    assert len(lines) == seeds + refits
+    assert all("--time-limit (1.66667 min)" in line for line in lines), lines
+    assert trim(spent(seconds, 0.0), cost, **flags) == (False, False, [])  # 0: no limit
+
+
+def test_the_search_starts_candidates_only_in_its_share_of_the_limit():
+    share = time_limit.SEARCH_SHARE * 100
+    assert spent(share - 5, 100.0).search_open() and not spent(share + 5, 100.0).search_open()
+    assert spent(1e6, 0.0).search_open()
+
+
+def candidate(name: str, seconds: float, selected: int, steps: int, train: int = 900, val: int = 100, runs: int = 1):
+    trainer = SimpleNamespace(train_set=range(train), val_set=range(val))
+    metrics = {"selected_step": selected, "steps": steps}
+    return SimpleNamespace(name=name, result={"seconds": seconds}, trained=[(trainer, None, metrics)] * runs)
+
+
+def test_a_refit_is_timed_by_the_steps_and_rows_it_repeats():
+    # a run of 10 s that chose step 40 of 100: 40% of its steps on 1000/900 of its rows, and its setup
+    assert refit_seconds(candidate("a", 10, 40, 100)) == pytest.approx(10 * (time_limit.REFIT_SETUP + 0.4 * 1000 / 900))
+    assert refit_seconds(candidate("r", 10, 0, 0)) == pytest.approx(10 * time_limit.REFIT_SETUP)  # a regression
+    folds = candidate("f", 50, 40, 100, runs=5)  # a candidate's 5 fold runs: 10 s each
+    assert refit_seconds(folds) == refit_seconds(candidate("a", 10, 40, 100))
+    tried = [candidate("a", 10, 40, 100), candidate("b", 20, 50, 100)]
+    ra, rb = (refit_seconds(c) for c in tried)
+    # "a" on two seeds: the second seed is one more run and its refit; "b" on one
+    assert blend_time({"a": 2, "b": 1}, tried, refitting=True, folds=False) == BlendTime(10 + ra, ra + rb)
+    assert blend_time({"a": 2, "b": 1}, tried, refitting=False, folds=False) == BlendTime(10, 0)
+    # with folds, a second seed is a refit only
+    assert blend_time({"a": 2, "b": 1}, tried, refitting=True, folds=True) == BlendTime(ra, ra + rb)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("limit")
+    write_csv(root / "x.csv", 1500)
+    transcode(root / "x.csv", root / "d", "--test-rows", "300")
+    return root / "d"
+
+
+COMMON = ("--no-progress", "--epochs", "2", "--folds", "1")  # held-out rows: a blend refits and has seeds
+
+
+def test_past_the_search_share_no_further_candidate_is_tried(data, tmp_path):
+    r = run_cli("train", "--data", data, "--run-dir", tmp_path / "run", "--time-limit", "0.0001", *COMMON)
+    assert r.code == 0, r.out + r.err
+    assert r.out.count("not tried (--time-limit)") == 6, r.out  # of 7 candidates, the first is tried
+    assert (
+        "search: 1 candidate recipes" in r.out
+        and f"past {time_limit.SEARCH_SHARE:.0%} of --time-limit (0.0001 min)" in r.out
+    ), r.out
+    doc = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
+    assert doc["search-budget"] == 0 and doc["blend"] is None and doc["deep"] is False  # the regression, unsearched
+
+
+def test_a_blend_past_the_limit_is_trained_once_per_member_unrefitted_and_its_config_repeats_it(
+    data, tmp_path, monkeypatch
+):
+    """The search keeps its candidates (its share raised past any run's time) while the blend's second
+    seeds and refits are left out: each member is the search's own run, config.yaml says
+    --blend-seeds 1 and --refit false, and `train --config` trains the same blend again."""
+    monkeypatch.setattr(time_limit, "SEARCH_SHARE", 1e9)
+    run, again = tmp_path / "run", tmp_path / "again"
+    r = run_cli("train", "--data", data, "--run-dir", run, "--search-budget", "3", "--time-limit", "0.001", *COMMON)
+    assert r.code == 0 and "blend:" in r.out, r.out + r.err  # these rows and seed end in a blend
+    assert "time limit: each member trained on one seed (--blend-seeds 1)" in r.out, r.out
+    assert "time limit: no refit (--refit false)" in r.out and "refit on the training" not in r.out, r.out
+    doc = yaml.safe_load(open(run / "config.yaml"))
+    assert doc["blend-seeds"] == 1 and doc["refit"] is False, doc
+    members = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))["members"]
+    assert len({m["name"] for m in members}) == len(members) >= 2  # one run per member
+    assert r.out.count("(the search's run of it, not trained again)") == len(members), r.out
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, *COMMON[:1])
+    assert r2.code == 0 and "time limit" not in r2.out, r2.out + r2.err
+    a, b = (json.load(open(f / "metrics.json")) for f in (run, again))
+    assert (a["auc"], a["logloss"]) == (b["auc"], b["logloss"]) and not a["refit"]
+
+
+def test_options_given_are_kept_past_the_limit(data, tmp_path, monkeypatch):
+    monkeypatch.setattr(time_limit, "SEARCH_SHARE", 1e9)
+    r = run_cli("train", "--data", data, "--run-dir", tmp_path / "run", "--search-budget", "3", "--time-limit", "0.001",
+                "--blend-seeds", "2", "--refit", "true", *COMMON)  # fmt: skip
+    assert r.code == 0 and "blend:" in r.out and "time limit" not in r.out, r.out + r.err
+    doc = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
+    assert doc["blend-seeds"] == 2 and doc["refit"] is True
+    assert r.out.count("refit on the training and validation rows") > len(doc["blend"].split(";")), r.out
+
+
+def test_cross_validated_past_the_limit_the_run_is_the_fold_models_unrefitted(data, tmp_path, monkeypatch):
+    """Between FOLD_ROWS and FOLD_REFIT_ROWS the kept candidates are refitted on all rows; where
+    the refits would pass the limit, each member is its fold models, averaged, as up to FOLD_ROWS."""
+    from dlrmkit.train import recipe
+
+    monkeypatch.setattr(recipe, "FOLD_ROWS", 1199)  # the 1,200 training rows: folds, then refits
+    monkeypatch.setattr(time_limit, "SEARCH_SHARE", 1e9)
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", data, "--run-dir", run, "--search-budget", "2", "--time-limit", "0.001",
+                "--no-progress", "--epochs", "2")  # fmt: skip
+    assert r.code == 0 and "cross-validation (--folds 5)" in r.out, r.out + r.err
+    assert "time limit: no refit (--refit false)" in r.out and "refit on all rows" not in r.out, r.out
+    doc = yaml.safe_load(open(run / "config.yaml"))
+    assert (doc["folds"], doc["refit"]) == (5, False), doc
+    members = yaml.safe_load(open(run / "checkpoints" / "blend.yaml"))["members"]
+    for name in {m["name"] for m in members}:
+        assert sorted(m["fold"] for m in members if m["name"] == name) == [1, 2, 3, 4, 5]
+    assert not any(m.get("refit") for m in members) and not json.load(open(run / "metrics.json"))["refit"]
