@@ -310,9 +310,9 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
                     k=FOLDS, seen=FOLDS - 1, rows=rows, limit=FOLD_ROWS, rarer=rarer, few=FEW_VAL_LABELS))  # fmt: skip
             winner, tried, left_out = recipe_search.search(cfg, base, budget, train, fill, clock)
             lines = recipe_search.describe(winner, tried, budget, cross_folds(cfg)) + left_out
-            if sel.refit is None and not cross_folds(cfg):  # as if given: a blend's members and config.yaml keep it
+            refit_why = [f"  {REFIT_WHY}"] if sel.refit is None and not cross_folds(cfg) else []
+            if refit_why:  # as if given: a blend's members and config.yaml keep it (unless the time limit drops it)
                 sel.refit = True
-                lines.append(f"  {REFIT_WHY}")
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
             if cross_folds(cfg) and not members:  # one candidate: its fold models, averaged
                 members = [blend.Member(winner.name, 1)]
@@ -320,12 +320,12 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
                 timed = within_time(cfg, members, tried, clock, given)
-                if not sel.refit:
-                    lines = [line for line in lines if line != f"  {REFIT_WHY}"]
+                lines += refit_why if sel.refit else []
                 said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg), bool(sel.refit))
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said, *timed])
                 trained = {c.name: c.trained for c in tried}  # each member's first run: the search's
                 return text, member_configs(cfg, base, train.num_numerical, trained), None
+            lines += refit_why
             if base.values.get("calibration") != "temperature":
                 base.reasons.append("one temperature fitted on the validation rows after selection")
             base.values.update(winner.values)

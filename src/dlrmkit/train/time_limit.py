@@ -37,10 +37,13 @@ class Clock:
         """Whether the search may start another candidate."""
         return not self.limit or self.spent() < SEARCH_SHARE * self.limit
 
+    def option(self) -> str:
+        """The limit, as the lines that name it print it."""
+        return f"--time-limit ({self.limit / 60:g} min)"
+
     def skipped(self, name: str) -> str:
         """The line for a candidate the search does not try."""
-        return (f"  {name:<26} not tried: the run had spent {self.spent():.0f} s, past {SEARCH_SHARE:.0%} of "
-                f"--time-limit ({self.limit / 60:g} min)")  # fmt: skip
+        return f"  {name:<26} not tried: the run had spent {self.spent():.0f} s, past {SEARCH_SHARE:.0%} of {self.option()}"
 
 
 def run_seconds(candidate: Any) -> float:
@@ -95,12 +98,12 @@ def trim(clock: Clock, cost: BlendTime, seeds_given: bool, refit_given: bool) ->
         lines.append(
             f"  time limit: each member trained on one seed (--blend-seeds 1): the run had spent {spent:.0f} s, and "
             f"the second seeds (about {cost.seeds:.0f} s) with the refits (about {cost.refits:.0f} s) would pass "
-            f"--time-limit ({clock.limit / 60:g} min)"
+            f"{clock.option()}"
         )
     drop_refits = not refit_given and cost.refits > 0 and spent + cost.refits > clock.limit
     if drop_refits:
         lines.append(
             f"  time limit: no refit (--refit false), each member kept as the search trained it: the run had spent "
-            f"{spent:.0f} s, and the refits (about {cost.refits:.0f} s) would pass --time-limit ({clock.limit / 60:g} min)"
+            f"{spent:.0f} s, and the refits (about {cost.refits:.0f} s) would pass {clock.option()}"
         )
     return drop_seeds, drop_refits, lines
