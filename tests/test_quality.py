@@ -368,11 +368,11 @@ def test_a_search_candidate_whose_loss_diverges_is_left_out_and_named(tmp_path, 
     real = recipe_search.train_candidate
     diverging: set[str] = set()
 
-    def train_candidate(cfg):
+    def train_candidate(cfg, deadline=None):
         if cfg.model.deep is not False:  # the deep candidates, say
             diverging.add("deep")
             raise NonFiniteLoss("loss is nan at step 7; no checkpoint saved before it; lower --lr, ...")
-        return real(cfg)
+        return real(cfg, deadline)
 
     monkeypatch.setattr(recipe_search, "train_candidate", train_candidate)
     argv = ("train", "--data", tmp_path / "d", "--no-progress", "--epochs", "1", "--search-budget", "3")
@@ -383,7 +383,7 @@ def test_a_search_candidate_whose_loss_diverges_is_left_out_and_named(tmp_path, 
     assert "search: 2 candidate recipes" in r.out and r.out.count("<- chosen") == 1, r.out
     assert os.path.isfile(tmp_path / "run" / "metrics.json")
 
-    def every_one_diverges(cfg):
+    def every_one_diverges(cfg, deadline=None):
         raise NonFiniteLoss("loss is inf at step 3")
 
     monkeypatch.setattr(recipe_search, "train_candidate", every_one_diverges)

@@ -89,7 +89,8 @@ def test_past_the_search_share_no_further_candidate_is_tried(data, tmp_path):
         and f"past {time_limit.SEARCH_SHARE:.0%} of --time-limit (0.0001 min)" in r.out
     ), r.out
     doc = yaml.safe_load(open(tmp_path / "run" / "config.yaml"))
-    assert doc["search-budget"] == 0 and doc["blend"] is None and doc["deep"] is False  # the regression, unsearched
+    # the regression, unsearched, its search run (its refit would pass the limit too)
+    assert (doc["search-budget"], doc["blend"], doc["refit"]) == (0, "regression=1", False), doc
 
 
 def test_a_blend_past_the_limit_is_trained_once_per_member_unrefitted_and_its_config_repeats_it(
@@ -143,3 +144,85 @@ def test_cross_validated_past_the_limit_the_run_is_the_fold_models_unrefitted(da
     for name in {m["name"] for m in members}:
         assert sorted(m["fold"] for m in members if m["name"] == name) == [1, 2, 3, 4, 5]
     assert not any(m.get("refit") for m in members) and not json.load(open(run / "metrics.json"))["refit"]
+
+
+def test_a_run_ended_by_its_deadline_is_the_run_of_the_epochs_it_trained(data, monkeypatch):
+    """Trainer.fit's deadline: the run ends at the epoch end where another epoch would pass it, its
+    --epochs then says how many it trained, and it is, weight for weight, the run of that many."""
+    import torch
+
+    from dlrmkit.config import TrainConfig
+    from dlrmkit.train import trainer as trainer_module
+    from dlrmkit.train.trainer import Trainer
+
+    def config(**kw):
+        values = dict(data=str(data), preset="tiny", epochs=6, batch_size=64, lr=0.5, progress=False,
+                      final_checkpoint=False, restore_best=True, patience=6, lr_decay_on_plateau=0.5,
+                      numerical_transform="signed-log", standardize_numerical=True)  # fmt: skip
+        return TrainConfig.of(**{**values, **kw})
+
+    ends = []  # the epoch ends asked: at the third, another epoch would pass the deadline
+
+    def past(deadline, epoch_seconds):
+        ends.append(epoch_seconds)
+        return len(ends) >= 3
+
+    monkeypatch.setattr(trainer_module, "past", past)
+    cut = Trainer(config())
+    m = cut.fit(save=False, deadline=time.perf_counter() + 1e6)
+    assert len(ends) == 3 and all(s > 0 for s in ends) and m["deadline_epochs"] == 3 == cut.cfg.schedule.epochs
+    whole = Trainer(config(epochs=3))
+    w = whole.fit(save=False)
+    assert "deadline_epochs" not in w and m["steps"] == w["steps"] == 3 * len(whole.loader)
+    for key in ("auc", "logloss", "val_auc", "val_logloss", "selected_step", "temperature"):
+        assert m[key] == w[key], key
+    for a, b in zip(cut.model.state_dict().values(), whole.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert cut.lr_scales == whole.lr_scales
+    assert "deadline_epochs" not in Trainer(config(epochs=2)).fit(save=False)  # no deadline: not asked
+
+
+def test_candidates_past_the_deadline_are_the_candidates_of_the_epochs_they_trained_and_config_repeats_them(
+    data, tmp_path, monkeypatch
+):
+    """Without --epochs given, each candidate's training ends by the limit's deadline: a candidate
+    then carries its epochs in its name ("NAME, N epochs"), the blend of such candidates takes over
+    their search runs, and `train --config` trains the same blend again from its names."""
+    monkeypatch.setattr(time_limit, "SEARCH_SHARE", 1e9)  # every candidate tried, each ended at its first epoch end
+    run, again = tmp_path / "run", tmp_path / "again"
+    r = run_cli("train", "--data", data, "--run-dir", run, "--search-budget", "4", "--time-limit", "0.001",
+                "--folds", "1", "--no-progress")  # fmt: skip
+    assert r.code == 0 and "blend:" in r.out, r.out + r.err  # these rows and seed end in a blend
+    assert r.out.count("ended by --time-limit after its epoch 1:") == 4, r.out
+    doc = yaml.safe_load(open(run / "config.yaml"))
+    names = [item.rpartition("=")[0].strip() for item in doc["blend"].split(";")]
+    assert len(names) >= 2 and all(n.endswith(", 1 epoch") for n in names), doc["blend"]
+    assert doc.get("epochs") is None  # each member's own, from its name
+    assert r.out.count("(the search's run of it, not trained again)") == len(names), r.out
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, "--no-progress")
+    assert r2.code == 0 and "time limit" not in r2.out and "not trained again" not in r2.out, r2.out + r2.err
+    a, b = (json.load(open(f / "metrics.json")) for f in (run, again))
+    assert (a["auc"], a["logloss"]) == (b["auc"], b["logloss"])
+    # a name of no candidate, cut or not: one line naming the candidates
+    bad = run_cli("train", "--config", run / "config.yaml", "--run-dir", tmp_path / "bad", "--no-progress",
+                  "--blend", "dlrm+wide, 0 epochs=1")  # fmt: skip
+    assert bad.code == 2 and "no candidate named 'dlrm+wide, 0 epochs'" in bad.err, bad.out + bad.err
+
+
+def test_a_single_choice_whose_refit_would_pass_the_limit_is_its_search_run(data, tmp_path):
+    run, again = tmp_path / "run", tmp_path / "again"
+    r = run_cli("train", "--data", data, "--run-dir", run, "--search-budget", "1", "--time-limit", "0.00001",
+                "--folds", "1", "--no-progress")  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    assert "time limit: no refit (--refit false), the run is the search's run of regression, 1 epoch" in r.out, r.out
+    assert "refit on the training" not in r.out and "(the search's run of it, not trained again)" in r.out, r.out
+    doc = yaml.safe_load(open(run / "config.yaml"))
+    assert (doc["blend"], doc["blend-seeds"], doc["refit"]) == ("regression, 1 epoch=1", 1, False), doc
+    r2 = run_cli("train", "--config", run / "config.yaml", "--run-dir", again, "--no-progress")
+    assert r2.code == 0, r2.out + r2.err
+    a, b = (json.load(open(f / "metrics.json")) for f in (run, again))
+    assert (a["auc"], a["logloss"]) == (b["auc"], b["logloss"]) and not a["refit"]
+    # --refit given: kept, past the limit too
+    kept = run_cli("train", "--data", data, "--run-dir", tmp_path / "kept", "--search-budget", "1", "--time-limit",
+                   "0.00001", "--folds", "1", "--no-progress", "--refit", "true")  # fmt: skip
+    assert kept.code == 0 and "refit on the training" in kept.out and "time limit: no refit" not in kept.out, kept.out

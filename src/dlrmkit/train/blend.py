@@ -223,6 +223,8 @@ def describe(members: list[Member], tried: list[Any], seeds: int, folds: int | N
             f"folds), their logits averaged and one temperature fitted on the folds' validation rows (config.yaml: "
             f"--blend, --folds)"
         )
+    if len(members) == 1:  # a single choice left unrefitted by --time-limit
+        return f"  the run: {members[0].name}, the search's run of it, with its temperature (config.yaml: --blend)"
     by_name = {c.name: c.result for c in tried}
     y = tried[0].result["val_labels"]
     z = mean_logits([by_name[m.name]["val_logits"] for m in members], [m.weight for m in members])

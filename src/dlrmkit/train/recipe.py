@@ -251,7 +251,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
     from dlrmkit.parallel.dist import launched_by_torchrun
     from dlrmkit.train import recipe_search
     from dlrmkit.train.selection import cross_folds, validation_split
-    from dlrmkit.train.time_limit import Clock
+    from dlrmkit.train.time_limit import Clock, refit_seconds, unrefitted
 
     sel, start = cfg.selection, time.perf_counter()
     given = {"blend_seeds": sel.blend_seeds is not None, "refit": sel.refit is not None}  # the time limit keeps them
@@ -316,10 +316,16 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             members = recipe_search.blend_of(tried) if not cfg.checkpoint.resume else []
             if cross_folds(cfg) and not members:  # one candidate: its fold models, averaged
                 members = [blend.Member(winner.name, 1)]
+            unrefit = []  # one candidate whose refit would pass the limit: its search run, a blend of one
+            if not members and sel.refit:
+                unrefit = unrefitted(clock, winner.name, refit_seconds(winner), given["refit"])
+            if unrefit:
+                members, sel.refit = [blend.Member(winner.name, 1)], False
+                sel.blend_seeds = sel.blend_seeds or 1
             recipe_search.release(tried, keep={m.name for m in members} or {winner.name})
             if members:  # the run is the blend; config.yaml repeats it (member_configs)
                 sel.blend, sel.search_budget = blend.spec(members), 0
-                timed = within_time(cfg, members, tried, clock, given)
+                timed = unrefit + within_time(cfg, members, tried, clock, given)
                 lines += refit_why if sel.refit else []
                 said = blend.describe(members, tried, sel.blend_seeds, cross_folds(cfg), bool(sel.refit))
                 text = "\n".join([describe(base, fill(copy.deepcopy(cfg), base)), *lines, said, *timed])
@@ -413,14 +419,18 @@ def member_configs(cfg: Any, base: Recipe, num_numerical: int, trained: dict | N
 
     from dlrmkit.train import recipe_search
 
-    pool = {c.name: c for c in recipe_search.candidates(num_numerical, base.name)}
+    pool = recipe_search.candidates(num_numerical, base.name)
     out = []
     for m in blend.parse_spec(cfg.selection.blend):
-        if m.name not in pool:
-            raise DlrmkitError(f"--blend: no candidate named {m.name!r} for {cfg.data} (candidates: {', '.join(pool)})")
+        cand = recipe_search.named(pool, m.name)
+        if cand is None:
+            raise DlrmkitError(
+                f"--blend: no candidate named {m.name!r} for {cfg.data} (candidates: "
+                f"{', '.join(c.name for c in pool)}; a candidate of N epochs: 'NAME, N epochs')"
+            )
         trial = copy.deepcopy(cfg)
         trial.selection.blend = None
-        values = {**base.values, **pool[m.name].values, "calibration": "temperature", "search_budget": 0}
+        values = {**base.values, **cand.values, "calibration": "temperature", "search_budget": 0}
         fill(trial, replace(base, values=values, reasons=[]))
         out.append((m, trial, (trained or {}).get(m.name)))
     return out

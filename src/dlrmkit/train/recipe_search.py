@@ -62,6 +62,32 @@ class Candidate:
     trained: list[tuple] | None = field(default=None, repr=False)
 
 
+def cut(cand: Candidate, epochs: int) -> Candidate:
+    """The candidate whose training --time-limit ended after `epochs` (Trainer.fit's deadline):
+    the candidate of those epochs, named so (`named` reads the name back, as --blend gives it)."""
+    length = f"{epochs} epoch{'s' if epochs != 1 else ''}"
+    return replace(
+        cand,
+        name=f"{cand.name}, {length}",
+        values={**cand.values, "epochs": epochs},
+        why=f"{cand.why}; {length}, where --time-limit ended its training",
+    )
+
+
+def named(pool: list[Candidate], name: str) -> Candidate | None:
+    """The candidate of `pool` called `name`, or one `cut` to N epochs ("NAME, N epochs", "NAME, 1
+    epoch"); None for a name of neither."""
+    by_name = {c.name: c for c in pool}
+    if name in by_name:
+        return by_name[name]
+    head, _, tail = name.rpartition(", ")
+    count = tail.partition(" ")[0]
+    if head in by_name and count.isascii() and count.isdigit() and int(count) >= 1:
+        c = cut(by_name[head], int(count))
+        return c if c.name == name else None
+    return None
+
+
 def candidates(num_numerical: int, base: str = "small-data") -> list[Candidate]:
     """In the order tried (a smaller --search-budget keeps the first ones), over the base recipe
     named `base` (dlrmkit.train.recipe.choose): the small-data base's seven, or, over the
@@ -188,17 +214,17 @@ def settled_logloss(c: Candidate) -> float:
     return c.result["val_logloss"] if math.isnan(t) else t
 
 
-def train_candidate(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
+def train_candidate(cfg: Any, deadline: float | None = None) -> tuple[dict[str, Any], list[tuple]]:
     """One candidate: the trainer of `cfg` (outputs off) to its early stop, or with --folds K one
     per fold; its validation figures (with folds: of every fold's validation rows, each scored by
     the model that did not train on them) and the trained runs (each the trainer, its test rows,
-    its metrics)."""
+    its metrics). `deadline`: see Trainer.fit (one run, not folds)."""
     from dlrmkit.options import assign
     from dlrmkit.train.selection import cross_folds
 
     folds = cross_folds(cfg)
     if not folds:
-        return one_candidate_run(cfg)
+        return one_candidate_run(cfg, deadline)
     runs = []
     for i in range(1, folds + 1):
         trial = copy.deepcopy(cfg)
@@ -230,7 +256,7 @@ def pooled(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def one_candidate_run(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
+def one_candidate_run(cfg: Any, deadline: float | None = None) -> tuple[dict[str, Any], list[tuple]]:
     """train_candidate's one training."""
     from dlrmkit.train.calibration import row_log_losses
     from dlrmkit.train.trainer import Trainer
@@ -243,7 +269,7 @@ def one_candidate_run(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
     trainer = Trainer(quiet, keep_log=True)  # its log's records, for a blend member that takes it over
     test = trainer.test_set
     trainer.test_set = test.window(0, 0, "test")  # selection never reads the test rows
-    m = trainer.fit()
+    m = trainer.fit(deadline=deadline)
     epoch_steps = m["steps"] / m["epochs"] if m["epochs"] else float("nan")
     z, y = logits_after_temperature(trainer)
     rows = None if z is None else row_log_losses(z, y).astype(np.float32)
@@ -257,6 +283,7 @@ def one_candidate_run(cfg: Any) -> tuple[dict[str, Any], list[tuple]]:
         "val_labels": y,
         "best_epoch": m["selected_step"] / epoch_steps if epoch_steps else float("nan"),
         "seconds": time.perf_counter() - t0,
+        "deadline_epochs": m.get("deadline_epochs"),  # ended by the deadline: the epochs it trained
     }, [(trainer, test, m)]
 
 
@@ -308,9 +335,12 @@ def search(
     stops the run. Each candidate's figures are printed as it ends (a search may take minutes;
     standard output, as the recipe's lines: an error stays one line). With a `clock`
     (dlrmkit.train.time_limit.Clock), the candidates after the first are tried only while it says
-    the search is open. Returns (winner, tried, the lines of those left out)."""
+    the search is open, and a candidate's training ends by its deadline (then the candidate of the
+    epochs it trained: `cut`). Returns (winner, tried, the lines of those left out)."""
     from dlrmkit.data.split_binary import numerical_scale
     from dlrmkit.options import flatten
+    from dlrmkit.train.selection import cross_folds
+    from dlrmkit.train.time_limit import RUN_SHARE
 
     num_numerical, num_categorical = train.num_numerical, len(train.cardinalities)
     tried: list[Candidate] = []
@@ -319,6 +349,10 @@ def search(
     late: list[str] = []  # not tried: past the time limit's share for the search
     given = flatten(cfg)
     deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
+    # a candidate's training ends by the limit's deadline, where no length was given and no folds
+    # (the fold runs of a candidate would end after different epochs, which no --epochs repeats)
+    timed = clock is not None and given.get("epochs") is None and given.get("max_steps") is None
+    deadline = clock.deadline() if timed and not cross_folds(cfg) else None
     pool = [c for c in candidates(num_numerical, base.name) if not (deep_asked and c.values.get("deep") is False)]
     pool = pool[: max(budget, 1)]
     for k, cand in enumerate(pool, 1):
@@ -337,7 +371,7 @@ def search(
             continue
         if budget > 0:
             try:
-                cand.result, cand.trained = train_candidate(trial)
+                cand.result, cand.trained = train_candidate(trial, deadline)
             except NonFiniteLoss as exc:
                 failed.append((cand.name, exc))
                 print(f"search {k}/{len(pool)}: {cand.name}: {exc}; left out", flush=True)
@@ -346,6 +380,12 @@ def search(
             r = cand.result
             print(f"search {k}/{len(pool)}: {cand.name}: val AUC {r['val_auc']:.4f}  val logloss "
                   f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", flush=True)  # fmt: skip
+            if r.get("deadline_epochs"):
+                cand = replace(cut(cand, r["deadline_epochs"]), result=cand.result, trained=cand.trained)
+                late.append(f"  {cand.name:<26} ended by the time limit: its training stopped at an epoch end past "
+                            f"{RUN_SHARE:.0%} of {clock.option()}")  # fmt: skip
+                print(f"search {k}/{len(pool)}: ended by --time-limit after its epoch {r['deadline_epochs']}: "
+                      f"{cand.name}", flush=True)  # fmt: skip
         tried.append(cand)
         if budget > 0 and cand.name == "regression" and base.values.get("numerical_transform") == "signed-log":
             # values past float16's range: only the log keeps them finite

@@ -4,7 +4,9 @@ search tries the candidates after the first only while the run has spent less th
 of the limit; once it has chosen, a blend's optional training is timed from the search's own runs
 of its members and left out where it would pass the limit: first the members' second seeds
 (--blend-seeds 1), then their refits (--refit false: each member is its search run, or with --folds
-its fold models). Options the user gave are kept. What is left out is printed, and config.yaml
+its fold models); a single choice whose refit would pass it is its search run. A candidate's
+training (without --folds, --epochs or --max-steps given) ends by RUN_SHARE of the limit at an
+epoch end, and is then the candidate of the epochs it trained. Options the user gave are kept. What is left out is printed, and config.yaml
 records what ran, so `train --config` repeats it without the limit deciding again."""
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from typing import Any
 # left out, and the candidate started last ends within about a quarter of the limit on a 46,000-row
 # log of 80 columns (docs/BENCHMARKS.md)
 SEARCH_SHARE = 0.75
+# the share of the limit a candidate's training ends by: it stops at the first epoch end where
+# another epoch as long as the last would pass it, and is then the candidate of the epochs it
+# trained (recipe_search.cut); the rest is for the temperature, the blend's scoring and the outputs
+RUN_SHARE = 0.9
 # a refit's time is estimated as its run's, scaled by the share of the run's steps it repeats and by
 # its rows (the training and validation rows against the training rows), plus this share of the
 # run for building its model again (a regression's refit repeats no step, but fits its start)
@@ -36,6 +42,10 @@ class Clock:
     def search_open(self) -> bool:
         """Whether the search may start another candidate."""
         return not self.limit or self.spent() < SEARCH_SHARE * self.limit
+
+    def deadline(self) -> float | None:
+        """The time.perf_counter() value a candidate's training ends by (Trainer.fit), or None."""
+        return self.start + RUN_SHARE * self.limit if self.limit else None
 
     def option(self) -> str:
         """The limit, as the lines that name it print it."""
@@ -107,3 +117,16 @@ def trim(clock: Clock, cost: BlendTime, seeds_given: bool, refit_given: bool) ->
             f"{spent:.0f} s, and the refits (about {cost.refits:.0f} s) would pass {clock.option()}"
         )
     return drop_seeds, drop_refits, lines
+
+
+def unrefitted(clock: Clock, name: str, refit: float, refit_given: bool) -> list[str]:
+    """The line for a single choice, `name`, whose refit (about `refit` seconds) would take the
+    run past the clock's limit: the run is then the search's run of it; [] where the refit fits,
+    or --refit was given."""
+    spent = clock.spent()
+    if not clock.limit or refit_given or spent + refit <= clock.limit:
+        return []
+    return [
+        f"  time limit: no refit (--refit false), the run is the search's run of {name} (--blend '{name}=1'): the "
+        f"run had spent {spent:.0f} s, and the refit (about {refit:.0f} s) would pass {clock.option()}"
+    ]

@@ -53,6 +53,12 @@ TAKEN_OVER = ("run_dir", "checkpoint_dir", "log_jsonl", "metrics_json", "tensorb
               "resume", "progress", "calibration", "checkpoint_every", "checkpoint_every_seconds",
               "search_budget", "blend", "blend_seeds", "refit", "time_limit")  # fmt: skip
 
+
+def past(deadline: float, epoch_seconds: float) -> bool:
+    """Whether another epoch of `epoch_seconds` would end past `deadline` (time.perf_counter())."""
+    return time.perf_counter() + epoch_seconds > deadline
+
+
 # where this process's runs have trained (device, GPU, table placement): a search or a blend builds
 # many trainers, and the line is printed once for each place
 _SAID: set[tuple] = set()
@@ -463,12 +469,15 @@ class Trainer:
         return val, test
 
     # ---- the loop -----------------------------------------------------------------------
-    def fit(self, save: bool = True) -> dict[str, Any]:
+    def fit(self, save: bool = True, deadline: float | None = None) -> dict[str, Any]:
         """Train to the end (epochs, max steps or target AUC); returns the final metrics. `save`:
-        the final checkpoint at the end (a blend saves its members' once the blend is scored)."""
+        the final checkpoint at the end (a blend saves its members' once the blend is scored).
+        `deadline` (a time.perf_counter() value; one process, a search's candidate): the run ends
+        at the first epoch end where another epoch as long as the last would end past it, and is
+        then the run of the epochs it trained (its --epochs says so: metrics' `deadline_epochs`)."""
         self._bar: tqdm | None = None
         try:
-            return self._fit(save)
+            return self._fit(save, deadline)
         except (Exception, KeyboardInterrupt) as exc:
             self.log_stop(exc)
             raise
@@ -476,7 +485,7 @@ class Trainer:
             if self._bar is not None:
                 self._bar.close()  # so an error message starts on its own line
 
-    def _fit(self, save: bool) -> dict[str, Any]:
+    def _fit(self, save: bool, deadline: float | None) -> dict[str, Any]:
         cfg = self.cfg
         steps_per_epoch = len(self.loader)
         total = run_checkpoint.total_steps(self)
@@ -492,12 +501,12 @@ class Trainer:
             dynamic_ncols=True,
             disable=None if cfg.output.progress and self.dist.rank == 0 else True,
         )
-        train_time, samples = 0.0, 0
+        train_time, samples, cut = 0.0, 0, False
         stop = self.step >= total
         if self.wide_init is not None and self.step == 0 and self.val_set is not None:
             self.evaluate()  # the regression it starts from is a candidate for the best weights
         while not stop:
-            t0 = time.perf_counter()
+            t0 = epoch_start = time.perf_counter()
             for batch in self.loader.epoch(self.epoch, self.batch_in_epoch):
                 loss = self.train_step(batch)
                 self.batch_in_epoch += 1
@@ -545,6 +554,10 @@ class Trainer:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
                 if self.epoch >= cfg.schedule.epochs and not cfg.schedule.max_steps:
                     stop = True
+                elif deadline is not None and past(deadline, time.perf_counter() - epoch_start):
+                    # as a run of these epochs ends: before this epoch end's evaluation (finish's)
+                    stop = cut = True
+                    cfg.schedule.epochs, cfg.schedule.max_steps = self.epoch, None
                 elif not cfg.selection.eval_every and self.val_set is not None:
                     auc = self.evaluate()["auc"]
                     if self.should_stop(auc):
@@ -573,6 +586,8 @@ class Trainer:
             "skipped_nonfinite": self.skipped_nonfinite,
             "epochs": self.epoch + (self.batch_in_epoch / steps_per_epoch if steps_per_epoch else 0),
         }
+        if cut:
+            metrics["deadline_epochs"] = self.epoch
         if "optimal_auc" in self.spec.metadata:
             metrics["optimal_auc"] = float(self.spec.metadata["optimal_auc"])
         if self.loss_scaler is not None:  # fp16: the loss scale reached, steps skipped for an overflow
