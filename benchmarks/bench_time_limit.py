@@ -2,7 +2,7 @@
 default limit against `--time-limit 0`, on a quiet machine and with CPU-bound processes beside
 it, each a fresh process; prints wall seconds, test AUC / log loss and what the limit left out.
 
-    PYTHONPATH=src python benchmarks/bench_time_limit.py [--burners 0,2] [--out DIR]
+    PYTHONPATH=src python benchmarks/bench_time_limit.py [--burners 0,2] [--limits default,0] [--out DIR]
 
 The log: 50 categorical columns (5 to 3,000 values, Zipf-drawn) and 30 numerical ones, the label
 a logistic function of every fourth categorical column and three numerical ones (seed 1); 51,300
@@ -49,6 +49,7 @@ def dlrmkit(*argv: str) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--burners", default="0,2", help="CPU-bound processes beside the runs, per round")
+    parser.add_argument("--limits", default="default,0", help="--time-limit values, per round ('default': none given)")
     parser.add_argument(
         "--out", default=None, help="folder for the log, its dataset and the runs (default: a temporary one)"
     )
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
     for burners in (int(b) for b in args.burners.split(",")):
         beside = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burners)]
         try:
-            for limit in ("default", "0"):
+            for limit in args.limits.split(","):
                 run = os.path.join(out, f"run-{burners}-{limit}")
                 extra = [] if limit == "default" else ["--time-limit", limit]
                 t0 = time.perf_counter()
@@ -74,6 +75,7 @@ def main(argv: list[str]) -> int:
                 wall = time.perf_counter() - t0
                 test = re.search(r"test logloss ([0-9.]+)\s+test AUC ([0-9.]+)", text)
                 left = [m.split(":")[0] for m in re.findall(r"^search \d+/\d+: ([^:]+): not tried", text, re.M)]
+                left += re.findall(r"^search \d+/\d+: ended by --time-limit after its epoch \d+: (.+)$", text, re.M)
                 left += ["second seeds"] * ("--blend-seeds 1)" in text) + ["refits"] * ("(--refit false)" in text)
                 print(f"| {burners} | {limit} | {wall:.0f} | {test.group(2)} / {test.group(1)} | "
                       f"{', '.join(left) or 'nothing'} |", flush=True)  # fmt: skip

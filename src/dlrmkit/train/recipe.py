@@ -317,7 +317,7 @@ def select(cfg: Any) -> tuple[str, list[tuple[Any, Any]], tuple | None]:
             if cross_folds(cfg) and not members:  # one candidate: its fold models, averaged
                 members = [blend.Member(winner.name, 1)]
             unrefit = []  # one candidate whose refit would pass the limit: its search run, a blend of one
-            if not members and sel.refit:
+            if not members and sel.refit and not cfg.checkpoint.resume:  # (a blend is not resumed)
                 unrefit = unrefitted(clock, winner.name, refit_seconds(winner), given["refit"])
             if unrefit:
                 members, sel.refit = [blend.Member(winner.name, 1)], False

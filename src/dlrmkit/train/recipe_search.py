@@ -480,6 +480,7 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int, folds: int 
         f"{runs}; the test rows are not read)"
     ]
     out = clearly_worse([c for c in tried if not math.isnan(c.result.get("val_auc", math.nan))])
+    width = max(26, *(len(c.name) + 1 for c in tried))  # a name cut to its epochs by --time-limit: longer
     for c in tried:
         r = c.result
         out_of = f"  (out of the single choice, not of a blend: {out[c.name]})" if c.name in out else ""
@@ -487,7 +488,7 @@ def describe(winner: Candidate, tried: list[Candidate], budget: int, folds: int 
         after_t = r.get("val_logloss_t", math.nan)
         after_t = "" if math.isnan(after_t) else f" ({after_t:.4f} after T)"
         lines.append(
-            f"  {c.name:<26} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}{after_t}  "
+            f"  {c.name:<{width}} val AUC {r['val_auc']:.4f}  val logloss {r['val_logloss']:.4f}{after_t}  "
             f"best epoch {r['best_epoch']:.0f}  {r['seconds']:.0f} s{mark}"
         )
     others = [c for c in tried if c is not winner and c.name not in out]
