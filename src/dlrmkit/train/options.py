@@ -152,11 +152,10 @@ class SelectionOptions:
         None,
         "--preset auto's search: the wall-clock minutes the run aims its training at; candidates after the "
         "first start only in the first 75%% of them, a candidate's training ends at an epoch end by 90%% of them "
-        "(not where --epochs or --max-steps is given, nor with --folds), and a blend leaves out its second seeds, then its "
-        "refits (a single choice its refit), where their time, estimated from the search's runs, would pass them "
-        "(options given are kept; what is "
-        f"left out is printed and config.yaml records it; 0: no limit; default {TIME_LIMIT:g} on up to 100,000 "
-        "training rows, else none)",
+        "(not where --epochs or --max-steps is given, nor with --folds), and a blend leaves out its second "
+        "seeds, then its refits (a single choice its refit), where their time, estimated from the search's runs, "
+        "would pass them (options given are kept; what is left out is printed and config.yaml records it; 0: no "
+        f"limit; default {TIME_LIMIT:g} on up to 100,000 training rows, else none)",
         metavar="MINUTES",
         parse=ct.float_range(0.0, 1e6),
     )

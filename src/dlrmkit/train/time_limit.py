@@ -1,13 +1,14 @@
 """--time-limit: the wall-clock minutes a searched run (--preset auto) aims its training at (by
-default on the small-data base, up to 100,000 training rows: dlrmkit.train.recipe). The
-search tries the candidates after the first only while the run has spent less than SEARCH_SHARE
-of the limit; once it has chosen, a blend's optional training is timed from the search's own runs
-of its members and left out where it would pass the limit: first the members' second seeds
-(--blend-seeds 1), then their refits (--refit false: each member is its search run, or with --folds
-its fold models); a single choice whose refit would pass it is its search run. A candidate's
-training (without --folds, --epochs or --max-steps given) ends by RUN_SHARE of the limit at an
-epoch end, and is then the candidate of the epochs it trained. Options the user gave are kept. What is left out is printed, and config.yaml
-records what ran, so `train --config` repeats it without the limit deciding again."""
+default on the small-data base, up to 100,000 training rows: dlrmkit.train.recipe). The search
+tries the candidates after the first only while the run has spent less than SEARCH_SHARE of the
+limit, and a candidate's training (without --folds, --epochs or --max-steps given) ends at an
+epoch end by RUN_SHARE of it, the candidate then being the candidate of the epochs it trained.
+Once the search has chosen, a blend's optional training is timed from the search's own runs of
+its members and left out where it would pass the limit: first the members' second seeds
+(--blend-seeds 1), then their refits (--refit false: each member is its search run, or with
+--folds its fold models); a single choice whose refit would pass it is its search run. Options
+the user gave are kept. What is left out is printed, and config.yaml records what ran, so
+`train --config` repeats it without the limit deciding again."""
 
 from __future__ import annotations
 
