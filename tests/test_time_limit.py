@@ -226,3 +226,18 @@ def test_a_single_choice_whose_refit_would_pass_the_limit_is_its_search_run(data
     kept = run_cli("train", "--data", data, "--run-dir", tmp_path / "kept", "--search-budget", "1", "--time-limit",
                    "0.00001", "--folds", "1", "--no-progress", "--refit", "true")  # fmt: skip
     assert kept.code == 0 and "refit on the training" in kept.out and "time limit: no refit" not in kept.out, kept.out
+
+
+def test_a_candidate_cut_to_its_epochs_is_named_so_and_read_back():
+    from dlrmkit.train.recipe_search import candidates, cut, named
+
+    pool = candidates(3)
+    first = pool[0]
+    assert named(pool, first.name) is first
+    three = named(pool, "dlrm+wide, buckets, 3 epochs")
+    assert three == cut(named(pool, "dlrm+wide, buckets"), 3) and three.values["epochs"] == 3
+    assert three.values["numerical_buckets"] == named(pool, "dlrm+wide, buckets").values["numerical_buckets"]
+    assert named(pool, "regression, 1 epoch").values == {**first.values, "epochs": 1}
+    for bad in ("regression, 1 epochs", "regression, 01 epochs", "regression, 0 epochs", "regression, -2 epochs",
+                "regression, 2 epochs, 2 epochs", "nothing, 2 epochs", "regression, ² epochs", "regression,"):  # fmt: skip
+        assert named(pool, bad) is None, bad
