@@ -136,8 +136,8 @@ class SelectionOptions:
     blend: str | None = option(
         None,
         "--preset auto: train these candidate recipes of the search, each as a run of its own, and average "
-        "their logits with these weights, 'NAME=W; NAME=W' (the search writes what it chose into config.yaml; "
-        "default: the search decides)",
+        "their logits with these weights, 'NAME=W; NAME=W' ('NAME, N epochs': the candidate trained for N "
+        "epochs; the search writes what it chose into config.yaml; default: the search decides)",
         parse=blend_text,
     )
     blend_seeds: int | None = option(
