@@ -1,6 +1,7 @@
 """--time-limit: a searched run leaves out its optional training where it would pass the limit
-(the search's later candidates, then a blend's second seeds, then its refits), says so, keeps
-the options given, and config.yaml repeats what ran."""
+(the search's later candidates, then a blend's second seeds, then its refits, or a single
+choice's refit), ends a candidate's training at an epoch end by its deadline, says so, keeps the
+options given, and config.yaml repeats what ran."""
 
 from __future__ import annotations
 

@@ -340,13 +340,12 @@ def search(
     from dlrmkit.data.split_binary import numerical_scale
     from dlrmkit.options import flatten
     from dlrmkit.train.selection import cross_folds
-    from dlrmkit.train.time_limit import RUN_SHARE
 
     num_numerical, num_categorical = train.num_numerical, len(train.cardinalities)
     tried: list[Candidate] = []
     seen: list[dict] = []
     failed: list[tuple[str, NonFiniteLoss]] = []
-    late: list[str] = []  # not tried: past the time limit's share for the search
+    late: list[str] = []  # --time-limit: not tried past the search's share, or ended by the deadline
     given = flatten(cfg)
     deep_asked = given.get("deep") is True or any(given.get(k) is not None for k in DEEP_OPTIONS)
     # a candidate's training ends by the limit's deadline, where no length was given and no folds
@@ -381,9 +380,8 @@ def search(
             print(f"search {k}/{len(pool)}: {cand.name}: val AUC {r['val_auc']:.4f}  val logloss "
                   f"{r['val_logloss']:.4f}  {r['seconds']:.0f} s", flush=True)  # fmt: skip
             if r.get("deadline_epochs"):
-                cand = replace(cut(cand, r["deadline_epochs"]), result=cand.result, trained=cand.trained)
-                late.append(f"  {cand.name:<26} ended by the time limit: its training stopped at an epoch end past "
-                            f"{RUN_SHARE:.0%} of {clock.option()}")  # fmt: skip
+                cand = cut(cand, r["deadline_epochs"])  # its result and trained run with it
+                late.append(clock.ended(cand.name))
                 print(f"search {k}/{len(pool)}: ended by --time-limit after its epoch {r['deadline_epochs']}: "
                       f"{cand.name}", flush=True)  # fmt: skip
         tried.append(cand)

@@ -56,6 +56,10 @@ class Clock:
         """The line for a candidate the search does not try."""
         return f"  {name:<26} not tried: the run had spent {self.spent():.0f} s, past {SEARCH_SHARE:.0%} of {self.option()}"
 
+    def ended(self, name: str) -> str:
+        """The line for a candidate whose training the deadline ended."""
+        return f"  {name:<26} ended by the time limit: its training stopped at an epoch end past {RUN_SHARE:.0%} of {self.option()}"
+
 
 def run_seconds(candidate: Any) -> float:
     """The seconds of one of a candidate's runs (its search figure, over its folds' runs)."""
